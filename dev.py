@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""The two quick-start commands, from a clean clone with only Python installed.
+
+    python3 dev.py serve   # run authledger on its embedded defaults
+    python3 dev.py test    # run the whole test suite
+
+Both create ./.venv and install the project into it when pyproject.toml has
+changed since the last install, then hand over to the real command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+STAMP = VENV / ".authledger-installed"
+
+
+def ensure_environment() -> None:
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == wanted:
+        return
+    if not (BIN / "python").exists():
+        print("dev.py: creating .venv", file=sys.stderr)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    print("dev.py: installing authledger and its test dependencies", file=sys.stderr)
+    pip = [str(BIN / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run([*pip, "--editable", f"{ROOT}[test]"], check=True)
+    STAMP.write_text(wanted)
+
+
+COMMANDS = {
+    "serve": lambda args: [str(BIN / "authledger"), "serve", *args],
+    "test": lambda args: [str(BIN / "python"), "-m", "pytest", *args],
+}
+
+
+def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        sys.exit(f"usage: python3 dev.py {{{'|'.join(COMMANDS)}}} [args...]")
+    ensure_environment()
+    command = COMMANDS[sys.argv[1]](sys.argv[2:])
+    os.chdir(ROOT)
+    os.execv(command[0], command)
+
+
+if __name__ == "__main__":
+    main()

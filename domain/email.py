@@ -1,0 +1,84 @@
+"""Events of one outbound email, the ``email:<message_id>`` stream.
+
+An email is queued by the flow that needs it (a reset link, an OTP code, a
+"password changed" notice) and then leased, sent, skipped or abandoned by
+workers. The email events never carry the token or code: the worker derives
+them again at send time from the request's fresh state.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from attrs import frozen
+
+
+def email_stream(message_id: UUID) -> str:
+    return f"email:{message_id}"
+
+
+@frozen
+class EmailQueued:
+    message_id: UUID
+    flow: str  # "reset" or "otp": which user stream holds the request
+    template: str  # "reset_link", "password_changed" or "otp_code"
+    user_id: str
+    request_id: UUID  # the reset request or OTP challenge this email serves
+    recipient: str
+    available_at: datetime
+
+
+@frozen
+class LeaseClaimed:
+    message_id: UUID
+    lease_owner: str
+    lease_token: UUID
+    lease_expires_at: datetime
+    attempt: int
+
+
+@frozen
+class LeaseExpired:
+    message_id: UUID
+    lease_owner: str
+    lease_token: UUID
+    expired_at: datetime
+
+
+@frozen
+class SendAttemptFailed:
+    message_id: UUID
+    lease_token: UUID
+    attempt: int
+    error: str
+    retryable: bool
+    # None when the failure is permanent: the message is then ``failed``.
+    retry_at: datetime | None
+    # True when the request may have reached the provider (a timeout after
+    # sending); the retry reuses the same idempotency key either way.
+    outcome_unknown: bool = False
+
+
+@frozen
+class ProviderAccepted:
+    message_id: UUID
+    lease_token: UUID
+    attempt: int
+    provider: str
+    provider_message_id: str
+    key_id: str | None  # which token key rendered the secret, if any
+
+
+@frozen
+class DeliverySkipped:
+    message_id: UUID
+    reason: str  # "superseded", "expired", "consumed", "verified", "erased", ...
+    lease_token: UUID | None = None
+
+
+@frozen
+class DeliveryAbandoned:
+    message_id: UUID
+    attempts: int
+    last_error: str

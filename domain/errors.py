@@ -1,0 +1,148 @@
+"""The one exception tree of authledger.
+
+Every error a user can see derives from ``AuthledgerError``. Each subclass's
+docstring is its default message, and each is mapped once, here, to an HTTP
+status and a CLI exit code, so the HTTP API and the CLI agree on what went
+wrong without a table of their own.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+
+class AuthledgerError(Exception):
+    """Something went wrong in authledger."""
+
+    http_status = 500
+    exit_code = 1
+    problem_type = "about:blank"
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class ConfigError(AuthledgerError):
+    """The configuration is invalid."""
+
+    exit_code = 78  # EX_CONFIG
+    problem_type = "config-error"
+
+
+class DatabaseUnavailable(AuthledgerError):
+    """The database cannot be reached."""
+
+    http_status = 503
+    exit_code = 69  # EX_UNAVAILABLE
+    problem_type = "database-unavailable"
+
+
+class SchemaMismatch(AuthledgerError):
+    """The database schema is missing or not the version this code expects."""
+
+    http_status = 503
+    exit_code = 69
+    problem_type = "schema-mismatch"
+
+
+class ConcurrencyConflict(AuthledgerError):
+    """Another writer appended to this stream first."""
+
+    http_status = 409
+    exit_code = 75  # EX_TEMPFAIL
+    problem_type = "concurrency-conflict"
+
+
+class UnknownEventType(AuthledgerError):
+    """The log holds an event type this version of authledger does not know."""
+
+    exit_code = 65  # EX_DATAERR
+    problem_type = "unknown-event-type"
+
+
+class InvalidInput(AuthledgerError):
+    """The input is malformed."""
+
+    http_status = 400
+    exit_code = 2
+    problem_type = "invalid-input"
+
+
+class NotFound(AuthledgerError):
+    """No such thing."""
+
+    http_status = 404
+    exit_code = 3
+    problem_type = "not-found"
+
+
+class TokenInvalid(AuthledgerError):
+    """The token is unknown, expired, superseded or already used."""
+
+    http_status = 400
+    exit_code = 4
+    problem_type = "token-invalid"
+
+
+class CodeRejected(AuthledgerError):
+    """The code is wrong, expired, superseded or already used."""
+
+    http_status = 400
+    exit_code = 4
+    problem_type = "code-rejected"
+
+    def __init__(self, message: str | None = None, *, attempts_left: int = 0) -> None:
+        super().__init__(message)
+        self.attempts_left = attempts_left
+
+
+class IdempotencyMismatch(AuthledgerError):
+    """This idempotency key was already used with different parameters."""
+
+    http_status = 422
+    exit_code = 5
+    problem_type = "idempotency-key-mismatch"
+
+
+class RequestInFlight(AuthledgerError):
+    """A request with this idempotency key is still being processed."""
+
+    http_status = 409
+    exit_code = 75
+    problem_type = "idempotency-key-in-flight"
+
+
+class RateLimited(AuthledgerError):
+    """Too many requests; try again later."""
+
+    http_status = 429
+    exit_code = 6
+    problem_type = "rate-limited"
+
+    def __init__(self, message: str | None = None, *, retry_at: datetime) -> None:
+        super().__init__(message)
+        self.retry_at = retry_at
+
+
+class LockedOut(AuthledgerError):
+    """Too many failed attempts; this flow is locked."""
+
+    http_status = 429
+    exit_code = 6
+    problem_type = "locked-out"
+
+    def __init__(self, message: str | None = None, *, retry_at: datetime | None = None) -> None:
+        super().__init__(message)
+        self.retry_at = retry_at
+
+
+class Unauthorized(AuthledgerError):
+    """A valid API key is required."""
+
+    http_status = 401
+    exit_code = 7
+    problem_type = "unauthorized"

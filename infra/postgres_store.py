@@ -1,0 +1,141 @@
+"""The event store on PostgreSQL: append and read inside the caller's transaction."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+from uuid import UUID, uuid4
+
+from sqlalchemy import Connection, text
+from sqlalchemy.exc import IntegrityError
+
+from domain.errors import ConcurrencyConflict
+from domain.log import Checkpoint, RecordedEvent
+from infra.serialization import EventCodec, default_codec
+
+# One round trip for any number of events. The WHERE clause makes a stale or
+# too-high expected version insert nothing; two writers that both saw the same
+# version collide on the unique (stream_id, stream_version) key instead.
+APPEND = text("""
+    INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata)
+    SELECT :stream_id, :expected_version + e.n, e.event_id, e.event_type, e.schema_version, e.payload,
+           CAST(:metadata AS jsonb)
+      FROM unnest(CAST(:event_ids AS uuid[]), CAST(:event_types AS text[]),
+                  CAST(:schema_versions AS integer[]), CAST(:payloads AS jsonb[]))
+           WITH ORDINALITY AS e(event_id, event_type, schema_version, payload, n)
+     WHERE :expected_version = (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :stream_id)
+    RETURNING global_position, stream_version, recorded_at, transaction_id::text
+""")
+
+LOAD_STREAM = text("""
+    SELECT global_position, stream_id, stream_version, event_id, event_type, schema_version,
+           payload, metadata, recorded_at, transaction_id::text
+      FROM events WHERE stream_id = :stream_id ORDER BY stream_version
+""")
+
+STREAM_VERSION = text("SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :stream_id")
+
+# Only transactions below the oldest one still running are certain to be
+# complete: nothing can commit later with a smaller transaction id. Reading up
+# to that horizon, in (transaction_id, global_position) order, never skips a
+# late commit, and costs writers nothing.
+READ_ALL = text("""
+    SELECT global_position, stream_id, stream_version, event_id, event_type, schema_version,
+           payload, metadata, recorded_at, transaction_id::text
+      FROM events
+     WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+       AND (transaction_id, global_position) > (CAST(:tx AS text)::xid8, :pos)
+     ORDER BY transaction_id, global_position
+     LIMIT :limit
+""")
+
+
+def _unique_violation_on_stream_version(error: IntegrityError) -> bool:
+    diag = getattr(error.orig, "diag", None)
+    return getattr(diag, "constraint_name", None) == "events_stream_version_key"
+
+
+class PostgresEventStore:
+    """``EventStore`` on one SQLAlchemy connection; the caller owns the transaction."""
+
+    def __init__(self, connection: Connection, codec: EventCodec | None = None) -> None:
+        self.connection = connection
+        self.codec = codec or default_codec()
+
+    def append(
+        self,
+        stream_id: str,
+        expected_version: int,
+        events: Sequence[Any],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> list[RecordedEvent]:
+        if not events:
+            return []
+        encoded = [self.codec.encode_json(event) for event in events]
+        event_ids = [uuid4() for _ in events]
+        params = {
+            "stream_id": stream_id,
+            "expected_version": expected_version,
+            "metadata": json.dumps(dict(metadata or {}), separators=(",", ":")),
+            "event_ids": event_ids,
+            "event_types": [tag for tag, _, _ in encoded],
+            "schema_versions": [version for _, version, _ in encoded],
+            "payloads": [payload for _, _, payload in encoded],
+        }
+        try:
+            # A savepoint keeps the caller's transaction usable after a clash,
+            # so it can reload the stream and decide again.
+            with self.connection.begin_nested():
+                rows = self.connection.execute(APPEND, params).all()
+        except IntegrityError as error:
+            if _unique_violation_on_stream_version(error):
+                raise ConcurrencyConflict(
+                    f"stream {stream_id} moved past version {expected_version} while appending"
+                ) from error
+            raise
+        if not rows:
+            actual = self.stream_version(stream_id)
+            raise ConcurrencyConflict(f"stream {stream_id} is at version {actual}, not {expected_version}")
+        rows.sort(key=lambda row: row.stream_version)
+        return [
+            RecordedEvent(
+                global_position=row.global_position,
+                stream_id=stream_id,
+                stream_version=row.stream_version,
+                event_id=event_id,
+                event_type=tag,
+                schema_version=version,
+                event=event,
+                metadata=dict(metadata or {}),
+                recorded_at=row.recorded_at,
+                transaction_id=int(row.transaction_id),
+            )
+            for row, event_id, event, (tag, version, _) in zip(rows, event_ids, events, encoded, strict=True)
+        ]
+
+    def load(self, stream_id: str) -> list[RecordedEvent]:
+        return [self._decode(row) for row in self.connection.execute(LOAD_STREAM, {"stream_id": stream_id})]
+
+    def stream_version(self, stream_id: str) -> int:
+        return self.connection.execute(STREAM_VERSION, {"stream_id": stream_id}).scalar_one()
+
+    def read_all(self, after: Checkpoint = Checkpoint(), limit: int = 1000) -> list[RecordedEvent]:
+        rows = self.connection.execute(
+            READ_ALL, {"tx": str(after.transaction_id), "pos": after.global_position, "limit": limit}
+        )
+        return [self._decode(row) for row in rows]
+
+    def _decode(self, row: Any) -> RecordedEvent:
+        return RecordedEvent(
+            global_position=row.global_position,
+            stream_id=row.stream_id,
+            stream_version=row.stream_version,
+            event_id=row.event_id if isinstance(row.event_id, UUID) else UUID(str(row.event_id)),
+            event_type=row.event_type,
+            schema_version=row.schema_version,
+            event=self.codec.decode(row.event_type, row.schema_version, row.payload),
+            metadata=row.metadata,
+            recorded_at=row.recorded_at,
+            transaction_id=int(row.transaction_id),
+        )

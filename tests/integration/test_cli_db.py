@@ -1,0 +1,118 @@
+"""`authledger db init|check` and the errors a user sees when the database is wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import Engine, text
+
+from cli import cli
+
+AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
+
+
+def run(database_url: str, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args), env={"DATABASE_URL": database_url})
+    return result.exit_code, result.output
+
+
+def test_db_init_twice_is_safe_and_says_so(database_url: str) -> None:
+    code, output = run(database_url, "db", "init")
+    assert code == 0 and "already initialised" in output
+    code, output = run(database_url, "db", "init", "--json")
+    assert code == 0 and json.loads(output)["already_initialised"] is True
+
+
+def test_db_check_reports_the_schema_and_its_guards(database_url: str) -> None:
+    code, output = run(database_url, "db", "check", "--json")
+    report = json.loads(output)
+    assert code == 0, output
+    assert report["ok"] and report["schema_version"] == 1
+    assert report["guards"] == {"events_no_truncate": True, "events_no_update_or_delete": True}
+    assert report["app_role_privileges"] == {
+        "SELECT": True, "INSERT": True, "UPDATE": False, "DELETE": False, "TRUNCATE": False,
+    }
+
+
+def test_db_check_fails_when_a_guard_is_disabled(database_url: str, admin_engine: Engine) -> None:
+    with admin_engine.begin() as connection:
+        connection.execute(text("ALTER TABLE events DISABLE TRIGGER events_no_truncate"))
+    code, output = run(database_url, "db", "check")
+    assert code == 1
+    assert "events_no_truncate is missing or disabled" in output
+
+
+def test_db_check_fails_after_a_logical_restore_into_a_fresh_cluster(database_url: str, admin_engine: Engine) -> None:
+    """A log whose transaction ids run ahead of the server's is what a restore into a new cluster looks like."""
+    with admin_engine.begin() as connection:
+        connection.execute(text("""
+            INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, payload, transaction_id)
+            VALUES ('email:restored', 1, gen_random_uuid(), 'DeliverySkipped', 1, '{}', '900000000000'::xid8)
+        """))
+    code, output = run(database_url, "db", "check")
+    assert code == 1
+    assert "logical restore" in output
+
+
+@pytest.mark.parametrize(
+    ("url", "exit_code", "message"),
+    [
+        ("mysql://root@localhost/x", 78, "must start with postgresql://"),
+        ("postgresql://someone:secret@127.0.0.1:1/nothing", 69, "database unavailable"),
+    ],
+)
+def test_a_bad_database_url_is_one_clear_line_without_traceback(url: str, exit_code: int, message: str) -> None:
+    result = subprocess.run(
+        [AUTHLEDGER, "db", "check"], env={**os.environ, "DATABASE_URL": url}, capture_output=True, text=True
+    )
+    assert result.returncode == exit_code
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert "secret" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_unusable_data_directory_is_one_clear_line(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    result = subprocess.run(
+        [AUTHLEDGER, "--data-dir", str(not_a_dir / "sub"), "db", "init"], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 78
+    assert "is not writable" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_uninitialised_database_says_to_run_db_init(pg_server: Engine) -> None:
+    with pg_server.connect() as connection:
+        connection.execute(text("DROP DATABASE IF EXISTS empty_for_cli_test"))
+        connection.execute(text("CREATE DATABASE empty_for_cli_test"))
+    url = pg_server.url.set(database="empty_for_cli_test").render_as_string(hide_password=False)
+    code, output = run(url.replace("+psycopg", ""), "db", "check")
+    assert code == 69
+    assert "authledger db init" in output
+
+
+def test_bad_configuration_lists_every_bad_value(database_url: str) -> None:
+    result = CliRunner().invoke(
+        cli, ["config", "show"],
+        env={"DATABASE_URL": database_url, "AUTHLEDGER_LEASE_SECONDS": "soon", "AUTHLEDGER_PROVIDER": "pigeon"},
+    )
+    assert result.exit_code == 78
+    assert "AUTHLEDGER_LEASE_SECONDS must be a whole number" in result.output
+    assert "AUTHLEDGER_PROVIDER must be one of" in result.output
+
+
+def test_config_show_masks_secrets(database_url: str) -> None:
+    result = CliRunner().invoke(cli, ["config", "show", "--json"], env={"DATABASE_URL": "postgresql://u:hunter2@h/db"})
+    assert result.exit_code == 0
+    shown = json.loads(result.output)
+    assert shown["DATABASE_URL"] == "***"
+    assert "hunter2" not in result.output
