@@ -1,0 +1,194 @@
+"""What a decision returns, and the checks both request flows share.
+
+A decide function never writes anything: it returns a ``Decision`` that the
+service layer appends (``events`` to the user's stream, each email to its own
+``email:<message_id>`` stream) in one transaction, then answers the caller
+from ``outcome``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from attrs import evolve, frozen
+
+from domain.email import EmailQueued
+from domain.errors import IdempotencyMismatch, InvalidInput
+
+# "At most N emails per user and flow per hour": a sliding window.
+RATE_WINDOW = timedelta(hours=1)
+
+
+@frozen
+class RequestOutcome:
+    """A reset request or OTP challenge the caller can point the user to.
+
+    ``reused`` is True when nothing new was written: an idempotent replay or
+    a repeat within the cooldown.
+    """
+
+    request_id: UUID
+    message_id: UUID
+    expires_at: datetime
+    reused: bool
+
+
+@frozen
+class Refused:
+    """The request was refused and the refusal recorded; retry at ``retry_at``."""
+
+    reason: str  # "rate_limited"
+    retry_at: datetime
+
+
+@frozen
+class ConsumeOutcome:
+    """A reset token was consumed: the caller may now change this user's password."""
+
+    request_id: UUID
+    user_id: str
+    completed_at: datetime
+
+
+@frozen
+class VerifyOutcome:
+    """The result of checking an OTP code that was written to the log."""
+
+    verified: bool
+    attempts_left: int
+    locked: bool
+
+
+@frozen
+class Decision:
+    """Events for the user stream (in order), emails to queue, and the answer."""
+
+    events: tuple[object, ...]
+    emails: tuple[EmailQueued, ...]
+    outcome: RequestOutcome | Refused | ConsumeOutcome | VerifyOutcome
+
+
+def require_utc(moment: datetime) -> None:
+    """Raise ``ValueError`` unless ``moment`` is timezone-aware UTC.
+
+    Naive datetimes compare wrongly with stored ones and shift by the server's
+    zone; the domain refuses them instead of guessing.
+    """
+    if not isinstance(moment, datetime) or moment.utcoffset() != timedelta(0):
+        raise ValueError(f"expected a timezone-aware UTC datetime, got {moment!r}")
+
+
+@frozen
+class PastRequest:
+    """What the shared request rules read of an earlier reset request or OTP
+    challenge."""
+
+    outcome: RequestOutcome  # the answer it was first given
+    created_at: datetime
+    params: tuple[str, ...]  # what a replay or a repeat must match
+    is_open: bool
+
+
+def replay_receipt(
+    first: PastRequest | None, params: tuple[str, ...], *, now: datetime, receipt_ttl: timedelta
+) -> Decision | None:
+    """Rule (a): the first answer again, writing nothing, when ``first`` was
+    created with this idempotency key within ``receipt_ttl``.
+
+    ``IdempotencyMismatch`` when the key comes back with other parameters.
+    """
+    if first is None or now - first.created_at >= receipt_ttl:
+        return None
+    if first.params != params:
+        raise IdempotencyMismatch()
+    return Decision(events=(), emails=(), outcome=evolve(first.outcome, reused=True))
+
+
+def reuse_or_refuse(
+    past: Sequence[PastRequest],
+    params: tuple[str, ...],
+    *,
+    now: datetime,
+    cooldown: timedelta,
+    hourly_limit: int,
+    refusal: Callable[[datetime], object],
+) -> Decision | None:
+    """Rules (b) and (c): reuse the newest open request when it is unexpired,
+    younger than ``cooldown`` and for the same parameters; else, when
+    ``hourly_limit`` requests fall within the last hour, record
+    ``refusal(retry_at)``. None when a new request may be made."""
+    open_requests = [p for p in past if p.is_open]
+    if open_requests:
+        newest = max(open_requests, key=lambda p: p.created_at)
+        if (
+            now < newest.outcome.expires_at
+            and now - newest.created_at < cooldown
+            and newest.params == params
+        ):
+            return Decision(events=(), emails=(), outcome=evolve(newest.outcome, reused=True))
+    retry_at = rate_limit_retry_at((p.created_at for p in past), now=now, limit=hourly_limit)
+    if retry_at is None:
+        return None
+    return Decision(
+        events=(refusal(retry_at),), emails=(), outcome=Refused("rate_limited", retry_at)
+    )
+
+
+def rate_limit_retry_at(
+    times: Iterable[datetime], *, now: datetime, limit: int
+) -> datetime | None:
+    """When the next request is allowed if ``limit`` of ``times`` fall within
+    the last hour, else None."""
+    recent = sorted(t for t in times if t > now - RATE_WINDOW)
+    if len(recent) < limit:
+        return None
+    # The window must shed enough entries to fall below the limit; with a
+    # lowered limit that can be more than just the oldest one.
+    return recent[len(recent) - limit] + RATE_WINDOW
+
+
+def _has_unsafe_characters(value: str) -> bool:
+    # Control characters (CR/LF above all) would let input inject email
+    # headers or forge log lines; whitespace is never valid in these fields.
+    return any(ch.isspace() or not ch.isprintable() for ch in value)
+
+
+def check_text(name: str, value: object, *, max_length: int) -> None:
+    """Raise ``InvalidInput`` unless ``value`` is a short single-token string."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{name} must be a non-empty string")
+    if len(value) > max_length:
+        raise InvalidInput(f"{name} must be at most {max_length} characters")
+    if _has_unsafe_characters(value):
+        raise InvalidInput(f"{name} must not contain whitespace or control characters")
+
+
+def check_optional_text(name: str, value: object, *, max_length: int) -> None:
+    """Like ``check_text``, but None is allowed."""
+    if value is not None:
+        check_text(name, value, max_length=max_length)
+
+
+def check_recipient(recipient: object) -> None:
+    """Raise ``InvalidInput`` unless ``recipient`` looks like an email address.
+
+    Only the shape is checked; whether the address exists is the provider's
+    business.
+    """
+    check_text("recipient", recipient, max_length=254)
+    local, _, domain = str(recipient).rpartition("@")
+    if not local or not domain:
+        raise InvalidInput("recipient must be an email address like name@example.com")
+
+
+def check_request_input(
+    user_id: object, recipient: object, idempotency_key: object, client: object
+) -> None:
+    """Raise ``InvalidInput`` unless a request command's common fields are
+    well formed, so that bad input is refused before anything is decided."""
+    check_text("user_id", user_id, max_length=200)
+    check_recipient(recipient)
+    check_optional_text("idempotency_key", idempotency_key, max_length=255)
+    check_optional_text("client", client, max_length=200)

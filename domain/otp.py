@@ -1,0 +1,381 @@
+"""Email one-time-code challenges of one user: the ``otp-user:<user_id>`` stream.
+
+Same shape as ``domain.reset``: fold the stream into ``OtpState``, decide, and
+return a ``Decision``. On top of the request rules, wrong codes lock a
+challenge after ``max_attempts`` and lock the whole flow, with a doubling
+backoff, every ``account_lock_threshold`` consecutive failures. Only a
+correct code resets that count; a new challenge does not, or an attacker
+would request a fresh challenge every few guesses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from uuid import UUID
+
+from attrs import evolve, frozen
+
+from domain.decisions import (
+    Decision,
+    PastRequest,
+    RequestOutcome,
+    VerifyOutcome,
+    check_request_input,
+    check_text,
+    replay_receipt,
+    require_utc,
+    reuse_or_refuse,
+)
+from domain.email import EmailQueued
+from domain.errors import CodeRejected, InvalidInput, LockedOut, UnknownEventType
+from domain.policy import OtpPolicy
+from domain.tokens import TokenKeys, derive_otp_code, otp_code_matches
+
+OTP_CODE = "otp_code"
+
+
+def otp_stream(user_id: str) -> str:
+    """The stream id holding this user's OTP challenges."""
+    return f"otp-user:{user_id}"
+
+
+@frozen
+class OtpChallengeIssued:
+    challenge_id: UUID
+    user_id: str
+    recipient: str
+    key_id: str  # the key that derives the code; the code itself is never stored
+    purpose: str
+    issued_at: datetime
+    expires_at: datetime
+    message_id: UUID
+    idempotency_key: str | None
+    client: str | None
+
+
+@frozen
+class OtpChallengeSuperseded:
+    challenge_id: UUID
+    superseded_by: UUID
+
+
+@frozen
+class OtpVerificationFailed:
+    challenge_id: UUID
+    attempt: int  # failures on this challenge so far, this one included
+    consecutive_failures: int  # across challenges since the last success
+    failed_at: datetime
+
+
+@frozen
+class OtpChallengeVerified:
+    challenge_id: UUID
+    verified_at: datetime
+
+
+@frozen
+class OtpChallengeLockedOut:
+    challenge_id: UUID | None
+    scope: str  # "challenge" or "account"
+    locked_at: datetime
+    until: datetime | None  # None: for good (a locked challenge never reopens)
+
+
+@frozen
+class OtpRequestRefused:
+    user_id: str
+    reason: str  # "rate_limited"
+    refused_at: datetime
+    retry_at: datetime
+
+
+@frozen
+class RequestOtp:
+    """Ask for a one-time code for ``user_id``, sent to ``recipient``."""
+
+    user_id: str
+    recipient: str
+    purpose: str = "login"
+    idempotency_key: str | None = None
+    client: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        check_request_input(self.user_id, self.recipient, self.idempotency_key, self.client)
+        check_text("purpose", self.purpose, max_length=64)
+
+
+@frozen
+class OtpChallenge:
+    """One challenge's facts and where it stands: "open", "superseded",
+    "verified" or "locked"."""
+
+    challenge_id: UUID
+    user_id: str
+    recipient: str
+    key_id: str
+    purpose: str
+    issued_at: datetime
+    expires_at: datetime
+    message_id: UUID
+    idempotency_key: str | None
+    client: str | None
+    status: str = "open"
+    failures: int = 0
+
+    def past(self) -> PastRequest:
+        """This challenge as the shared request rules see it."""
+        outcome = RequestOutcome(self.challenge_id, self.message_id, self.expires_at, reused=False)
+        params = (self.recipient, self.purpose)
+        return PastRequest(outcome, self.issued_at, params, self.status == "open")
+
+
+@frozen
+class OtpState:
+    """Everything the OTP rules need from one user's stream."""
+
+    challenges: Mapping[UUID, OtpChallenge]  # in issue order
+    # (client, idempotency_key) -> the challenge it last created.
+    receipts: Mapping[tuple[str | None, str], UUID]
+    consecutive_failures: int
+    account_lockouts: int
+    locked_until: datetime | None
+
+
+def initial_otp_state() -> OtpState:
+    """The state of a stream with no events."""
+    return OtpState(
+        challenges={}, receipts={}, consecutive_failures=0, account_lockouts=0, locked_until=None
+    )
+
+
+def _with_challenge(state: OtpState, challenge: OtpChallenge) -> OtpState:
+    return evolve(state, challenges={**state.challenges, challenge.challenge_id: challenge})
+
+
+def evolve_otp(state: OtpState, event: object) -> OtpState:
+    """The state after ``event``. Events about unknown challenges change the
+    challenge map not at all, so a replay never fails half-way."""
+    if isinstance(event, OtpChallengeIssued):
+        challenge = OtpChallenge(
+            event.challenge_id, event.user_id, event.recipient, event.key_id, event.purpose,
+            event.issued_at, event.expires_at, event.message_id, event.idempotency_key,
+            event.client,
+        )  # fmt: skip
+        state = _with_challenge(state, challenge)
+        if event.idempotency_key is not None:
+            receipt = (event.client, event.idempotency_key)
+            state = evolve(state, receipts={**state.receipts, receipt: event.challenge_id})
+        return state
+    if isinstance(event, OtpVerificationFailed):
+        state = evolve(state, consecutive_failures=event.consecutive_failures)
+        challenge = state.challenges.get(event.challenge_id)
+        if challenge is None:
+            return state
+        return _with_challenge(state, evolve(challenge, failures=event.attempt))
+    if isinstance(event, OtpChallengeVerified):
+        state = evolve(state, consecutive_failures=0)
+        return _set_status(state, event.challenge_id, "verified")
+    if isinstance(event, OtpChallengeSuperseded):
+        return _set_status(state, event.challenge_id, "superseded")
+    if isinstance(event, OtpChallengeLockedOut):
+        if event.scope == "challenge":
+            return _set_status(state, event.challenge_id, "locked")
+        # An account lockout without an end would be for good.
+        until = event.until or datetime.max.replace(tzinfo=UTC)
+        return evolve(state, account_lockouts=state.account_lockouts + 1, locked_until=until)
+    if isinstance(event, OtpRequestRefused):
+        return state
+    raise UnknownEventType(f"{type(event).__name__} is not an event of an OTP stream")
+
+
+def _set_status(state: OtpState, challenge_id: UUID | None, status: str) -> OtpState:
+    challenge = state.challenges.get(challenge_id) if challenge_id is not None else None
+    if challenge is None or challenge.status != "open":
+        return state
+    return _with_challenge(state, evolve(challenge, status=status))
+
+
+def _receipt(state: OtpState, client: str | None, key: str | None) -> PastRequest | None:
+    challenge_id = state.receipts.get((client, key)) if key is not None else None
+    challenge = state.challenges.get(challenge_id) if challenge_id is not None else None
+    return challenge.past() if challenge is not None else None
+
+
+def fold_otp(events: Iterable[object]) -> OtpState:
+    """The state after all ``events``, oldest first."""
+    state = initial_otp_state()
+    for event in events:
+        state = evolve_otp(state, event)
+    return state
+
+
+def account_locked_until(state: OtpState, *, now: datetime) -> datetime | None:
+    """When the account's OTP lockout ends, or None when it is not locked."""
+    if state.locked_until is not None and now < state.locked_until:
+        return state.locked_until
+    return None
+
+
+def _raise_if_account_locked(state: OtpState, now: datetime) -> None:
+    until = account_locked_until(state, now=now)
+    if until is not None:
+        raise LockedOut(
+            f"Too many wrong codes: one-time codes for this account are locked until "
+            f"{until.isoformat()}.",
+            retry_at=until,
+        )
+
+
+def decide_otp_request(
+    state: OtpState,
+    cmd: RequestOtp,
+    *,
+    now: datetime,
+    challenge_id: UUID,
+    message_id: UUID,
+    keys: TokenKeys,
+    policy: OtpPolicy,
+) -> Decision:
+    """Decide an OTP request: replay, refuse while locked, reuse, rate-limit,
+    or issue a new challenge that supersedes every open one.
+
+    An idempotent replay is answered even while the account is locked: it
+    writes and sends nothing, and the first answer is what a replay promises.
+    """
+    require_utc(now)
+    params = (cmd.recipient, cmd.purpose)
+    first = _receipt(state, cmd.client, cmd.idempotency_key)
+    replay = replay_receipt(first, params, now=now, receipt_ttl=policy.receipt_ttl)
+    if replay is not None:
+        return replay
+    _raise_if_account_locked(state, now)
+    early = reuse_or_refuse(
+        [c.past() for c in state.challenges.values()],
+        params,
+        now=now,
+        cooldown=policy.cooldown,
+        hourly_limit=policy.hourly_limit,
+        refusal=lambda retry_at: OtpRequestRefused(cmd.user_id, "rate_limited", now, retry_at),
+    )
+    if early is not None:
+        return early
+
+    issued = OtpChallengeIssued(
+        challenge_id=challenge_id,
+        user_id=cmd.user_id,
+        recipient=cmd.recipient,
+        key_id=keys.current_id,
+        purpose=cmd.purpose,
+        issued_at=now,
+        expires_at=now + policy.ttl,
+        message_id=message_id,
+        idempotency_key=cmd.idempotency_key,
+        client=cmd.client,
+    )
+    superseded = tuple(
+        OtpChallengeSuperseded(c.challenge_id, superseded_by=challenge_id)
+        for c in state.challenges.values()
+        if c.status == "open"
+    )
+    email = EmailQueued(
+        message_id, "otp", OTP_CODE, cmd.user_id, challenge_id, cmd.recipient, available_at=now
+    )
+    return Decision(
+        events=(*superseded, issued),
+        emails=(email,),
+        outcome=RequestOutcome(challenge_id, message_id, issued.expires_at, reused=False),
+    )
+
+
+def otp_code_for(challenge: OtpChallenge, keys: TokenKeys, policy: OtpPolicy) -> str:
+    """Re-derive a challenge's code (for the worker rendering the email)."""
+    return derive_otp_code(keys.key(challenge.key_id), challenge.challenge_id, policy.digits)
+
+
+def _usable_challenge(state: OtpState, challenge_id: UUID, now: datetime) -> OtpChallenge:
+    challenge = state.challenges.get(challenge_id)
+    if challenge is None:
+        raise CodeRejected("The code is not valid.", attempts_left=0)
+    if challenge.status == "verified":
+        raise CodeRejected("The code was already used.", attempts_left=0)
+    if challenge.status == "superseded":
+        raise CodeRejected("A newer code was sent; use that one.", attempts_left=0)
+    if challenge.status == "locked":
+        raise CodeRejected("Too many wrong codes; request a new one.", attempts_left=0)
+    if now >= challenge.expires_at:
+        raise CodeRejected("The code has expired; request a new one.", attempts_left=0)
+    return challenge
+
+
+def decide_otp_verify(
+    state: OtpState,
+    challenge_id: UUID,
+    code: str,
+    *,
+    now: datetime,
+    keys: TokenKeys,
+    policy: OtpPolicy,
+) -> Decision:
+    """Check ``code`` against a challenge.
+
+    Raises, writing nothing: ``InvalidInput`` for a code of the wrong shape,
+    ``LockedOut`` while the account is locked, ``CodeRejected`` for a challenge
+    that is unknown, expired, superseded, verified or locked. Otherwise
+    returns the events of a success or of a counted failure (with any
+    lockouts it triggers) and a ``VerifyOutcome``.
+    """
+    require_utc(now)
+    well_formed = isinstance(code, str) and code.isascii() and code.isdigit()
+    if not well_formed or len(code) != policy.digits:
+        raise InvalidInput(f"the code must be {policy.digits} digits")
+    # The lock comes before the code is compared, so that a locked account
+    # answers the same for right and wrong codes.
+    _raise_if_account_locked(state, now)
+    challenge = _usable_challenge(state, challenge_id, now)
+
+    if otp_code_matches(keys.key(challenge.key_id), challenge_id, policy.digits, code):
+        attempts_left = policy.max_attempts - challenge.failures
+        return Decision(
+            events=(OtpChallengeVerified(challenge_id, now),),
+            emails=(),
+            outcome=VerifyOutcome(verified=True, attempts_left=attempts_left, locked=False),
+        )
+
+    attempt = challenge.failures + 1
+    consecutive = state.consecutive_failures + 1
+    events: list[object] = [OtpVerificationFailed(challenge_id, attempt, consecutive, now)]
+    challenge_locked = attempt >= policy.max_attempts
+    if challenge_locked:
+        events.append(OtpChallengeLockedOut(challenge_id, "challenge", now, until=None))
+    account_locked = consecutive % policy.account_lock_threshold == 0
+    if account_locked:
+        backoff = policy.account_lock_backoff(state.account_lockouts + 1)
+        events.append(OtpChallengeLockedOut(challenge_id, "account", now, until=now + backoff))
+    locked = challenge_locked or account_locked
+    return Decision(
+        events=tuple(events),
+        emails=(),
+        outcome=VerifyOutcome(
+            verified=False,
+            attempts_left=0 if locked else policy.max_attempts - attempt,
+            locked=locked,
+        ),
+    )
+
+
+def otp_delivery_verdict(state: OtpState, challenge_id: UUID, *, now: datetime) -> str | None:
+    """None when the worker should send this code now, else why to skip it:
+    "unknown_request", "superseded", "verified", "locked" or "expired"."""
+    require_utc(now)
+    challenge = state.challenges.get(challenge_id)
+    if challenge is None:
+        return "unknown_request"
+    if challenge.status != "open":
+        return challenge.status
+    # A code that cannot be entered until the lock ends is not worth sending.
+    if account_locked_until(state, now=now) is not None:
+        return "locked"
+    if now >= challenge.expires_at:
+        return "expired"
+    return None

@@ -1,0 +1,94 @@
+"""The configurable rules of both request flows, checked when built.
+
+A policy that cannot be honoured is refused with ``ConfigError`` at start-up
+rather than discovered later on a user's request.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from attrs import frozen
+
+from domain.errors import ConfigError
+from domain.tokens import check_otp_digits
+
+# A reset link is a bearer credential for the account: however the operator
+# configures it, it must not outlive a day.
+RESET_TTL_HARD_CAP = timedelta(hours=24)
+
+
+def _positive_duration(owner: str, name: str, value: object) -> None:
+    if not isinstance(value, timedelta):
+        raise ConfigError(f"{owner}.{name} must be a duration, got {value!r}")
+    if value <= timedelta(0):
+        raise ConfigError(f"{owner}.{name} must be positive, got {value}")
+
+
+def _positive_int(owner: str, name: str, value: object) -> None:
+    # bool is an int subclass; True as a limit is a configuration mistake.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{owner}.{name} must be an integer, got {value!r}")
+    if value < 1:
+        raise ConfigError(f"{owner}.{name} must be at least 1, got {value}")
+
+
+@frozen
+class ResetPolicy:
+    """Rules of the password-reset flow."""
+
+    ttl: timedelta = timedelta(minutes=30)
+    cooldown: timedelta = timedelta(seconds=60)
+    hourly_limit: int = 5
+    receipt_ttl: timedelta = timedelta(hours=24)
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("ttl", "cooldown", "receipt_ttl"):
+            _positive_duration("ResetPolicy", name, getattr(self, name))
+        _positive_int("ResetPolicy", "hourly_limit", self.hourly_limit)
+        if self.ttl > RESET_TTL_HARD_CAP:
+            raise ConfigError(
+                f"ResetPolicy.ttl must be at most {RESET_TTL_HARD_CAP} (a hard cap), "
+                f"got {self.ttl}"
+            )
+
+
+@frozen
+class OtpPolicy:
+    """Rules of the email one-time-code flow."""
+
+    ttl: timedelta = timedelta(minutes=10)
+    cooldown: timedelta = timedelta(seconds=60)
+    hourly_limit: int = 5
+    # Wrong codes that lock one challenge.
+    max_attempts: int = 5
+    digits: int = 6
+    # Consecutive wrong codes, across challenges, that lock the whole flow.
+    account_lock_threshold: int = 100
+    account_lock_base: timedelta = timedelta(minutes=15)
+    account_lock_max: timedelta = timedelta(hours=24)
+    receipt_ttl: timedelta = timedelta(hours=24)
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("ttl", "cooldown", "account_lock_base", "account_lock_max", "receipt_ttl"):
+            _positive_duration("OtpPolicy", name, getattr(self, name))
+        for name in ("hourly_limit", "max_attempts", "account_lock_threshold"):
+            _positive_int("OtpPolicy", name, getattr(self, name))
+        check_otp_digits(self.digits)
+        if self.account_lock_max < self.account_lock_base:
+            raise ConfigError(
+                "OtpPolicy.account_lock_max must not be shorter than account_lock_base, "
+                f"got {self.account_lock_max} < {self.account_lock_base}"
+            )
+
+    def account_lock_backoff(self, lockout_number: int) -> timedelta:
+        """How long the ``lockout_number``-th account lockout (1-based) lasts:
+        the base doubled each time, capped at ``account_lock_max``."""
+        backoff = self.account_lock_base
+        # Double step by step instead of computing 2**(k-1): k grows without
+        # bound over an account's life and a huge power overflows timedelta.
+        for _ in range(lockout_number - 1):
+            if backoff >= self.account_lock_max:
+                break
+            backoff *= 2
+        return min(backoff, self.account_lock_max)

@@ -1,0 +1,323 @@
+"""Password reset requests of one user: the ``reset-user:<user_id>`` stream.
+
+The stream is the consistency boundary for supersession, the cooldown, the
+hourly limit and idempotency receipts, so every rule here reads one folded
+``ResetState`` and returns a ``Decision``; nothing is written by this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from uuid import UUID
+
+from attrs import evolve, frozen
+
+from domain.decisions import (
+    ConsumeOutcome,
+    Decision,
+    PastRequest,
+    RequestOutcome,
+    check_request_input,
+    replay_receipt,
+    require_utc,
+    reuse_or_refuse,
+)
+from domain.email import EmailQueued
+from domain.errors import TokenInvalid, UnknownEventType
+from domain.policy import ResetPolicy
+from domain.tokens import TokenKeys, derive_reset_token, hash_token
+
+RESET_LINK = "reset_link"
+PASSWORD_CHANGED = "password_changed"
+
+
+def reset_stream(user_id: str) -> str:
+    """The stream id holding this user's reset requests."""
+    return f"reset-user:{user_id}"
+
+
+@frozen
+class ResetRequested:
+    request_id: UUID
+    user_id: str
+    recipient: str
+    key_id: str  # the key that derives the token; the token itself is never stored
+    token_hash: str
+    requested_at: datetime
+    expires_at: datetime
+    message_id: UUID
+    idempotency_key: str | None
+    client: str | None
+
+
+@frozen
+class ResetSuperseded:
+    request_id: UUID
+    superseded_by: UUID | None
+    reason: str  # "new_request" or "password_changed"
+
+
+@frozen
+class ResetRequestRefused:
+    user_id: str
+    reason: str  # "rate_limited"
+    refused_at: datetime
+    retry_at: datetime
+
+
+@frozen
+class ResetCompleted:
+    request_id: UUID
+    user_id: str
+    completed_at: datetime
+    notice_message_id: UUID
+
+
+@frozen
+class RequestReset:
+    """Ask for a reset link for ``user_id``, sent to ``recipient``."""
+
+    user_id: str
+    recipient: str
+    idempotency_key: str | None = None
+    client: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        check_request_input(self.user_id, self.recipient, self.idempotency_key, self.client)
+
+
+@frozen
+class ResetRequest:
+    """One request's facts and where it stands: "open", "superseded" or "completed"."""
+
+    request_id: UUID
+    user_id: str
+    recipient: str
+    key_id: str
+    token_hash: str
+    requested_at: datetime
+    expires_at: datetime
+    message_id: UUID
+    idempotency_key: str | None
+    client: str | None
+    status: str = "open"
+    superseded_by: UUID | None = None
+    completed_at: datetime | None = None
+
+    def past(self) -> PastRequest:
+        """This request as the shared request rules see it."""
+        outcome = RequestOutcome(self.request_id, self.message_id, self.expires_at, reused=False)
+        return PastRequest(outcome, self.requested_at, (self.recipient,), self.status == "open")
+
+
+@frozen
+class ResetState:
+    """Everything the reset rules need from one user's stream."""
+
+    requests: Mapping[UUID, ResetRequest]  # in request order
+    by_token_hash: Mapping[str, UUID]
+    # (client, idempotency_key) -> the request it last created.
+    receipts: Mapping[tuple[str | None, str], UUID]
+
+
+def initial_reset_state() -> ResetState:
+    """The state of a stream with no events."""
+    return ResetState(requests={}, by_token_hash={}, receipts={})
+
+
+def _with_request(state: ResetState, request: ResetRequest) -> ResetState:
+    return evolve(state, requests={**state.requests, request.request_id: request})
+
+
+def evolve_reset(state: ResetState, event: object) -> ResetState:
+    """The state after ``event``. Events about unknown requests change nothing,
+    so a replay never fails half-way."""
+    if isinstance(event, ResetRequested):
+        request = ResetRequest(
+            event.request_id, event.user_id, event.recipient, event.key_id, event.token_hash,
+            event.requested_at, event.expires_at, event.message_id, event.idempotency_key,
+            event.client,
+        )  # fmt: skip
+        state = evolve(
+            _with_request(state, request),
+            by_token_hash={**state.by_token_hash, event.token_hash: event.request_id},
+        )
+        if event.idempotency_key is not None:
+            receipt = (event.client, event.idempotency_key)
+            state = evolve(state, receipts={**state.receipts, receipt: event.request_id})
+        return state
+    if isinstance(event, ResetSuperseded):
+        request = state.requests.get(event.request_id)
+        if request is None or request.status != "open":
+            return state
+        return _with_request(
+            state, evolve(request, status="superseded", superseded_by=event.superseded_by)
+        )
+    if isinstance(event, ResetCompleted):
+        request = state.requests.get(event.request_id)
+        if request is None:
+            return state
+        return _with_request(
+            state, evolve(request, status="completed", completed_at=event.completed_at)
+        )
+    if isinstance(event, ResetRequestRefused):
+        return state
+    raise UnknownEventType(f"{type(event).__name__} is not an event of a reset stream")
+
+
+def fold_reset(events: Iterable[object]) -> ResetState:
+    """The state after all ``events``, oldest first."""
+    state = initial_reset_state()
+    for event in events:
+        state = evolve_reset(state, event)
+    return state
+
+
+def _open_requests(state: ResetState) -> list[ResetRequest]:
+    return [r for r in state.requests.values() if r.status == "open"]
+
+
+def _receipt(state: ResetState, client: str | None, key: str | None) -> PastRequest | None:
+    request_id = state.receipts.get((client, key)) if key is not None else None
+    request = state.requests.get(request_id) if request_id is not None else None
+    return request.past() if request is not None else None
+
+
+def decide_reset_request(
+    state: ResetState,
+    cmd: RequestReset,
+    *,
+    now: datetime,
+    request_id: UUID,
+    message_id: UUID,
+    keys: TokenKeys,
+    policy: ResetPolicy,
+) -> Decision:
+    """Decide a reset request, rules in order: (a) an idempotency receipt
+    replays the first outcome, or raises ``IdempotencyMismatch`` for another
+    recipient; (b) a repeat within the cooldown reuses the open request; (c)
+    the hourly limit refuses; (d) a new request supersedes every open one and
+    queues a reset link."""
+    require_utc(now)
+    params = (cmd.recipient,)
+    first = _receipt(state, cmd.client, cmd.idempotency_key)
+    replay = replay_receipt(first, params, now=now, receipt_ttl=policy.receipt_ttl)
+    if replay is not None:
+        return replay
+    early = reuse_or_refuse(
+        [r.past() for r in state.requests.values()],
+        params,
+        now=now,
+        cooldown=policy.cooldown,
+        hourly_limit=policy.hourly_limit,
+        refusal=lambda retry_at: ResetRequestRefused(cmd.user_id, "rate_limited", now, retry_at),
+    )
+    if early is not None:
+        return early
+
+    token = derive_reset_token(keys.current, request_id)
+    requested = ResetRequested(
+        request_id=request_id,
+        user_id=cmd.user_id,
+        recipient=cmd.recipient,
+        key_id=keys.current_id,
+        token_hash=hash_token(token),
+        requested_at=now,
+        expires_at=now + policy.ttl,
+        message_id=message_id,
+        idempotency_key=cmd.idempotency_key,
+        client=cmd.client,
+    )
+    superseded = tuple(
+        ResetSuperseded(r.request_id, superseded_by=request_id, reason="new_request")
+        for r in _open_requests(state)
+    )
+    email = EmailQueued(
+        message_id, "reset", RESET_LINK, cmd.user_id, request_id, cmd.recipient, available_at=now
+    )
+    return Decision(
+        events=(*superseded, requested),
+        emails=(email,),
+        outcome=RequestOutcome(request_id, message_id, requested.expires_at, reused=False),
+    )
+
+
+def reset_token_for(request: ResetRequest, keys: TokenKeys) -> str:
+    """Re-derive a request's token (for the worker rendering the link)."""
+    return derive_reset_token(keys.key(request.key_id), request.request_id)
+
+
+def find_by_token_hash(state: ResetState, token_hash: str) -> ResetRequest | None:
+    """The request whose token hashes to ``token_hash``, whatever its status."""
+    # A dict lookup is not constant-time, but the key is the SHA-256 of a
+    # 256-bit token: timing reveals nothing an attacker could steer.
+    request_id = state.by_token_hash.get(token_hash)
+    return state.requests.get(request_id) if request_id is not None else None
+
+
+def check_token(state: ResetState, token_hash: str, *, now: datetime) -> ResetRequest:
+    """The open, unexpired request for this token; ``TokenInvalid`` otherwise.
+
+    Error messages name the reason but never the token or its hash.
+    """
+    require_utc(now)
+    request = find_by_token_hash(state, token_hash)
+    if request is None:
+        raise TokenInvalid("The reset link is not valid.")
+    if request.status == "completed":
+        raise TokenInvalid("The reset link was already used.")
+    if request.status == "superseded":
+        raise TokenInvalid("The reset link was replaced by a newer one or is no longer valid.")
+    if now >= request.expires_at:
+        raise TokenInvalid("The reset link has expired.")
+    return request
+
+
+def decide_consume(
+    state: ResetState, token_hash: str, *, now: datetime, notice_message_id: UUID
+) -> Decision:
+    """Consume a token once: complete its request, supersede every other open
+    request, and queue a "password changed" notice. ``TokenInvalid`` when the
+    token is unknown, expired, superseded or already used."""
+    request = check_token(state, token_hash, now=now)
+    others = tuple(
+        ResetSuperseded(r.request_id, superseded_by=None, reason="password_changed")
+        for r in _open_requests(state)
+        if r.request_id != request.request_id
+    )
+    completed = ResetCompleted(request.request_id, request.user_id, now, notice_message_id)
+    notice = EmailQueued(
+        notice_message_id, "reset", PASSWORD_CHANGED, request.user_id, request.request_id,
+        request.recipient, available_at=now,
+    )  # fmt: skip
+    return Decision(
+        events=(completed, *others),
+        emails=(notice,),
+        outcome=ConsumeOutcome(request.request_id, request.user_id, now),
+    )
+
+
+def reset_delivery_verdict(
+    state: ResetState, request_id: UUID, *, now: datetime, template: str
+) -> str | None:
+    """None when the worker should send this email now, else why to skip it:
+    "unknown_request", "superseded", "consumed" or "expired" (and
+    "not_completed" for a notice whose request was never completed)."""
+    require_utc(now)
+    request = state.requests.get(request_id)
+    if request is None:
+        return "unknown_request"
+    if template == PASSWORD_CHANGED:
+        # The notice tells the owner their password changed: it never goes
+        # stale, however late it is delivered.
+        return None if request.status == "completed" else "not_completed"
+    if template != RESET_LINK:
+        raise ValueError(f"{template!r} is not a reset email template")
+    if request.status == "superseded":
+        return "superseded"
+    if request.status == "completed":
+        return "consumed"
+    if now >= request.expires_at:
+        return "expired"
+    return None

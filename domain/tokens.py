@@ -1,0 +1,114 @@
+"""Derivation of reset tokens and OTP codes from configured keys.
+
+Nothing secret is ever stored: a token or code is recomputed on demand from a
+key (which lives in configuration, never in the database) and the id of the
+request it belongs to. Events keep only the key id and, for reset tokens, a
+SHA-256 hash to look the request up by.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from collections.abc import Mapping
+from types import MappingProxyType
+from uuid import UUID
+
+from attrs import field, frozen
+
+from domain.errors import ConfigError
+
+MIN_OTP_DIGITS = 4
+MAX_OTP_DIGITS = 10
+
+
+def _freeze_keys(keys: Mapping[str, bytes]) -> Mapping[str, bytes]:
+    # A read-only copy: the caller's dict can change later, our keys cannot.
+    return MappingProxyType(dict(keys))
+
+
+@frozen
+class TokenKeys:
+    """The configured HMAC keys by key id, newest first.
+
+    ``current_id`` names the key that signs new requests; older keys stay so
+    that requests issued before a rotation still verify until they expire.
+    """
+
+    current_id: str
+    # repr=False: a TokenKeys that ends up in a log line or traceback must not
+    # print the key material.
+    keys: Mapping[str, bytes] = field(converter=_freeze_keys, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.keys:
+            raise ConfigError("no token keys are configured")
+        for key_id, key in self.keys.items():
+            if not isinstance(key_id, str) or not key_id:
+                raise ConfigError("token key ids must be non-empty strings")
+            if not isinstance(key, bytes) or not key:
+                raise ConfigError(f"token key {key_id!r} must be non-empty bytes")
+        if self.current_id not in self.keys:
+            raise ConfigError(f"the current token key id {self.current_id!r} is not configured")
+
+    def key(self, key_id: str) -> bytes:
+        """The key with this id; ``ConfigError`` when it is not configured."""
+        try:
+            return self.keys[key_id]
+        except KeyError:
+            raise ConfigError(f"token key id {key_id!r} is not configured") from None
+
+    @property
+    def current(self) -> bytes:
+        """The key that signs new requests."""
+        return self.keys[self.current_id]
+
+
+def _hmac(key: bytes, label: bytes, request_id: UUID) -> bytes:
+    return hmac.new(key, label + str(request_id).encode("ascii"), hashlib.sha256).digest()
+
+
+def derive_reset_token(key: bytes, request_id: UUID) -> str:
+    """The reset token of a request: base64url, unpadded, of HMAC-SHA256."""
+    digest = _hmac(key, b"reset:", request_id)
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def hash_token(token: str) -> str:
+    """Hex SHA-256 of a token: what events store and lookups use.
+
+    A plain hash is enough (no salt, no slow KDF) because the token carries
+    256 bits of HMAC output: there is nothing to brute-force.
+    """
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def check_otp_digits(digits: int) -> None:
+    """Raise ``ConfigError`` unless ``digits`` is a supported code length."""
+    if isinstance(digits, bool) or not isinstance(digits, int):
+        raise ConfigError(f"OTP digits must be an integer, got {digits!r}")
+    if not MIN_OTP_DIGITS <= digits <= MAX_OTP_DIGITS:
+        raise ConfigError(
+            f"OTP digits must be between {MIN_OTP_DIGITS} and {MAX_OTP_DIGITS}, got {digits}"
+        )
+
+
+def derive_otp_code(key: bytes, challenge_id: UUID, digits: int) -> str:
+    """The OTP code of a challenge: HMAC-SHA256 as a big-endian integer,
+    modulo 10**digits, zero-padded.
+
+    Reducing a 256-bit number modulo at most 10**10 leaves a bias far below
+    anything measurable, so no rejection sampling is needed.
+    """
+    check_otp_digits(digits)
+    number = int.from_bytes(_hmac(key, b"otp:", challenge_id), "big")
+    return str(number % 10**digits).zfill(digits)
+
+
+def otp_code_matches(key: bytes, challenge_id: UUID, digits: int, candidate: str) -> bool:
+    """Whether ``candidate`` is the challenge's code, compared in constant time."""
+    expected = derive_otp_code(key, challenge_id, digits)
+    # Compare bytes: compare_digest refuses non-ASCII str, and a candidate is
+    # untrusted input that may contain anything.
+    return hmac.compare_digest(expected.encode("ascii"), candidate.encode("utf-8"))

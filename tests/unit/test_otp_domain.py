@@ -1,0 +1,345 @@
+"""Email OTP rules, as given events / when a command / then events."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+import pytest
+
+from domain.decisions import Decision, Refused, RequestOutcome, VerifyOutcome
+from domain.email import EmailQueued
+from domain.errors import (
+    CodeRejected,
+    ConfigError,
+    IdempotencyMismatch,
+    InvalidInput,
+    LockedOut,
+    UnknownEventType,
+)
+from domain.otp import (
+    OtpChallengeIssued,
+    OtpChallengeLockedOut,
+    OtpChallengeSuperseded,
+    OtpChallengeVerified,
+    OtpRequestRefused,
+    OtpVerificationFailed,
+    RequestOtp,
+    decide_otp_request,
+    decide_otp_verify,
+    fold_otp,
+    otp_code_for,
+    otp_delivery_verdict,
+    otp_stream,
+)
+from domain.policy import OtpPolicy
+from domain.tokens import TokenKeys, derive_otp_code
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+KEYS = TokenKeys("k2", {"k2": b"current-key", "k1": b"previous-key"})
+POLICY = OtpPolicy()
+USER = "42"
+ALICE = "alice@example.com"
+
+
+def cid(n: int) -> UUID:
+    return UUID(int=n)
+
+
+def mid(n: int) -> UUID:
+    return UUID(int=1000 + n)
+
+
+def issued(n: int, at: datetime, *, purpose: str = "login", recipient: str = ALICE,
+           key_id: str = "k2", idempotency_key: str | None = None) -> OtpChallengeIssued:  # fmt: skip
+    """An OtpChallengeIssued as decide_otp_request would have written it."""
+    return OtpChallengeIssued(
+        cid(n), USER, recipient, key_id, purpose, at, at + POLICY.ttl, mid(n), idempotency_key, None
+    )
+
+
+def right_code(n: int, key_id: str = "k2") -> str:
+    return derive_otp_code(KEYS.key(key_id), cid(n), POLICY.digits)
+
+
+def wrong_code(n: int) -> str:
+    return str((int(right_code(n)) + 1) % 10**POLICY.digits).zfill(POLICY.digits)
+
+
+def when_requested(given: list[object], cmd: RequestOtp, *, at: datetime, n: int) -> Decision:
+    return decide_otp_request(
+        fold_otp(given), cmd, now=at, challenge_id=cid(n), message_id=mid(n), keys=KEYS,
+        policy=POLICY,
+    )  # fmt: skip
+
+
+def when_verified(given: list[object], n: int, code: str, *, at: datetime) -> Decision:
+    return decide_otp_verify(fold_otp(given), cid(n), code, now=at, keys=KEYS, policy=POLICY)
+
+
+def test_the_stream_of_a_users_challenges_is_named_after_the_user() -> None:
+    assert otp_stream("42") == "otp-user:42"
+
+
+def test_a_first_request_issues_a_challenge_and_queues_the_code_email() -> None:
+    decision = when_requested([], RequestOtp(USER, ALICE), at=T0, n=1)
+
+    assert decision.events == (issued(1, T0),)
+    assert decision.emails == (EmailQueued(mid(1), "otp", "otp_code", USER, cid(1), ALICE, available_at=T0),)
+    assert decision.outcome == RequestOutcome(cid(1), mid(1), T0 + timedelta(minutes=10), reused=False)
+
+
+def test_the_code_itself_is_written_nowhere() -> None:
+    decision = when_requested([], RequestOtp(USER, ALICE), at=T0, n=1)
+    assert all(right_code(1) not in repr(r) for r in (*decision.events, *decision.emails))
+
+
+def test_a_new_request_supersedes_the_open_challenge() -> None:
+    decision = when_requested([issued(1, T0)], RequestOtp(USER, ALICE), at=T0 + timedelta(minutes=2), n=2)
+
+    assert decision.events == (OtpChallengeSuperseded(cid(1), cid(2)), issued(2, T0 + timedelta(minutes=2)))
+
+
+def test_a_repeat_within_the_cooldown_reuses_the_open_challenge_and_writes_nothing() -> None:
+    decision = when_requested([issued(1, T0)], RequestOtp(USER, ALICE), at=T0 + timedelta(seconds=30), n=2)
+
+    assert decision == Decision((), (), RequestOutcome(cid(1), mid(1), T0 + POLICY.ttl, reused=True))
+
+
+def test_a_repeat_within_the_cooldown_for_another_purpose_issues_a_new_challenge() -> None:
+    cmd = RequestOtp(USER, ALICE, purpose="step_up")
+    decision = when_requested([issued(1, T0)], cmd, at=T0 + timedelta(seconds=30), n=2)
+
+    assert decision.events[-1] == issued(2, T0 + timedelta(seconds=30), purpose="step_up")
+
+
+def test_the_sixth_request_within_an_hour_is_refused() -> None:
+    given: list[object] = [issued(n, T0 + timedelta(minutes=2 * n)) for n in range(1, 6)]
+    now = T0 + timedelta(minutes=20)
+    decision = when_requested(given, RequestOtp(USER, ALICE), at=now, n=6)
+
+    retry_at = T0 + timedelta(hours=1, minutes=2)
+    assert decision == Decision(
+        (OtpRequestRefused(USER, "rate_limited", now, retry_at),), (), Refused("rate_limited", retry_at)
+    )
+
+
+def test_an_idempotent_replay_returns_the_original_outcome() -> None:
+    given = [issued(1, T0, idempotency_key="k")]
+    cmd = RequestOtp(USER, ALICE, idempotency_key="k")
+    decision = when_requested(given, cmd, at=T0 + timedelta(minutes=5), n=2)
+
+    assert decision == Decision((), (), RequestOutcome(cid(1), mid(1), T0 + POLICY.ttl, reused=True))
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        RequestOtp(USER, "bob@example.com", idempotency_key="k"),
+        RequestOtp(USER, ALICE, purpose="step_up", idempotency_key="k"),
+    ],
+)
+def test_an_idempotency_key_reused_with_other_parameters_is_rejected(cmd: RequestOtp) -> None:
+    with pytest.raises(IdempotencyMismatch):
+        when_requested([issued(1, T0, idempotency_key="k")], cmd, at=T0, n=2)
+
+
+def test_the_right_code_verifies_the_challenge() -> None:
+    decision = when_verified([issued(1, T0)], 1, right_code(1), at=T0 + timedelta(minutes=9))
+
+    assert decision == Decision(
+        (OtpChallengeVerified(cid(1), T0 + timedelta(minutes=9)),), (), VerifyOutcome(True, 5, False)
+    )
+
+
+def test_a_code_is_accepted_only_once() -> None:
+    given = [issued(1, T0), OtpChallengeVerified(cid(1), T0)]
+    with pytest.raises(CodeRejected, match="already used") as raised:
+        when_verified(given, 1, right_code(1), at=T0)
+    assert raised.value.attempts_left == 0
+
+
+def test_a_wrong_code_is_recorded_as_a_failure() -> None:
+    decision = when_verified([issued(1, T0)], 1, wrong_code(1), at=T0)
+
+    assert decision == Decision(
+        (OtpVerificationFailed(cid(1), attempt=1, consecutive_failures=1, failed_at=T0),),
+        (),
+        VerifyOutcome(verified=False, attempts_left=4, locked=False),
+    )
+
+
+def four_failures(n: int, *, consecutive_before: int = 0) -> list[object]:
+    return [OtpVerificationFailed(cid(n), a, consecutive_before + a, T0) for a in range(1, 5)]
+
+
+def test_the_fifth_wrong_code_locks_the_challenge() -> None:
+    decision = when_verified([issued(1, T0), *four_failures(1)], 1, wrong_code(1), at=T0)
+
+    assert decision.events == (
+        OtpVerificationFailed(cid(1), 5, 5, T0),
+        OtpChallengeLockedOut(cid(1), "challenge", T0, until=None),
+    )
+    assert decision.outcome == VerifyOutcome(verified=False, attempts_left=0, locked=True)
+
+
+def test_a_locked_challenge_rejects_even_the_right_code_and_writes_nothing() -> None:
+    given = [issued(1, T0), *four_failures(1), OtpVerificationFailed(cid(1), 5, 5, T0),
+             OtpChallengeLockedOut(cid(1), "challenge", T0, None)]  # fmt: skip
+    with pytest.raises(CodeRejected) as raised:
+        when_verified(given, 1, right_code(1), at=T0)
+    assert raised.value.attempts_left == 0
+
+
+@pytest.mark.parametrize(
+    ("given", "now"),
+    [
+        ([], T0),
+        ([issued(1, T0)], T0 + timedelta(minutes=10)),
+        ([issued(1, T0), OtpChallengeSuperseded(cid(1), cid(2)), issued(2, T0)], T0),
+    ],
+)
+def test_an_unknown_expired_or_superseded_challenge_rejects_the_right_code(
+    given: list[object], now: datetime
+) -> None:
+    with pytest.raises(CodeRejected) as raised:
+        when_verified(given, 1, right_code(1), at=now)
+    assert raised.value.attempts_left == 0
+    assert right_code(1) not in str(raised.value)
+
+
+@pytest.mark.parametrize("code", ["12345", "1234567", "12345a", "", "१२३४५६"])
+def test_a_code_of_the_wrong_shape_is_invalid_input_and_counts_nothing(code: str) -> None:
+    with pytest.raises(InvalidInput, match="6 digits"):
+        when_verified([issued(1, T0)], 1, code, at=T0)
+
+
+def test_a_code_signed_before_a_key_rotation_still_verifies() -> None:
+    state = fold_otp([issued(1, T0, key_id="k1")])
+    code = otp_code_for(state.challenges[cid(1)], KEYS, POLICY)
+
+    assert code == right_code(1, key_id="k1")
+    assert decide_otp_verify(state, cid(1), code, now=T0, keys=KEYS, policy=POLICY).outcome.verified
+
+
+def on_the_brink_of_an_account_lock() -> list[object]:
+    """99 consecutive failures so far, the last ones on challenge 1."""
+    return [issued(1, T0), OtpVerificationFailed(cid(1), 1, 99, T0)]
+
+
+def test_the_hundredth_consecutive_failure_locks_the_accounts_otp_flow() -> None:
+    decision = when_verified(on_the_brink_of_an_account_lock(), 1, wrong_code(1), at=T0)
+
+    assert decision.events == (
+        OtpVerificationFailed(cid(1), 2, 100, T0),
+        OtpChallengeLockedOut(cid(1), "account", T0, until=T0 + timedelta(minutes=15)),
+    )
+    assert decision.outcome == VerifyOutcome(verified=False, attempts_left=0, locked=True)
+
+
+def test_a_locked_account_refuses_new_challenges_until_the_lock_ends() -> None:
+    given = [*on_the_brink_of_an_account_lock(),
+             OtpChallengeLockedOut(cid(1), "account", T0, T0 + timedelta(minutes=15))]  # fmt: skip
+    with pytest.raises(LockedOut) as raised:
+        when_requested(given, RequestOtp(USER, ALICE), at=T0 + timedelta(minutes=14), n=2)
+    assert raised.value.retry_at == T0 + timedelta(minutes=15)
+
+    after = when_requested(given, RequestOtp(USER, ALICE), at=T0 + timedelta(minutes=15), n=2)
+    assert after.events[-1] == issued(2, T0 + timedelta(minutes=15))
+
+
+def test_a_locked_account_answers_the_same_for_the_right_and_the_wrong_code() -> None:
+    given = [*on_the_brink_of_an_account_lock(),
+             OtpChallengeLockedOut(cid(1), "account", T0, T0 + timedelta(minutes=15))]  # fmt: skip
+    for code in (right_code(1), wrong_code(1)):
+        with pytest.raises(LockedOut):
+            when_verified(given, 1, code, at=T0 + timedelta(minutes=1))
+
+
+def test_a_new_challenge_does_not_reset_the_consecutive_failures() -> None:
+    given = [issued(1, T0), *four_failures(1, consecutive_before=90), OtpChallengeSuperseded(cid(1), cid(2)),
+             issued(2, T0 + timedelta(minutes=2))]  # fmt: skip
+    decision = when_verified(given, 2, wrong_code(2), at=T0 + timedelta(minutes=3))
+
+    assert decision.events == (OtpVerificationFailed(cid(2), 1, 95, T0 + timedelta(minutes=3)),)
+
+
+def test_a_right_code_resets_the_consecutive_failures() -> None:
+    given = [issued(1, T0), *four_failures(1, consecutive_before=90), OtpChallengeVerified(cid(1), T0),
+             issued(2, T0 + timedelta(minutes=2))]  # fmt: skip
+    decision = when_verified(given, 2, wrong_code(2), at=T0 + timedelta(minutes=3))
+
+    assert decision.events[0].consecutive_failures == 1
+
+
+def test_each_account_lockout_lasts_twice_as_long_as_the_last_up_to_the_cap() -> None:
+    lockouts = [POLICY.account_lock_backoff(k) for k in range(1, 9)]
+    assert lockouts == [timedelta(minutes=15 * 2**i) for i in range(7)] + [timedelta(hours=24)]
+    assert POLICY.account_lock_backoff(10**6) == timedelta(hours=24)
+
+
+def test_the_second_account_lockout_lasts_thirty_minutes() -> None:
+    now = T0 + timedelta(minutes=21)
+    given = [issued(1, T0), OtpChallengeLockedOut(cid(1), "account", T0, T0 + timedelta(minutes=15)),
+             OtpVerificationFailed(cid(1), 1, 199, T0 + timedelta(minutes=20)),
+             OtpChallengeSuperseded(cid(1), cid(2)), issued(2, now)]  # fmt: skip
+    decision = when_verified(given, 2, wrong_code(2), at=now)
+
+    until = now + timedelta(minutes=30)
+    assert decision.events[-1] == OtpChallengeLockedOut(cid(2), "account", now, until=until)
+
+
+def test_an_idempotent_replay_is_answered_even_while_the_account_is_locked() -> None:
+    lock = OtpChallengeLockedOut(cid(1), "account", T0, T0 + timedelta(hours=1))
+    given = [issued(1, T0, idempotency_key="k"), lock]
+    cmd = RequestOtp(USER, ALICE, idempotency_key="k")
+    decision = when_requested(given, cmd, at=T0 + timedelta(minutes=1), n=2)
+
+    assert decision.events == () and decision.outcome.reused
+
+
+@pytest.mark.parametrize(
+    ("given", "now", "verdict"),
+    [
+        ([issued(1, T0)], T0, None),
+        ([], T0, "unknown_request"),
+        ([issued(1, T0), OtpChallengeSuperseded(cid(1), cid(2))], T0, "superseded"),
+        ([issued(1, T0)], T0 + timedelta(minutes=10), "expired"),
+        ([issued(1, T0), OtpChallengeVerified(cid(1), T0)], T0, "verified"),
+        ([issued(1, T0), OtpChallengeLockedOut(cid(1), "challenge", T0, None)], T0, "locked"),
+        ([issued(1, T0), OtpChallengeLockedOut(cid(1), "account", T0, T0 + timedelta(minutes=15))],
+         T0, "locked"),
+    ],
+)
+def test_the_worker_sends_a_code_only_while_it_can_still_be_used(
+    given: list[object], now: datetime, verdict: str | None
+) -> None:
+    assert otp_delivery_verdict(fold_otp(given), cid(1), now=now) == verdict
+
+
+def test_an_event_of_another_stream_cannot_be_folded_into_otp_state() -> None:
+    with pytest.raises(UnknownEventType):
+        fold_otp([EmailQueued(mid(1), "otp", "otp_code", USER, cid(1), ALICE, T0)])
+
+
+def test_the_default_otp_policy_matches_the_design() -> None:
+    assert (POLICY.ttl, POLICY.cooldown, POLICY.hourly_limit, POLICY.max_attempts, POLICY.digits) == (
+        timedelta(minutes=10), timedelta(seconds=60), 5, 5, 6,
+    )  # fmt: skip
+    assert (POLICY.account_lock_threshold, POLICY.account_lock_base, POLICY.account_lock_max) == (
+        100, timedelta(minutes=15), timedelta(hours=24),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"digits": 3}, {"digits": 11}, {"max_attempts": 0}, {"ttl": timedelta(0)}, {"account_lock_threshold": 0},
+     {"account_lock_base": timedelta(hours=2), "account_lock_max": timedelta(hours=1)}],
+)  # fmt: skip
+def test_an_otp_policy_that_cannot_be_honoured_is_refused(overrides: dict) -> None:
+    with pytest.raises(ConfigError):
+        OtpPolicy(**overrides)
+
+
+def test_codes_of_four_to_ten_digits_are_allowed() -> None:
+    assert [OtpPolicy(digits=d).digits for d in (4, 10)] == [4, 10]

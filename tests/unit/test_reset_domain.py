@@ -1,0 +1,339 @@
+"""Password reset rules, as given events / when a command / then events."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+import attrs
+import pytest
+
+from domain.decisions import ConsumeOutcome, Decision, Refused, RequestOutcome
+from domain.email import EmailQueued
+from domain.errors import ConfigError, IdempotencyMismatch, InvalidInput, TokenInvalid, UnknownEventType
+from domain.policy import ResetPolicy
+from domain.reset import (
+    RequestReset,
+    ResetCompleted,
+    ResetRequested,
+    ResetRequestRefused,
+    ResetState,
+    ResetSuperseded,
+    check_token,
+    decide_consume,
+    decide_reset_request,
+    find_by_token_hash,
+    fold_reset,
+    reset_delivery_verdict,
+    reset_stream,
+    reset_token_for,
+)
+from domain.tokens import TokenKeys, derive_reset_token, hash_token
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+KEYS = TokenKeys("k2", {"k2": b"current-key", "k1": b"previous-key"})
+POLICY = ResetPolicy()
+USER = "42"
+ALICE = "alice@example.com"
+
+
+def rid(n: int) -> UUID:
+    return UUID(int=n)
+
+
+def mid(n: int) -> UUID:
+    return UUID(int=1000 + n)
+
+
+def requested(n: int, at: datetime, *, recipient: str = ALICE, key_id: str = "k2",
+              idempotency_key: str | None = None, client: str | None = None) -> ResetRequested:  # fmt: skip
+    """A ResetRequested as decide_reset_request would have written it."""
+    token = derive_reset_token(KEYS.key(key_id), rid(n))
+    return ResetRequested(
+        rid(n), USER, recipient, key_id, hash_token(token), at, at + POLICY.ttl, mid(n),
+        idempotency_key, client,
+    )  # fmt: skip
+
+
+def token_of(n: int) -> str:
+    return derive_reset_token(KEYS.current, rid(n))
+
+
+def when_requested(given: list[object], cmd: RequestReset, *, at: datetime, n: int) -> Decision:
+    return decide_reset_request(
+        fold_reset(given), cmd, now=at, request_id=rid(n), message_id=mid(n), keys=KEYS,
+        policy=POLICY,
+    )  # fmt: skip
+
+
+def test_the_stream_of_a_users_resets_is_named_after_the_user() -> None:
+    assert reset_stream("42") == "reset-user:42"
+
+
+def test_a_first_request_issues_a_link_and_queues_one_email() -> None:
+    decision = when_requested([], RequestReset(USER, ALICE), at=T0, n=1)
+
+    assert decision.events == (requested(1, T0),)
+    assert decision.emails == (
+        EmailQueued(mid(1), "reset", "reset_link", USER, rid(1), ALICE, available_at=T0),
+    )
+    assert decision.outcome == RequestOutcome(rid(1), mid(1), T0 + timedelta(minutes=30), False)
+
+
+def test_the_token_itself_is_stored_nowhere_only_its_hash() -> None:
+    decision = when_requested([], RequestReset(USER, ALICE), at=T0, n=1)
+    token = token_of(1)
+
+    written = [*decision.events, *decision.emails, decision.outcome]
+    assert all(token not in repr(record) for record in written)
+    assert decision.events[0].token_hash == hash_token(token)
+
+
+def test_a_new_request_supersedes_the_open_one() -> None:
+    at = T0 + timedelta(minutes=5)
+    decision = when_requested([requested(1, T0)], RequestReset(USER, ALICE), at=at, n=2)
+
+    assert decision.events == (
+        ResetSuperseded(rid(1), superseded_by=rid(2), reason="new_request"),
+        requested(2, at),
+    )
+    assert [email.request_id for email in decision.emails] == [rid(2)]
+
+
+def test_a_repeat_within_the_cooldown_reuses_the_open_request_and_writes_nothing() -> None:
+    at = T0 + timedelta(seconds=59)
+    decision = when_requested([requested(1, T0)], RequestReset(USER, ALICE), at=at, n=2)
+
+    assert decision == Decision((), (), RequestOutcome(rid(1), mid(1), T0 + POLICY.ttl, reused=True))
+
+
+def test_a_repeat_within_the_cooldown_to_another_address_supersedes_the_open_request() -> None:
+    cmd = RequestReset(USER, "bob@example.com")
+    decision = when_requested([requested(1, T0)], cmd, at=T0 + timedelta(seconds=10), n=2)
+
+    assert decision.events[0] == ResetSuperseded(rid(1), rid(2), "new_request")
+    assert decision.emails[0].recipient == "bob@example.com"
+
+
+def test_a_repeat_after_the_open_request_was_used_issues_a_new_one() -> None:
+    given = [requested(1, T0), ResetCompleted(rid(1), USER, T0 + timedelta(seconds=5), mid(99))]
+    decision = when_requested(given, RequestReset(USER, ALICE), at=T0 + timedelta(seconds=10), n=2)
+
+    assert decision.events == (requested(2, T0 + timedelta(seconds=10)),)
+
+
+def five_requests_in_the_last_hour() -> list[object]:
+    given: list[object] = []
+    for n in range(1, 6):
+        if given:
+            given.append(ResetSuperseded(rid(n - 1), rid(n), "new_request"))
+        given.append(requested(n, T0 + timedelta(minutes=2 * n)))
+    return given
+
+
+def test_the_sixth_request_within_an_hour_is_refused_until_the_oldest_leaves_the_window() -> None:
+    now = T0 + timedelta(minutes=30)
+    decision = when_requested(five_requests_in_the_last_hour(), RequestReset(USER, ALICE), at=now, n=6)
+
+    retry_at = T0 + timedelta(minutes=2, hours=1)
+    assert decision == Decision(
+        (ResetRequestRefused(USER, "rate_limited", now, retry_at),), (), Refused("rate_limited", retry_at)
+    )
+
+
+def test_a_request_is_allowed_again_once_the_oldest_leaves_the_window() -> None:
+    at = T0 + timedelta(minutes=2, hours=1)
+    decision = when_requested(five_requests_in_the_last_hour(), RequestReset(USER, ALICE), at=at, n=6)
+
+    assert isinstance(decision.outcome, RequestOutcome)
+    assert decision.events[-1] == requested(6, at)
+
+
+def test_refusals_do_not_count_towards_the_hourly_limit() -> None:
+    given = [
+        requested(1, T0),
+        *(ResetRequestRefused(USER, "rate_limited", T0, T0 + timedelta(hours=1)) for _ in range(9)),
+    ]
+    decision = when_requested(given, RequestReset(USER, ALICE), at=T0 + timedelta(minutes=2), n=2)
+
+    assert decision.events[-1] == requested(2, T0 + timedelta(minutes=2))
+
+
+def test_an_idempotent_replay_returns_the_original_outcome_and_writes_nothing() -> None:
+    given = [
+        requested(1, T0, idempotency_key="key-1", client="app"),
+        ResetSuperseded(rid(1), rid(2), "new_request"),
+        requested(2, T0 + timedelta(minutes=5)),
+    ]
+    cmd = RequestReset(USER, ALICE, idempotency_key="key-1", client="app")
+    decision = when_requested(given, cmd, at=T0 + timedelta(minutes=10), n=3)
+
+    assert decision == Decision((), (), RequestOutcome(rid(1), mid(1), T0 + POLICY.ttl, reused=True))
+
+
+def test_an_idempotent_replay_is_answered_even_over_the_hourly_limit() -> None:
+    given = [requested(0, T0, idempotency_key="key-1"), *five_requests_in_the_last_hour()]
+    cmd = RequestReset(USER, ALICE, idempotency_key="key-1")
+    decision = when_requested(given, cmd, at=T0 + timedelta(minutes=30), n=6)
+
+    assert decision.events == ()
+    assert decision.outcome == RequestOutcome(rid(0), mid(0), T0 + POLICY.ttl, reused=True)
+
+
+def test_an_idempotency_key_reused_for_another_recipient_is_rejected() -> None:
+    given = [requested(1, T0, idempotency_key="key-1")]
+    with pytest.raises(IdempotencyMismatch):
+        when_requested(given, RequestReset(USER, "bob@example.com", idempotency_key="key-1"), at=T0, n=2)
+
+
+def test_idempotency_keys_are_scoped_per_client() -> None:
+    given = [requested(1, T0, idempotency_key="key-1", client="web")]
+    cmd = RequestReset(USER, ALICE, idempotency_key="key-1", client="mobile")
+    decision = when_requested(given, cmd, at=T0 + timedelta(minutes=5), n=2)
+
+    assert decision.outcome == RequestOutcome(rid(2), mid(2), T0 + timedelta(minutes=35), reused=False)
+
+
+def test_an_idempotency_key_older_than_the_receipt_ttl_makes_a_new_request() -> None:
+    given = [requested(1, T0, idempotency_key="key-1")]
+    at = T0 + POLICY.receipt_ttl
+    cmd = RequestReset(USER, "bob@example.com", idempotency_key="key-1")
+    decision = when_requested(given, cmd, at=at, n=2)
+
+    assert decision.events[-1] == requested(2, at, recipient="bob@example.com", idempotency_key="key-1")
+
+
+@pytest.mark.parametrize(
+    ("user_id", "recipient"),
+    [("", ALICE), ("42", "not-an-address"), ("42", "a@b.example\r\nBcc: evil@example.com"), ("4 2", ALICE)],
+)
+def test_malformed_requests_are_refused_before_anything_is_decided(user_id: str, recipient: str) -> None:
+    with pytest.raises(InvalidInput):
+        RequestReset(user_id, recipient)
+
+
+def test_a_naive_clock_reading_is_refused() -> None:
+    with pytest.raises(ValueError, match="UTC"):
+        when_requested([], RequestReset(USER, ALICE), at=datetime(2025, 3, 1, 12), n=1)
+
+
+def test_an_open_unexpired_token_checks_out() -> None:
+    state = fold_reset([requested(1, T0)])
+    request = check_token(state, hash_token(token_of(1)), now=T0 + timedelta(minutes=29))
+    assert (request.request_id, request.status) == (rid(1), "open")
+    assert find_by_token_hash(state, hash_token(token_of(1))) == request
+
+
+@pytest.mark.parametrize(
+    ("given", "now", "reason"),
+    [
+        ([], T0, "not valid"),
+        ([requested(1, T0)], T0 + timedelta(minutes=30), "expired"),
+        ([requested(1, T0), ResetSuperseded(rid(1), rid(2), "new_request")], T0, "replaced"),
+        ([requested(1, T0), ResetCompleted(rid(1), USER, T0, mid(9))], T0, "already used"),
+    ],
+)
+def test_a_token_that_is_unknown_expired_superseded_or_used_is_invalid(
+    given: list[object], now: datetime, reason: str
+) -> None:
+    token_hash = hash_token(token_of(1))
+    with pytest.raises(TokenInvalid, match=reason) as raised:
+        check_token(fold_reset(given), token_hash, now=now)
+    assert token_hash not in str(raised.value) and token_of(1) not in str(raised.value)
+
+
+def test_a_token_signed_before_a_key_rotation_still_verifies_until_it_expires() -> None:
+    state = fold_reset([requested(1, T0, key_id="k1")])
+    token = reset_token_for(state.requests[rid(1)], KEYS)
+
+    assert token == derive_reset_token(b"previous-key", rid(1))
+    assert check_token(state, hash_token(token), now=T0).key_id == "k1"
+
+
+def test_consuming_a_token_completes_the_request_and_queues_a_notice() -> None:
+    state = fold_reset([requested(1, T0)])
+    now = T0 + timedelta(minutes=3)
+    decision = decide_consume(state, hash_token(token_of(1)), now=now, notice_message_id=mid(50))
+
+    assert decision.events == (ResetCompleted(rid(1), USER, now, mid(50)),)
+    assert decision.emails == (
+        EmailQueued(mid(50), "reset", "password_changed", USER, rid(1), ALICE, available_at=now),
+    )
+    assert decision.outcome == ConsumeOutcome(rid(1), USER, now)
+
+
+def test_a_completed_reset_supersedes_every_other_open_request() -> None:
+    # Two open requests only arise from a log written by other rules (an
+    # older release, a manual repair); consuming must still close them all.
+    state = fold_reset([requested(1, T0), requested(2, T0 + timedelta(minutes=1))])
+    now = T0 + timedelta(minutes=2)
+    decision = decide_consume(state, hash_token(token_of(2)), now=now, notice_message_id=mid(50))
+
+    assert decision.events[1:] == (ResetSuperseded(rid(1), superseded_by=None, reason="password_changed"),)
+
+
+def test_a_token_is_single_use() -> None:
+    given: list[object] = [requested(1, T0)]
+    token_hash = hash_token(token_of(1))
+    first = decide_consume(fold_reset(given), token_hash, now=T0, notice_message_id=mid(50))
+    after = fold_reset([*given, *first.events])
+    with pytest.raises(TokenInvalid, match="already used"):
+        decide_consume(after, token_hash, now=T0, notice_message_id=mid(51))
+
+
+@pytest.mark.parametrize(
+    ("given", "now", "template", "verdict"),
+    [
+        ([requested(1, T0)], T0, "reset_link", None),
+        ([], T0, "reset_link", "unknown_request"),
+        ([requested(1, T0), ResetSuperseded(rid(1), rid(2), "new_request")], T0, "reset_link", "superseded"),
+        ([requested(1, T0)], T0 + timedelta(minutes=30), "reset_link", "expired"),
+        ([requested(1, T0), ResetCompleted(rid(1), USER, T0, mid(9))], T0, "reset_link", "consumed"),
+        ([requested(1, T0), ResetCompleted(rid(1), USER, T0, mid(9))], T0 + timedelta(days=3),
+         "password_changed", None),
+        ([requested(1, T0)], T0, "password_changed", "not_completed"),
+    ],
+)
+def test_the_worker_sends_only_what_fresh_state_still_wants_sent(
+    given: list[object], now: datetime, template: str, verdict: str | None
+) -> None:
+    assert reset_delivery_verdict(fold_reset(given), rid(1), now=now, template=template) == verdict
+
+
+def test_an_event_of_another_stream_cannot_be_folded_into_reset_state() -> None:
+    email = EmailQueued(mid(1), "reset", "reset_link", USER, rid(1), ALICE, T0)
+    with pytest.raises(UnknownEventType):
+        fold_reset([email])
+
+
+def test_events_about_unknown_requests_change_nothing() -> None:
+    state = fold_reset(
+        [ResetSuperseded(rid(7), None, "password_changed"), ResetCompleted(rid(8), USER, T0, mid(1))]
+    )
+    assert state == fold_reset([])
+    assert isinstance(state, ResetState)
+
+
+def test_the_default_reset_policy_matches_the_design() -> None:
+    assert attrs.asdict(POLICY, recurse=False) == {
+        "ttl": timedelta(minutes=30),
+        "cooldown": timedelta(seconds=60),
+        "hourly_limit": 5,
+        "receipt_ttl": timedelta(hours=24),
+    }
+
+
+def test_a_reset_link_may_not_live_longer_than_a_day() -> None:
+    assert ResetPolicy(ttl=timedelta(hours=24)).ttl == timedelta(hours=24)
+    with pytest.raises(ConfigError, match="hard cap"):
+        ResetPolicy(ttl=timedelta(hours=24, seconds=1))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"ttl": timedelta(0)}, {"cooldown": timedelta(seconds=-1)}, {"hourly_limit": 0}, {"hourly_limit": True},
+     {"receipt_ttl": 60}],
+)  # fmt: skip
+def test_a_reset_policy_with_a_non_positive_or_mistyped_value_is_refused(overrides: dict) -> None:
+    with pytest.raises(ConfigError):
+        ResetPolicy(**overrides)

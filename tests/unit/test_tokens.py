@@ -1,0 +1,111 @@
+"""Tokens and codes are derived, stable across releases, and compared safely."""
+
+from __future__ import annotations
+
+import hashlib
+from uuid import UUID
+
+import pytest
+
+from domain.errors import ConfigError
+from domain.tokens import (
+    TokenKeys,
+    derive_otp_code,
+    derive_reset_token,
+    hash_token,
+    otp_code_matches,
+)
+
+KEY = b"test-key-1"
+REQUEST = UUID("12345678-1234-5678-1234-567812345678")
+
+
+def test_a_reset_token_is_the_known_unpadded_base64url_hmac() -> None:
+    # A known answer: links already in inboxes must still work after any
+    # refactoring, so the derivation may never change silently.
+    assert derive_reset_token(KEY, REQUEST) == "cn2LW9w6bFgd_d0w-XTSYJl1HKt_eLCM4G76WLF80Qk"
+
+
+def test_a_reset_token_depends_on_both_the_key_and_the_request() -> None:
+    token = derive_reset_token(KEY, REQUEST)
+    assert derive_reset_token(KEY, REQUEST) == token
+    assert derive_reset_token(b"another-key", REQUEST) != token
+    assert derive_reset_token(KEY, UUID(int=1)) != token
+
+
+def test_a_reset_token_is_url_safe_without_padding() -> None:
+    for n in range(50):
+        token = derive_reset_token(KEY, UUID(int=n))
+        assert len(token) == 43
+        assert set(token) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def test_a_token_hash_is_hex_sha256() -> None:
+    assert hash_token("abc") == hashlib.sha256(b"abc").hexdigest()
+    assert hash_token("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_an_otp_code_is_the_known_hmac_modulo_a_power_of_ten() -> None:
+    assert derive_otp_code(KEY, REQUEST, 6) == "703714"
+    assert derive_otp_code(KEY, REQUEST, 10) == "5772703714"
+
+
+def test_an_otp_code_is_zero_padded_to_its_length() -> None:
+    assert derive_otp_code(KEY, UUID(int=2), 6) == "095662"
+
+
+def test_an_otp_code_length_outside_four_to_ten_digits_is_a_config_error() -> None:
+    for digits in (3, 11, 0):
+        with pytest.raises(ConfigError, match="between 4 and 10"):
+            derive_otp_code(KEY, REQUEST, digits)
+
+
+def test_the_right_otp_code_matches() -> None:
+    assert otp_code_matches(KEY, REQUEST, 6, "703714")
+
+
+@pytest.mark.parametrize("candidate", ["703715", "70371", "7037140", "", "७०३७१४", "703714 "])
+def test_any_other_candidate_does_not_match(candidate: str) -> None:
+    assert not otp_code_matches(KEY, REQUEST, 6, candidate)
+
+
+def test_a_code_from_another_challenge_does_not_match() -> None:
+    assert not otp_code_matches(KEY, UUID(int=1), 6, derive_otp_code(KEY, REQUEST, 6))
+
+
+def test_token_keys_look_keys_up_by_id() -> None:
+    keys = TokenKeys("k2", {"k2": b"new", "k1": b"old"})
+    assert keys.key("k1") == b"old"
+    assert keys.current == b"new"
+    assert list(keys.keys) == ["k2", "k1"]
+
+
+def test_an_unconfigured_key_id_is_a_clear_config_error() -> None:
+    keys = TokenKeys("k2", {"k2": b"new"})
+    with pytest.raises(ConfigError, match="token key id 'k1' is not configured"):
+        keys.key("k1")
+
+
+def test_the_current_key_id_must_be_configured() -> None:
+    with pytest.raises(ConfigError, match="'k3' is not configured"):
+        TokenKeys("k3", {"k2": b"new"})
+
+
+@pytest.mark.parametrize("keys", [{}, {"k1": b""}, {"": b"key"}, {"k1": "text, not bytes"}])
+def test_empty_or_malformed_keys_are_refused(keys: dict) -> None:
+    with pytest.raises(ConfigError):
+        TokenKeys("k1", keys)
+
+
+def test_token_keys_never_show_key_material_in_their_repr() -> None:
+    keys = TokenKeys("k1", {"k1": b"super-secret-key"})
+    assert "super-secret-key" not in repr(keys)
+
+
+def test_token_keys_do_not_change_when_the_callers_dict_does() -> None:
+    source = {"k1": b"key"}
+    keys = TokenKeys("k1", source)
+    source["k1"] = b"changed"
+    assert keys.key("k1") == b"key"
+    with pytest.raises(TypeError):
+        keys.keys["k1"] = b"changed"  # type: ignore[index]
