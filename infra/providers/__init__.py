@@ -1,0 +1,126 @@
+"""The email provider port: one email in, a receipt or a ``SendFailed`` out.
+
+Workers hand a rendered ``OutboundEmail`` to a ``Mailer`` and record what
+comes back. The port is deliberately narrow so that SMTP, a Maildir on disk
+and an HTTP JSON API (and the fakes in tests) are interchangeable:
+
+- ``send`` either returns a ``ProviderReceipt`` (the provider accepted the
+  email) or raises a ``SendFailed`` that says whether trying again can help
+  and whether the provider may have accepted the email anyway.
+- The message id is the idempotency key. Sending the same message id twice
+  must not deliver twice wherever the provider lets us prevent it (Maildir,
+  HTTP ``Idempotency-Key``); SMTP can only carry it as the Message-ID header.
+- Error messages are short, fixed phrases plus status codes. They end up in
+  events and logs, so they never quote the email: its body holds a live
+  token or code.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+from uuid import UUID
+
+from attrs import field, frozen
+
+from domain.errors import AuthledgerError
+
+__all__ = [
+    "Mailer",
+    "OutboundEmail",
+    "OutcomeUnknown",
+    "PermanentSendError",
+    "ProviderReceipt",
+    "RetryableSendError",
+    "SendFailed",
+    "message_id_header",
+]
+
+
+@frozen
+class OutboundEmail:
+    """One rendered email, ready for a provider.
+
+    The bodies carry a secret (a reset link or a code) and the recipient is
+    personal data, so none of them appear in ``repr``: an email that ends up
+    in a log line or a traceback shows its id and subject only.
+    """
+
+    message_id: UUID
+    sender: str
+    recipient: str = field(repr=False)
+    subject: str
+    text_body: str = field(repr=False)
+    html_body: str = field(repr=False)
+
+
+@frozen
+class ProviderReceipt:
+    """The provider accepted the email; ``provider_message_id`` is its id for it."""
+
+    provider: str
+    provider_message_id: str
+
+
+@runtime_checkable
+class Mailer(Protocol):
+    """Delivers one email to a provider.
+
+    ``name`` is the provider's stable name as recorded in ``ProviderAccepted``.
+    ``timeout_seconds`` is the longest one ``send`` is expected to block;
+    leases are sized from it (lease > timeout + safety margin).
+    """
+
+    name: str
+    timeout_seconds: float
+
+    def send(self, email: OutboundEmail) -> ProviderReceipt:
+        """Send ``email`` once, keyed by ``email.message_id``.
+
+        Returns the receipt when the provider accepted the email, also when it
+        had already accepted this message id before. Raises ``SendFailed``
+        otherwise, never a driver exception.
+        """
+        ...
+
+
+def message_id_header(message_id: UUID) -> str:
+    """The RFC 5322 Message-ID that every provider puts on ``message_id``."""
+    return f"<{message_id}@authledger>"
+
+
+class SendFailed(AuthledgerError):
+    """The email provider did not accept the email."""
+
+    http_status = 502
+    exit_code = 69  # EX_UNAVAILABLE
+    problem_type = "send-failed"
+
+    def __init__(self, message: str | None, retryable: bool, outcome_unknown: bool = False) -> None:
+        if outcome_unknown and not retryable:
+            # An unknown outcome can only be settled by asking again with the
+            # same idempotency key; giving up would leave it unknown forever.
+            raise ValueError("an unknown outcome is always retryable")
+        super().__init__(message)
+        self.retryable = retryable
+        self.outcome_unknown = outcome_unknown
+
+
+class RetryableSendError(SendFailed):
+    """The provider did not accept the email this time; a later attempt may succeed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message, retryable=True)
+
+
+class PermanentSendError(SendFailed):
+    """The provider refused the email; sending it again will not help."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message, retryable=False)
+
+
+class OutcomeUnknown(RetryableSendError):
+    """The request may have reached the provider; retry with the same idempotency key."""
+
+    def __init__(self, message: str | None = None) -> None:
+        SendFailed.__init__(self, message, retryable=True, outcome_unknown=True)
