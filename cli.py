@@ -10,14 +10,29 @@ from __future__ import annotations
 import json
 import os
 import sys
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import click
 
-from domain.errors import AuthledgerError
+from domain.errors import AuthledgerError, InvalidInput
+from domain.reset import RequestReset
+from infra import reset_service
+from infra import audit as audit_service
+from infra import sealer
+from infra.audit_digest import (
+    check_trust, configured_public_key, parse_public_key, read_digest_file, signing_key, write_digest_file,
+)
+from infra.audit_export import export as export_log
+from infra.audit_export import stretch_for_times, verify_export
 from infra.bootstrap import App
 from infra.config import masked
+from infra.embedded import stop_on_sigterm
+from infra.logs import configure_logging
+from infra.outbox_status import outbox_status
 from infra.schema import check_schema, init_schema
+from infra.worker import Worker
 
 
 class UserFacingError(click.ClickException):
@@ -113,6 +128,222 @@ def config_show(app: App, as_json: bool) -> None:
     """Print the effective configuration, secrets masked."""
     shown = masked(app.settings)
     emit(shown, as_json, "\n".join(f"{name}={value}" for name, value in shown.items()))
+
+
+CLI_CLIENT = "cli"
+
+
+def cli_metadata(command: str) -> dict[str, str]:
+    return {"actor": f"cli:{os.environ.get('USER', 'unknown')}", "client": CLI_CLIENT, "command": command}
+
+
+@cli.group()
+def reset() -> None:
+    """Password reset: request a link, verify or consume a token."""
+
+
+@reset.command("request")
+@click.option("--user-id", required=True, help="The application's id for the user.")
+@click.option("--email", "recipient", required=True, help="Where to send the link.")
+@click.option("--idempotency-key", help="Retries with the same key return the first answer.")
+@json_option
+@click.pass_obj
+def reset_request(app: App, user_id: str, recipient: str, idempotency_key: str | None, as_json: bool) -> None:
+    """Issue a reset link for a user and queue its email."""
+    command = RequestReset(user_id, recipient, idempotency_key, CLI_CLIENT)
+    outcome = reset_service.request_reset(app.services, command, cli_metadata("reset request"))
+    data = {
+        "request_id": str(outcome.request_id), "message_id": str(outcome.message_id),
+        "expires_at": outcome.expires_at.isoformat(), "reused": outcome.reused,
+    }
+    said = "reused the open request" if outcome.reused else "queued a reset link"
+    emit(data, as_json, f"{said}: request {data['request_id']}, message {data['message_id']}, "
+                        f"expires {data['expires_at']}")
+
+
+@reset.command("verify")
+@click.argument("token")
+@json_option
+@click.pass_obj
+def reset_verify(app: App, token: str, as_json: bool) -> None:
+    """Check a token without consuming it."""
+    request = reset_service.verify_token(app.services, token)
+    data = {"valid": True, "request_id": str(request.request_id), "user_id": request.user_id,
+            "expires_at": request.expires_at.isoformat()}
+    emit(data, as_json, f"valid: request {data['request_id']} of user {request.user_id}, "
+                        f"expires {data['expires_at']}")
+
+
+@reset.command("consume")
+@click.argument("token")
+@json_option
+@click.pass_obj
+def reset_consume(app: App, token: str, as_json: bool) -> None:
+    """Use a token once: the application is changing the password now."""
+    outcome = reset_service.consume_token(app.services, token, cli_metadata("reset consume"))
+    data = {"consumed": True, "request_id": str(outcome.request_id), "user_id": outcome.user_id,
+            "completed_at": outcome.completed_at.isoformat()}
+    emit(data, as_json, f"consumed: request {data['request_id']} of user {outcome.user_id}; "
+                        "other open requests superseded, notice queued")
+
+
+@cli.command()
+@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1, 64))
+@click.option("--batch", default=10, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--once", is_flag=True, help="Deliver everything due now, then exit.")
+@json_option
+@click.pass_obj
+def worker(app: App, concurrency: int, batch: int, once: bool, as_json: bool) -> None:
+    """Claim due emails and deliver them."""
+    configure_logging(app.settings.log_format)
+    delivery = Worker(app.services, app.mailer, sender=app.settings.sender, batch=batch,
+                      concurrency=concurrency, poll_seconds=app.settings.poll_seconds)
+    if once:
+        tally = delivery.drain()
+        emit(tally, as_json, ", ".join(f"{state}: {n}" for state, n in sorted(tally.items())) or "nothing due")
+        return
+    stop_on_sigterm()
+    try:
+        delivery.run()
+    except (KeyboardInterrupt, SystemExit):
+        delivery.stop()
+
+
+@cli.group()
+def outbox() -> None:
+    """Inspect outbound email."""
+
+
+@outbox.command("status")
+@json_option
+@click.pass_obj
+def outbox_status_command(app: App, as_json: bool) -> None:
+    """Messages by state, and the oldest due one."""
+    status = outbox_status(app.engine, now=app.services.clock.now())
+    lines = [f"{state:<10} {count}" for state, count in status["by_state"].items()]
+    lines.append(f"due now    {status['due_now']} (oldest due {status['oldest_due_seconds']} s ago)")
+    emit(status, as_json, "\n".join(lines))
+
+
+def _progress(length: int, label: str) -> Any:
+    """A progress bar on stderr, so that --json on stdout stays clean."""
+    return click.progressbar(length=max(length, 0), label=label, file=sys.stderr)
+
+
+def _instant(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an ISO 8601 date or time") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@cli.group()
+def audit() -> None:
+    """Seal the log into a hash chain, sign its head, verify and export it (docs/audit.md)."""
+
+
+@audit.command("seal")
+@click.option("--batch-size", default=5000, show_default=True, type=click.IntRange(1, 100_000))
+@json_option
+@click.pass_obj
+def audit_seal(app: App, batch_size: int, as_json: bool) -> None:
+    """Seal every committed event into the hash chain."""
+    with _progress(sealer.backlog(app.engine).sealable, "sealing") as bar:
+        result = sealer.seal(app.engine, batch_size=batch_size, progress=bar.update)
+    head = result.head
+    data = {
+        "sealed": result.sealed,
+        "chain_index": head.chain_index if head else None,
+        "global_position": head.global_position if head else None,
+        "link": head.link.hex() if head else None,
+        "waiting_for_older_transactions": result.backlog.waiting,
+    }
+    said = f"sealed {result.sealed} events"
+    said += f"; chain head index {head.chain_index}, position {head.global_position}, link {head.link.hex()}" if head else ""
+    if result.backlog.waiting:
+        said += f"; {result.backlog.waiting} newer events wait for older transactions to finish"
+    emit(data, as_json, said)
+
+
+@audit.command("verify")
+@click.option("--from", "from_position", type=click.IntRange(min=1), help="Check from this global position.")
+@click.option("--to", "to_position", type=click.IntRange(min=1), help="Check up to this global position.")
+@click.option("--digest", "digest_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Prove the log still extends this signed digest.")
+@click.option("--export", "export_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Check an export file offline, without a database.")
+@click.option("--public-key", help="Trusted Ed25519 public key: a PEM file, or base64 of its 32 raw bytes. "
+              "Default: the configured signing key's.")
+@json_option
+@click.pass_obj
+def audit_verify(app: App, from_position: int | None, to_position: int | None, digest_file: Path | None,
+                 export_file: Path | None, public_key: str | None, as_json: bool) -> None:
+    """Recompute the hash chain and report the first event that no longer matches."""
+    if export_file and (from_position or to_position or digest_file):
+        raise click.UsageError("--export checks a file on its own: drop --from, --to and --digest")
+    if digest_file and (from_position or to_position):
+        raise click.UsageError("--digest checks the whole chain: drop --from and --to")
+    trusted = parse_public_key(public_key) if public_key else configured_public_key(app.settings)
+    if export_file:
+        with _progress(0, "checking export") as bar:
+            checked = verify_export(export_file, trusted, progress=bar.update)
+        report = audit_service.ExportReport(export_file, checked)
+    else:
+        digest = read_digest_file(digest_file) if digest_file else None
+        trusted_digest = check_trust(digest, trusted, f"digest {digest_file}") if digest else False
+        stretch = audit_service.stretch_to_verify(app.engine, from_position, to_position)
+        with _progress(stretch.length if stretch else 0, "verifying") as bar:
+            report = audit_service.verify(app.engine, from_position=from_position, to_position=to_position,
+                                          digest=digest, progress=bar.update)
+        report = audit_service.with_trust(report, trusted_digest)
+    error = report.error()
+    if error is not None and not as_json:
+        raise error
+    emit(report.as_dict(), as_json, report.summary())
+    if error is not None:
+        sys.exit(error.exit_code)
+
+
+@audit.command("digest")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the digest to this file (keep it outside the database).")
+@click.option("--verify/--no-verify", "verify_first", default=True, show_default=True,
+              help="Check the whole chain before signing its head.")
+@json_option
+@click.pass_obj
+def audit_digest(app: App, out: Path | None, verify_first: bool, as_json: bool) -> None:
+    """Sign the chain head with the configured Ed25519 key and print (or write) the digest."""
+    key = signing_key(app.settings)
+    stretch = audit_service.stretch_to_verify(app.engine) if verify_first else None
+    with _progress(stretch.length if stretch else 0, "verifying") as bar:
+        signed = audit_service.make_digest(app.engine, key, verify_first=verify_first, progress=bar.update)
+    document = signed.document
+    if out is None:
+        click.echo(json.dumps(document, indent=2))
+        return
+    write_digest_file(out, document)
+    emit(document, as_json, f"digest of chain index {document['chain_index']} (position "
+         f"{document['global_position']}) signed by {document['key_id']}, written to {out}")
+
+
+@audit.command("export")
+@click.option("--from", "since", callback=_instant, help="Recorded at or after this time (ISO 8601, UTC if no offset).")
+@click.option("--to", "until", callback=_instant, help="Recorded before this time (ISO 8601, UTC if no offset).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The JSON Lines file.")
+@json_option
+@click.pass_obj
+def audit_export(app: App, since: datetime | None, until: datetime | None, out: Path, as_json: bool) -> None:
+    """Export sealed events with their links and a signed digest, for offline checking."""
+    key = signing_key(app.settings)
+    with _progress(stretch_for_times(app.engine, since, until).length, "exporting") as bar:
+        result = export_log(app.engine, key, out, since=since, until=until, progress=bar.update)
+    data = {"path": str(result.path), "events": result.events, "first_index": result.first_index,
+            "last_index": result.last_index, "key_id": result.key_id}
+    emit(data, as_json, f"exported {result.events} events (chain index {result.first_index}-{result.last_index}) "
+         f"to {result.path}, signed by {result.key_id}; check it with `authledger audit verify --export {result.path}`")
 
 
 def main() -> None:

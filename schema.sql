@@ -37,7 +37,7 @@ CREATE INDEX IF NOT EXISTS events_by_horizon ON events (transaction_id, global_p
 CREATE OR REPLACE FUNCTION events_are_append_only() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE EXCEPTION 'events is append-only: % is not allowed', TG_OP
+    RAISE EXCEPTION '% is append-only: % is not allowed', TG_TABLE_NAME, TG_OP
         USING ERRCODE = 'insufficient_privilege',
               HINT = 'Record a new event that corrects the old one instead.';
 END
@@ -53,12 +53,17 @@ CREATE TRIGGER events_no_truncate
     BEFORE TRUNCATE ON events
     FOR EACH STATEMENT EXECUTE FUNCTION events_are_append_only();
 
--- Wake idle workers and catch-up readers as soon as a transaction that
--- appended events commits (NOTIFY is delivered at commit, once per payload).
+-- Wake followers as soon as a transaction that appended events commits
+-- (NOTIFY is delivered at commit, once per channel and payload):
+-- authledger_events for whole-log readers, authledger_outbox for idle
+-- workers when there is new mail to claim.
 CREATE OR REPLACE FUNCTION events_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('authledger_events', '');
+    IF EXISTS (SELECT FROM new_events WHERE event_type IN ('EmailQueued', 'LeaseReleased')) THEN
+        PERFORM pg_notify('authledger_outbox', '');
+    END IF;
     RETURN NULL;
 END
 $$;
@@ -66,11 +71,84 @@ $$;
 DROP TRIGGER IF EXISTS events_notify_on_insert ON events;
 CREATE TRIGGER events_notify_on_insert
     AFTER INSERT ON events
+    REFERENCING NEW TABLE AS new_events
     FOR EACH STATEMENT EXECUTE FUNCTION events_notify();
 
 REVOKE ALL ON events FROM PUBLIC;
 REVOKE UPDATE, DELETE, TRUNCATE ON events FROM authledger_app;
 GRANT SELECT, INSERT ON events TO authledger_app;
 GRANT SELECT ON schema_version TO authledger_app;
+
+-- Inline projections: written in the same transaction as the events they
+-- fold, and always equal to a replay of the log (projections/ holds the folds).
+
+-- One row per outbound email. Personal data (the recipient) is deliberately
+-- absent: the worker reads it from the request's events at send time.
+CREATE TABLE IF NOT EXISTS email_outbox (
+    message_id           uuid PRIMARY KEY,
+    flow                 text        NOT NULL,
+    template             text        NOT NULL,
+    user_id              text        NOT NULL,
+    request_id           uuid        NOT NULL,
+    state                text        NOT NULL
+        CHECK (state IN ('pending', 'leased', 'sent', 'skipped', 'failed', 'abandoned')),
+    available_at         timestamptz NOT NULL,
+    queued_at            timestamptz NOT NULL,
+    stream_version       integer     NOT NULL,
+    lease_owner          text,
+    lease_token          uuid,
+    lease_expires_at     timestamptz,
+    attempt_count        integer     NOT NULL DEFAULT 0,
+    provider_message_id  text,
+    last_error           text,
+    skip_reason          text,
+    finished_at          timestamptz
+);
+
+-- The claim query's index: only unfinished rows, so sent mail leaves the hot index.
+CREATE INDEX IF NOT EXISTS email_outbox_due ON email_outbox (available_at)
+    WHERE state IN ('pending', 'leased');
+CREATE INDEX IF NOT EXISTS email_outbox_by_request ON email_outbox (request_id);
+
+CREATE TABLE IF NOT EXISTS reset_tokens (
+    request_id  uuid PRIMARY KEY,
+    token_hash  text        NOT NULL UNIQUE,
+    user_id     text        NOT NULL,
+    key_id      text        NOT NULL,
+    message_id  uuid        NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    status      text        NOT NULL CHECK (status IN ('open', 'superseded', 'completed'))
+);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON email_outbox, reset_tokens TO authledger_app;
+
+-- Hash-chain seals (issue 7, docs/audit.md): one row per event, in the log's
+-- horizon order, link_n = SHA-256(0x01 || link_{n-1} || SHA-256(0x00 ||
+-- canonical event)). Written by the sealer (a catch-up reader); the newest
+-- row is its checkpoint. Append-only like the log itself: a seal that could
+-- be rewritten would prove nothing. stream_id and stream_version are copies,
+-- so that a deleted event can still be named.
+CREATE TABLE IF NOT EXISTS seals (
+    chain_index      bigint      PRIMARY KEY CHECK (chain_index >= 0),
+    global_position  bigint      NOT NULL UNIQUE,
+    transaction_id   xid8        NOT NULL,
+    stream_id        text        NOT NULL,
+    stream_version   integer     NOT NULL,
+    link             bytea       NOT NULL CHECK (length(link) = 32),
+    sealed_at        timestamptz NOT NULL DEFAULT now()
+);
+
+DROP TRIGGER IF EXISTS seals_no_update_or_delete ON seals;
+CREATE TRIGGER seals_no_update_or_delete
+    BEFORE UPDATE OR DELETE ON seals
+    FOR EACH ROW EXECUTE FUNCTION events_are_append_only();
+
+DROP TRIGGER IF EXISTS seals_no_truncate ON seals;
+CREATE TRIGGER seals_no_truncate
+    BEFORE TRUNCATE ON seals
+    FOR EACH STATEMENT EXECUTE FUNCTION events_are_append_only();
+
+REVOKE ALL ON seals FROM PUBLIC;
+GRANT SELECT, INSERT ON seals TO authledger_app;
 
 INSERT INTO schema_version (version) VALUES (1) ON CONFLICT DO NOTHING;

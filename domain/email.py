@@ -34,6 +34,7 @@ class LeaseClaimed:
     message_id: UUID
     lease_owner: str
     lease_token: UUID
+    claimed_at: datetime
     lease_expires_at: datetime
     attempt: int
 
@@ -47,10 +48,21 @@ class LeaseExpired:
 
 
 @frozen
+class LeaseReleased:
+    """A worker shutting down gave back a message it had claimed but not sent."""
+
+    message_id: UUID
+    lease_owner: str
+    lease_token: UUID
+    released_at: datetime
+
+
+@frozen
 class SendAttemptFailed:
     message_id: UUID
     lease_token: UUID
     attempt: int
+    failed_at: datetime
     error: str
     retryable: bool
     # None when the failure is permanent: the message is then ``failed``.
@@ -65,6 +77,7 @@ class ProviderAccepted:
     message_id: UUID
     lease_token: UUID
     attempt: int
+    accepted_at: datetime
     provider: str
     provider_message_id: str
     key_id: str | None  # which token key rendered the secret, if any
@@ -73,6 +86,7 @@ class ProviderAccepted:
 @frozen
 class DeliverySkipped:
     message_id: UUID
+    skipped_at: datetime
     reason: str  # "superseded", "expired", "consumed", "verified", "erased", ...
     lease_token: UUID | None = None
 
@@ -80,5 +94,7 @@ class DeliverySkipped:
 @frozen
 class DeliveryAbandoned:
     message_id: UUID
+    abandoned_at: datetime
     attempts: int
     last_error: str
+    lease_token: UUID | None = None

@@ -25,6 +25,14 @@ def _positive_duration(owner: str, name: str, value: object) -> None:
         raise ConfigError(f"{owner}.{name} must be positive, got {value}")
 
 
+def _non_negative_duration(owner: str, name: str, value: object) -> None:
+    # A zero cooldown is a legitimate choice: every request supersedes.
+    if not isinstance(value, timedelta):
+        raise ConfigError(f"{owner}.{name} must be a duration, got {value!r}")
+    if value < timedelta(0):
+        raise ConfigError(f"{owner}.{name} must not be negative, got {value}")
+
+
 def _positive_int(owner: str, name: str, value: object) -> None:
     # bool is an int subclass; True as a limit is a configuration mistake.
     if isinstance(value, bool) or not isinstance(value, int):
@@ -43,8 +51,9 @@ class ResetPolicy:
     receipt_ttl: timedelta = timedelta(hours=24)
 
     def __attrs_post_init__(self) -> None:
-        for name in ("ttl", "cooldown", "receipt_ttl"):
+        for name in ("ttl", "receipt_ttl"):
             _positive_duration("ResetPolicy", name, getattr(self, name))
+        _non_negative_duration("ResetPolicy", "cooldown", self.cooldown)
         _positive_int("ResetPolicy", "hourly_limit", self.hourly_limit)
         if self.ttl > RESET_TTL_HARD_CAP:
             raise ConfigError(
@@ -70,8 +79,9 @@ class OtpPolicy:
     receipt_ttl: timedelta = timedelta(hours=24)
 
     def __attrs_post_init__(self) -> None:
-        for name in ("ttl", "cooldown", "account_lock_base", "account_lock_max", "receipt_ttl"):
+        for name in ("ttl", "account_lock_base", "account_lock_max", "receipt_ttl"):
             _positive_duration("OtpPolicy", name, getattr(self, name))
+        _non_negative_duration("OtpPolicy", "cooldown", self.cooldown)
         for name in ("hourly_limit", "max_attempts", "account_lock_threshold"):
             _positive_int("OtpPolicy", name, getattr(self, name))
         check_otp_digits(self.digits)

@@ -10,10 +10,20 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from datetime import timedelta
+
 from sqlalchemy import Engine
 
+from domain.delivery import DeliveryPolicy
+from domain.policy import OtpPolicy, ResetPolicy
 from infra.config import Settings, load_settings
 from infra.database import Database
+from infra.keys import load_token_keys
+from infra.providers import Mailer
+from infra.providers.http import HttpMailer
+from infra.providers.maildir import MaildirMailer
+from infra.providers.smtp import SmtpMailer
+from infra.services import ServiceContext
 
 
 class App:
@@ -42,7 +52,44 @@ class App:
     def admin_engine(self) -> Engine:
         return self.database.admin_engine()
 
+    @functools.cached_property
+    def services(self) -> ServiceContext:
+        s = self.settings
+        return ServiceContext(
+            engine=self.engine,
+            keys=load_token_keys(s),
+            reset_policy=ResetPolicy(
+                ttl=timedelta(seconds=s.reset_ttl), cooldown=timedelta(seconds=s.reset_cooldown),
+                hourly_limit=s.reset_hourly_limit,
+            ),
+            otp_policy=OtpPolicy(
+                ttl=timedelta(seconds=s.otp_ttl), cooldown=timedelta(seconds=s.otp_cooldown),
+                hourly_limit=s.otp_hourly_limit, max_attempts=s.otp_max_attempts, digits=s.otp_digits,
+            ),
+            delivery_policy=DeliveryPolicy(
+                lease=timedelta(seconds=s.lease_seconds), margin=timedelta(seconds=s.lease_margin_seconds),
+                max_attempts=s.max_attempts,
+            ),
+            reset_url=s.reset_url,
+        )
+
+    @functools.cached_property
+    def mailer(self) -> Mailer:
+        return build_mailer(self.settings)
+
     def close(self) -> None:
         for name in ("engine", "admin_engine"):
             if name in self.__dict__:
                 self.__dict__.pop(name).dispose()
+
+
+def build_mailer(settings: Settings) -> Mailer:
+    """The configured provider; Maildir under the data directory by default."""
+    if settings.provider == "smtp":
+        assert settings.smtp_url is not None
+        return SmtpMailer.from_url(settings.smtp_url, sender=settings.sender, timeout=settings.provider_timeout)
+    if settings.provider == "http":
+        assert settings.http_provider_url is not None
+        return HttpMailer(settings.http_provider_url, api_key=settings.http_provider_key,
+                          timeout=settings.provider_timeout)
+    return MaildirMailer(settings.maildir_path, sender=settings.sender)

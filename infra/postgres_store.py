@@ -14,18 +14,21 @@ from domain.errors import ConcurrencyConflict
 from domain.log import Checkpoint, RecordedEvent
 from infra.serialization import EventCodec, default_codec
 
-# One round trip for any number of events. The WHERE clause makes a stale or
-# too-high expected version insert nothing; two writers that both saw the same
-# version collide on the unique (stream_id, stream_version) key instead.
+# One round trip for any number of events in any number of streams. Each row
+# carries the version its stream must be at; the WHERE clause makes a stale or
+# too-high expected version insert nothing, and two writers that both saw the
+# same version collide on the unique (stream_id, stream_version) key instead.
 APPEND = text("""
     INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata)
-    SELECT :stream_id, :expected_version + e.n, e.event_id, e.event_type, e.schema_version, e.payload,
-           CAST(:metadata AS jsonb)
-      FROM unnest(CAST(:event_ids AS uuid[]), CAST(:event_types AS text[]),
+    SELECT e.stream_id, e.expected_version + e.offset_in_stream, e.event_id, e.event_type,
+           e.schema_version, e.payload, CAST(:metadata AS jsonb)
+      FROM unnest(CAST(:stream_ids AS text[]), CAST(:expected_versions AS integer[]),
+                  CAST(:offsets AS integer[]), CAST(:event_ids AS uuid[]), CAST(:event_types AS text[]),
                   CAST(:schema_versions AS integer[]), CAST(:payloads AS jsonb[]))
-           WITH ORDINALITY AS e(event_id, event_type, schema_version, payload, n)
-     WHERE :expected_version = (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :stream_id)
-    RETURNING global_position, stream_version, recorded_at, transaction_id::text
+           AS e(stream_id, expected_version, offset_in_stream, event_id, event_type, schema_version, payload)
+     WHERE e.expected_version = (SELECT coalesce(max(x.stream_version), 0) FROM events x
+                                  WHERE x.stream_id = e.stream_id)
+    RETURNING global_position, stream_id, stream_version, event_id, recorded_at, transaction_id::text
 """)
 
 LOAD_STREAM = text("""
@@ -70,49 +73,68 @@ class PostgresEventStore:
         events: Sequence[Any],
         metadata: Mapping[str, Any] | None = None,
     ) -> list[RecordedEvent]:
-        if not events:
+        return self.append_many([(stream_id, expected_version, events)], metadata)
+
+    def append_many(
+        self,
+        batches: Sequence[tuple[str, int, Sequence[Any]]],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> list[RecordedEvent]:
+        """Append to several streams in one statement: all or nothing.
+
+        ``batches`` holds (stream_id, expected_version, events); every stream
+        must be at its expected version, else ``ConcurrencyConflict``.
+        """
+        rows_in = [
+            (stream_id, expected, offset, uuid4(), event, *self.codec.encode_json(event))
+            for stream_id, expected, events in batches
+            for offset, event in enumerate(events, start=1)
+        ]
+        if not rows_in:
             return []
-        encoded = [self.codec.encode_json(event) for event in events]
-        event_ids = [uuid4() for _ in events]
+        columns = list(zip(*rows_in, strict=True))
         params = {
-            "stream_id": stream_id,
-            "expected_version": expected_version,
             "metadata": json.dumps(dict(metadata or {}), separators=(",", ":")),
-            "event_ids": event_ids,
-            "event_types": [tag for tag, _, _ in encoded],
-            "schema_versions": [version for _, version, _ in encoded],
-            "payloads": [payload for _, _, payload in encoded],
+            "stream_ids": list(columns[0]),
+            "expected_versions": list(columns[1]),
+            "offsets": list(columns[2]),
+            "event_ids": list(columns[3]),
+            "event_types": list(columns[5]),
+            "schema_versions": list(columns[6]),
+            "payloads": list(columns[7]),
         }
+        streams = ", ".join(sorted({stream_id for stream_id, _, _ in batches}))
         try:
             # A savepoint keeps the caller's transaction usable after a clash,
             # so it can reload the stream and decide again.
-            with self.connection.begin_nested():
+            with self.connection.begin_nested() as savepoint:
                 rows = self.connection.execute(APPEND, params).all()
+                if len(rows) != len(rows_in):
+                    savepoint.rollback()
+                    raise ConcurrencyConflict(f"stream {streams} is not at the expected version")
         except IntegrityError as error:
             if _unique_violation_on_stream_version(error):
-                raise ConcurrencyConflict(
-                    f"stream {stream_id} moved past version {expected_version} while appending"
-                ) from error
+                raise ConcurrencyConflict(f"stream {streams} moved on while appending") from error
             raise
-        if not rows:
-            actual = self.stream_version(stream_id)
-            raise ConcurrencyConflict(f"stream {stream_id} is at version {actual}, not {expected_version}")
-        rows.sort(key=lambda row: row.stream_version)
-        return [
-            RecordedEvent(
-                global_position=row.global_position,
-                stream_id=stream_id,
-                stream_version=row.stream_version,
-                event_id=event_id,
-                event_type=tag,
-                schema_version=version,
-                event=event,
-                metadata=dict(metadata or {}),
-                recorded_at=row.recorded_at,
-                transaction_id=int(row.transaction_id),
+        by_event_id = {row.event_id: row for row in rows}
+        recorded = []
+        for stream_id, _, _, event_id, event, tag, version, _ in rows_in:
+            row = by_event_id[event_id]
+            recorded.append(
+                RecordedEvent(
+                    global_position=row.global_position,
+                    stream_id=stream_id,
+                    stream_version=row.stream_version,
+                    event_id=event_id,
+                    event_type=tag,
+                    schema_version=version,
+                    event=event,
+                    metadata=dict(metadata or {}),
+                    recorded_at=row.recorded_at,
+                    transaction_id=int(row.transaction_id),
+                )
             )
-            for row, event_id, event, (tag, version, _) in zip(rows, event_ids, events, encoded, strict=True)
-        ]
+        return recorded
 
     def load(self, stream_id: str) -> list[RecordedEvent]:
         return [self._decode(row) for row in self.connection.execute(LOAD_STREAM, {"stream_id": stream_id})]

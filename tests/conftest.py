@@ -9,6 +9,8 @@ milliseconds and leaves no state behind for the next test.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,24 +19,24 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
+from domain.tokens import TokenKeys
+from infra.clock import ManualClock
 from infra.database import Database
-from infra.embedded import start_embedded
+from infra.services import ServiceContext
+from infra.embedded import start_embedded, stop_embedded
 from infra.schema import init_schema
 
 
-def _admin_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = os.environ.get("TEST_DATABASE_URL")
-    if url:
-        return url.replace("postgresql://", "postgresql+psycopg://", 1)
-    data_dir = Path(tmp_path_factory.mktemp("embedded-pg"))
-    return start_embedded(data_dir).replace("postgresql://", "postgresql+psycopg://", 1)
-
-
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+def pg_server() -> Iterator[Engine]:
     """An engine on the server's maintenance database, autocommit, for CREATE DATABASE."""
-    engine = create_engine(_admin_url(tmp_path_factory), isolation_level="AUTOCOMMIT", poolclass=None)
-    if not os.environ.get("TEST_DATABASE_URL"):
+    external = os.environ.get("TEST_DATABASE_URL")
+    # Not pytest's tmp_path: concurrent pytest runs prune each other's
+    # basetemp, which would pull the data directory from under the server.
+    data_dir = None if external else Path(tempfile.mkdtemp(prefix="authledger-test-pg-"))
+    url = external or start_embedded(data_dir)
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
+    if data_dir is not None:
         with engine.connect() as connection:
             # Durability is not what these tests are about; speed is welcome.
             connection.execute(text("ALTER SYSTEM SET fsync = off"))
@@ -43,6 +45,9 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
             connection.execute(text("SELECT pg_reload_conf()"))
     yield engine
     engine.dispose()
+    if data_dir is not None:
+        stop_embedded(data_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def _database_url(server: Engine, name: str) -> str:
@@ -93,3 +98,17 @@ def admin_engine(database: Database) -> Iterator[Engine]:
 def database_url(database: Database) -> str:
     """The libpq URL of this test's database, for subprocesses and the CLI."""
     return database.url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+TEST_KEYS = TokenKeys(current_id="k2", keys={"k2": b"k" * 32, "k1": b"o" * 32})
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def ctx(engine: Engine, clock: ManualClock) -> ServiceContext:
+    """Service functions on this test's database, with a hand-moved clock and fixed keys."""
+    return ServiceContext(engine=engine, keys=TEST_KEYS, clock=clock, reset_url="https://app.test/reset")

@@ -1,0 +1,92 @@
+"""Delivery rules of one email: leases, retries with backoff, the attempt limit.
+
+Pure: the worker passes in the time, the new lease token and a jitter value,
+and appends what these functions return.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from attrs import frozen
+
+from domain.email import DeliveryAbandoned, LeaseClaimed, LeaseExpired, SendAttemptFailed
+
+
+@frozen
+class DeliveryPolicy:
+    lease: timedelta = timedelta(seconds=45)
+    # Never start a provider call with less than this much lease left: the
+    # call could outlive the lease and race the worker that claims next.
+    margin: timedelta = timedelta(seconds=5)
+    max_attempts: int = 5
+    backoff_base: timedelta = timedelta(seconds=2)
+    backoff_cap: timedelta = timedelta(minutes=10)
+
+
+@frozen
+class LeaseView:
+    """What a worker knows of a due message when it claims it."""
+
+    message_id: UUID
+    state: str  # "pending" or "leased" (with a lease that ran out)
+    lease_owner: str | None
+    lease_token: UUID | None
+    attempt_count: int
+
+
+def claim_events(
+    due: LeaseView, *, owner: str, lease_token: UUID, now: datetime, policy: DeliveryPolicy
+) -> list[object]:
+    """``LeaseExpired`` for a lease that ran out, then ``LeaseClaimed`` with the next attempt number."""
+    events: list[object] = []
+    if due.state == "leased" and due.lease_owner is not None and due.lease_token is not None:
+        events.append(LeaseExpired(due.message_id, due.lease_owner, due.lease_token, expired_at=now))
+    events.append(
+        LeaseClaimed(
+            message_id=due.message_id,
+            lease_owner=owner,
+            lease_token=lease_token,
+            claimed_at=now,
+            lease_expires_at=now + policy.lease,
+            attempt=due.attempt_count + 1,
+        )
+    )
+    return events
+
+
+def enough_lease_left(lease_expires_at: datetime, *, now: datetime, policy: DeliveryPolicy) -> bool:
+    return lease_expires_at - now >= policy.margin
+
+
+def backoff(attempt: int, *, jitter: float, policy: DeliveryPolicy) -> timedelta:
+    """Exponential backoff with full jitter: a random point in [0, base * 2**(attempt-1)], capped.
+
+    ``jitter`` is a number in [0, 1) supplied by the caller, so that workers
+    retrying the same failure spread out instead of returning in lockstep.
+    """
+    ceiling = min(policy.backoff_base * 2 ** (attempt - 1), policy.backoff_cap)
+    return max(ceiling * jitter, timedelta(milliseconds=100))
+
+
+def failure_events(
+    message_id: UUID,
+    *,
+    lease_token: UUID,
+    attempt: int,
+    error: str,
+    retryable: bool,
+    outcome_unknown: bool,
+    now: datetime,
+    jitter: float,
+    policy: DeliveryPolicy,
+) -> list[object]:
+    """What a failed attempt records: a retry later, a permanent failure, or abandonment."""
+    if retryable and attempt >= policy.max_attempts:
+        return [
+            SendAttemptFailed(message_id, lease_token, attempt, now, error, retryable, None, outcome_unknown),
+            DeliveryAbandoned(message_id, abandoned_at=now, attempts=attempt, last_error=error, lease_token=lease_token),
+        ]
+    retry_at = now + backoff(attempt, jitter=jitter, policy=policy) if retryable else None
+    return [SendAttemptFailed(message_id, lease_token, attempt, now, error, retryable, retry_at, outcome_unknown)]

@@ -1,0 +1,120 @@
+"""Delivering one claimed message: fresh state, render, send, record — never a stale email.
+
+The email's own events never hold the token or the code. At send time the
+worker loads the request's stream, asks the domain whether the email is
+still wanted, derives the secret again from the configured key, renders and
+sends with the message id as idempotency key, and records the outcome fenced
+by its lease token.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from urllib.parse import urlencode
+
+from attrs import frozen
+
+from domain import otp, reset, templates
+from domain.delivery import enough_lease_left, failure_events
+from domain.email import DeliverySkipped, ProviderAccepted
+from infra.logs import log_event
+from infra.outbox import Claim, record_outcome
+from infra.providers import Mailer, OutboundEmail, SendFailed
+from infra.services import ServiceContext, load_state
+
+log = logging.getLogger("authledger.delivery")
+
+
+@frozen
+class Prepared:
+    """What to send, or why not to."""
+
+    email: OutboundEmail | None
+    skip_reason: str | None
+    key_id: str | None = None
+
+
+def prepare(ctx: ServiceContext, claim: Claim, *, sender: str) -> Prepared:
+    row, now = claim.row, ctx.clock.now()
+    if row.flow == "reset":
+        state = load_state(ctx, reset.reset_stream(row.user_id), reset.fold_reset)
+        reason = reset.reset_delivery_verdict(state, row.request_id, now=now, template=row.template)
+        if reason:
+            return Prepared(None, reason)
+        request = state.requests[row.request_id]
+        if row.template == reset.PASSWORD_CHANGED:
+            assert request.completed_at is not None
+            content, key_id = templates.password_changed(changed_at=request.completed_at), None
+        else:
+            token = reset.reset_token_for(request, ctx.keys)
+            link = f"{ctx.reset_url}?{urlencode({'token': token})}"
+            content, key_id = templates.reset_link(link, expires_at=request.expires_at), request.key_id
+        recipient = request.recipient
+    elif row.flow == "otp":
+        state = load_state(ctx, otp.otp_stream(row.user_id), otp.fold_otp)
+        reason = otp.otp_delivery_verdict(state, row.request_id, now=now)
+        if reason:
+            return Prepared(None, reason)
+        challenge = state.challenges[row.request_id]
+        code = otp.otp_code_for(challenge, ctx.keys, ctx.otp_policy)
+        content = templates.otp_code(code, expires_at=challenge.expires_at, purpose=challenge.purpose)
+        recipient, key_id = challenge.recipient, challenge.key_id
+    else:
+        return Prepared(None, f"unknown_flow:{row.flow}")
+    email = OutboundEmail(row.message_id, sender, recipient, content.subject, content.text, content.html)
+    return Prepared(email, None, key_id)
+
+
+def deliver(
+    ctx: ServiceContext, claim: Claim, mailer: Mailer, *, owner: str, sender: str,
+    jitter: Callable[[], float] = random.random,
+) -> str:
+    """Send one claimed message and record what happened; returns the message's new state."""
+    row = claim.row
+    fields = {
+        "message_id": row.message_id, "lease_owner": owner, "lease_expires_at": row.lease_expires_at,
+        "request_id": row.request_id, "attempt": row.attempt_count, "template": row.template,
+    }
+    prepared = prepare(ctx, claim, sender=sender)
+    policy = ctx.delivery_policy
+    if prepared.email is None:
+        events = [DeliverySkipped(row.message_id, ctx.clock.now(), prepared.skip_reason, claim.lease_token)]
+        outcome, state = "skipped", "skipped"
+    elif not enough_lease_left(row.lease_expires_at, now=ctx.clock.now(), policy=policy):
+        # Too little lease left to finish a provider call safely: give it back.
+        events = failure_events(
+            row.message_id, lease_token=claim.lease_token, attempt=row.attempt_count,
+            error="lease margin exhausted before sending", retryable=True, outcome_unknown=False,
+            now=ctx.clock.now(), jitter=0.0, policy=policy,
+        )
+        outcome, state = "lease_margin_exhausted", "pending"
+    else:
+        try:
+            receipt = mailer.send(prepared.email)
+        except SendFailed as error:
+            events = failure_events(
+                row.message_id, lease_token=claim.lease_token, attempt=row.attempt_count, error=error.message,
+                retryable=error.retryable, outcome_unknown=error.outcome_unknown, now=ctx.clock.now(),
+                jitter=jitter(), policy=policy,
+            )
+            outcome = "send_failed"
+            state = "abandoned" if len(events) > 1 else ("pending" if error.retryable else "failed")
+            fields["error"] = error.message
+        else:
+            events = [ProviderAccepted(
+                row.message_id, claim.lease_token, row.attempt_count, ctx.clock.now(),
+                receipt.provider, receipt.provider_message_id, prepared.key_id,
+            )]
+            outcome, state = "accepted", "sent"
+            fields["provider_message_id"] = receipt.provider_message_id
+    with ctx.engine.begin() as connection:
+        recorded = record_outcome(connection, claim, events, owner=owner)
+    if not recorded:
+        log_event(log, "lease lost; outcome not recorded", logging.WARNING, outcome=outcome,
+                  key_id=prepared.key_id, **fields)
+        return "lease_lost"
+    log_event(log, f"delivery {outcome}", outcome=outcome, state=state, key_id=prepared.key_id,
+              skip_reason=prepared.skip_reason, **fields)
+    return state

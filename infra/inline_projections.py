@@ -1,0 +1,80 @@
+"""Inline projections: folded into their tables in the same transaction as the append.
+
+Each projection is a pure fold from ``projections/`` plus the table it lives
+in. ``apply_inline`` loads the rows an append touches (locked), folds the new
+events into them and writes them back, so a read model can never disagree
+with the log it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import attrs
+from attrs import frozen
+from sqlalchemy import Connection, Table, select
+from sqlalchemy.dialects.postgresql import insert
+
+from domain import email
+from domain.log import RecordedEvent
+from infra import tables
+from projections.outbox import OutboxRow, evolve_outbox
+from projections.reset_tokens import ResetTokenRow, evolve_reset_token, reset_token_key
+
+EMAIL_EVENTS = (
+    email.EmailQueued, email.LeaseClaimed, email.LeaseExpired, email.LeaseReleased, email.SendAttemptFailed,
+    email.ProviderAccepted, email.DeliverySkipped, email.DeliveryAbandoned,
+)
+
+
+def _email_key(event: object) -> Any:
+    return event.message_id if isinstance(event, EMAIL_EVENTS) else None
+
+
+@frozen
+class InlineProjection:
+    name: str
+    table: Table
+    row_type: type
+    key_column: str
+    key_of: Callable[[object], Any]
+    evolve: Callable[[Any, object], Any]
+
+    def load(self, connection: Connection, keys: Iterable[Any], *, lock: bool = True) -> dict[Any, Any]:
+        key = self.table.c[self.key_column]
+        query = select(self.table).where(key.in_(list(keys)))
+        if lock:
+            query = query.with_for_update()
+        return {row._mapping[self.key_column]: self.row_type(**row._mapping) for row in connection.execute(query)}
+
+    def save(self, connection: Connection, rows: Sequence[Any]) -> None:
+        if not rows:
+            return
+        values = [attrs.asdict(row, recurse=False) for row in rows]
+        statement = insert(self.table).values(values)
+        updates = {c: statement.excluded[c] for c in values[0] if c != self.key_column}
+        connection.execute(statement.on_conflict_do_update(index_elements=[self.key_column], set_=updates))
+
+
+OUTBOX = InlineProjection("email_outbox", tables.email_outbox, OutboxRow, "message_id", _email_key, evolve_outbox)
+RESET_TOKENS = InlineProjection(
+    "reset_tokens", tables.reset_tokens, ResetTokenRow, "request_id", reset_token_key, evolve_reset_token
+)
+INLINE: list[InlineProjection] = [OUTBOX, RESET_TOKENS]
+
+
+def apply_inline(connection: Connection, recorded: Sequence[RecordedEvent]) -> None:
+    """Fold freshly appended events into every inline projection they touch."""
+    for projection in INLINE:
+        touched = [(projection.key_of(r.event), r.event) for r in recorded]
+        touched = [(key, event) for key, event in touched if key is not None]
+        if not touched:
+            continue
+        rows = projection.load(connection, {key for key, _ in touched})
+        changed = {}
+        for key, event in touched:
+            row = projection.evolve(rows.get(key), event)
+            if row is not None:
+                rows[key] = changed[key] = row
+        projection.save(connection, list(changed.values()))

@@ -1,0 +1,50 @@
+"""Token keys come from configuration, never from the database.
+
+On the embedded default with no AUTHLEDGER_TOKEN_KEYS, a development key is
+generated once into the data directory (mode 0600) with a warning, so that a
+fresh clone works; production configures its own keys.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import secrets
+from pathlib import Path
+
+from domain.errors import ConfigError
+from domain.tokens import TokenKeys
+from infra.config import Settings, parse_token_keys
+from infra.logs import log_event
+
+log = logging.getLogger("authledger.keys")
+DEV_KEY_FILE = "dev-token-key"
+
+
+def _dev_keys(data_dir: Path) -> str:
+    path = data_dir / DEV_KEY_FILE
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        encoded = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # another process generated it first; use theirs
+        else:
+            with os.fdopen(descriptor, "w") as file:
+                file.write(f"dev:{encoded}\n")
+    log_event(log, "using a generated development token key; set AUTHLEDGER_TOKEN_KEYS in production",
+              logging.WARNING, key_file=str(path))
+    return path.read_text().strip()
+
+
+def load_token_keys(settings: Settings) -> TokenKeys:
+    if settings.token_keys:
+        spec = settings.token_keys
+    elif settings.database_url is None:
+        spec = _dev_keys(settings.data_dir)
+    else:
+        raise ConfigError("AUTHLEDGER_TOKEN_KEYS is required when DATABASE_URL is set")
+    keys = parse_token_keys(spec)
+    return TokenKeys(current_id=next(iter(keys)), keys=keys)

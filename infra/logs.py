@@ -1,0 +1,53 @@
+"""One log line per event of interest: key=value on a terminal, JSON otherwise.
+
+Callers pass fields, never prose with values baked in, so that every line can
+be searched by message_id or request_id. A token or code is never a field.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+FIELDS = "authledger_fields"
+
+
+class _Formatter(logging.Formatter):
+    def __init__(self, as_json: bool) -> None:
+        super().__init__()
+        self.as_json = as_json
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": record.getMessage(),
+            **getattr(record, FIELDS, {}),
+        }
+        if self.as_json:
+            return json.dumps(fields, default=str)
+        return " ".join(f"{key}={_quoted(value)}" for key, value in fields.items())
+
+
+def _quoted(value: Any) -> str:
+    text = str(value)
+    return json.dumps(text) if (" " in text or not text) else text
+
+
+def configure_logging(log_format: str = "auto", level: int = logging.INFO) -> None:
+    as_json = log_format == "json" or (log_format == "auto" and not sys.stderr.isatty())
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter(as_json))
+    root = logging.getLogger("authledger")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, **fields: Any) -> None:
+    """Log ``event`` with structured ``fields`` (None values are left out)."""
+    logger.log(level, event, extra={FIELDS: {k: v for k, v in fields.items() if v is not None}})

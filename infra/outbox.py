@@ -1,0 +1,92 @@
+"""The lease queries on ``email_outbox``: claim due messages, record outcomes fenced by lease token.
+
+Both write events and fold them into the outbox row in the same transaction,
+through the same pure ``evolve_outbox`` a replay uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from uuid import UUID, uuid4
+
+from attrs import frozen
+from sqlalchemy import Connection, text
+
+from domain.delivery import DeliveryPolicy, LeaseView, claim_events
+from domain.email import email_stream
+from infra.inline_projections import OUTBOX
+from infra.postgres_store import PostgresEventStore
+from projections.outbox import OutboxRow, evolve_outbox
+
+# Due: pending and available, or leased with a lease that ran out (a leased
+# row's available_at is its lease expiry). SKIP LOCKED lets many workers
+# claim side by side without waiting on each other's rows.
+CLAIM = text("""
+    SELECT * FROM email_outbox
+     WHERE state IN ('pending', 'leased') AND available_at <= :now
+     ORDER BY available_at
+     LIMIT :limit
+       FOR UPDATE SKIP LOCKED
+""")
+
+NEXT_DUE = text("SELECT min(available_at) FROM email_outbox WHERE state IN ('pending', 'leased')")
+
+
+@frozen
+class Claim:
+    """A message this worker may send until ``row.lease_expires_at``."""
+
+    row: OutboxRow
+    expired_lease_of: str | None  # the worker whose lease ran out, if any
+
+    @property
+    def lease_token(self) -> UUID:
+        assert self.row.lease_token is not None
+        return self.row.lease_token
+
+
+def claim_due(
+    connection: Connection, *, owner: str, limit: int, now: datetime, policy: DeliveryPolicy,
+    new_token: Callable[[], UUID] = uuid4,
+) -> list[Claim]:
+    """Lease up to ``limit`` due messages to ``owner``; the caller commits."""
+    due = [OutboxRow(**row._mapping) for row in connection.execute(CLAIM, {"now": now, "limit": limit})]
+    if not due:
+        return []
+    batches, claims = [], []
+    for row in due:
+        view = LeaseView(row.message_id, row.state, row.lease_owner, row.lease_token, row.attempt_count)
+        events = claim_events(view, owner=owner, lease_token=new_token(), now=now, policy=policy)
+        batches.append((email_stream(row.message_id), row.stream_version, events))
+        claimed = row
+        for event in events:
+            claimed = evolve_outbox(claimed, event)
+        claims.append(Claim(claimed, row.lease_owner if row.state == "leased" else None))
+    PostgresEventStore(connection).append_many(batches, {"actor": owner})
+    OUTBOX.save(connection, [claim.row for claim in claims])
+    return claims
+
+
+def record_outcome(connection: Connection, claim: Claim, events: Sequence[object], *, owner: str) -> bool:
+    """Append the outcome of a claimed message if our lease still stands; False when it was taken over.
+
+    The row lock makes this the only writer of the message for the moment;
+    the lease token tells whether the message is still ours. An expired
+    lease nobody claimed yet is still ours: the send happened, record it.
+    """
+    current = OUTBOX.load(connection, [claim.row.message_id]).get(claim.row.message_id)
+    if current is None or current.state != "leased" or current.lease_token != claim.lease_token:
+        return False
+    PostgresEventStore(connection).append_many(
+        [(email_stream(current.message_id), current.stream_version, events)], {"actor": owner}
+    )
+    row = current
+    for event in events:
+        row = evolve_outbox(row, event)
+    OUTBOX.save(connection, [row])
+    return True
+
+
+def next_due(connection: Connection) -> datetime | None:
+    return connection.execute(NEXT_DUE).scalar()

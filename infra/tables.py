@@ -1,0 +1,30 @@
+"""SQLAlchemy Core descriptions of the projection tables (schema.sql is the DDL)."""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, DateTime, Integer, MetaData, Table, Text, Uuid
+
+metadata = MetaData()
+
+
+def _tz() -> DateTime:
+    return DateTime(timezone=True)
+
+
+email_outbox = Table(
+    "email_outbox", metadata,
+    Column("message_id", Uuid, primary_key=True),
+    Column("flow", Text), Column("template", Text), Column("user_id", Text), Column("request_id", Uuid),
+    Column("state", Text), Column("available_at", _tz()), Column("queued_at", _tz()),
+    Column("stream_version", Integer), Column("lease_owner", Text), Column("lease_token", Uuid),
+    Column("lease_expires_at", _tz()), Column("attempt_count", Integer),
+    Column("provider_message_id", Text), Column("last_error", Text), Column("skip_reason", Text),
+    Column("finished_at", _tz()),
+)
+
+reset_tokens = Table(
+    "reset_tokens", metadata,
+    Column("request_id", Uuid, primary_key=True),
+    Column("token_hash", Text), Column("user_id", Text), Column("key_id", Text),
+    Column("message_id", Uuid), Column("expires_at", _tz()), Column("status", Text),
+)

@@ -1,0 +1,111 @@
+"""The ``email_outbox`` read model: one row per message, its state and its lease.
+
+A pure fold of the ``email:<message_id>`` stream. The worker's claim query
+reads it; the worker writes it only through ``evolve_outbox``, so the table
+always equals a replay of the log.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from attrs import evolve, frozen
+
+from domain.email import (
+    DeliveryAbandoned,
+    DeliverySkipped,
+    EmailQueued,
+    LeaseClaimed,
+    LeaseExpired,
+    LeaseReleased,
+    ProviderAccepted,
+    SendAttemptFailed,
+)
+
+STATES = ("pending", "leased", "sent", "skipped", "failed", "abandoned")
+TERMINAL = frozenset({"sent", "skipped", "failed", "abandoned"})
+
+
+@frozen
+class OutboxRow:
+    message_id: UUID
+    flow: str
+    template: str
+    user_id: str
+    request_id: UUID
+    state: str
+    # When the message is next due: queued time, retry time, or, while
+    # leased, the lease expiry (so one index on available_at finds both
+    # pending rows and leases that ran out).
+    available_at: datetime
+    queued_at: datetime
+    stream_version: int
+    lease_owner: str | None = None
+    lease_token: UUID | None = None
+    lease_expires_at: datetime | None = None
+    attempt_count: int = 0
+    provider_message_id: str | None = None
+    last_error: str | None = None
+    skip_reason: str | None = None
+    finished_at: datetime | None = None
+
+
+def evolve_outbox(row: OutboxRow | None, event: object) -> OutboxRow | None:
+    """The row after one more event of its stream (``None`` before ``EmailQueued``)."""
+    if isinstance(event, EmailQueued):
+        return OutboxRow(
+            message_id=event.message_id, flow=event.flow, template=event.template, user_id=event.user_id,
+            request_id=event.request_id, state="pending", available_at=event.available_at,
+            queued_at=event.available_at, stream_version=1,
+        )
+    if row is None:
+        return None
+    row = evolve(row, stream_version=row.stream_version + 1)
+    match event:
+        case LeaseClaimed():
+            return evolve(
+                row, state="leased", lease_owner=event.lease_owner, lease_token=event.lease_token,
+                lease_expires_at=event.lease_expires_at, available_at=event.lease_expires_at,
+                attempt_count=event.attempt,
+            )
+        case LeaseExpired():
+            return evolve(row, state="pending", lease_owner=None, lease_token=None, lease_expires_at=None)
+        case LeaseReleased():
+            return evolve(
+                row, state="pending", available_at=event.released_at, lease_owner=None, lease_token=None,
+                lease_expires_at=None,
+            )
+        case ProviderAccepted():
+            return evolve(
+                row, state="sent", provider_message_id=event.provider_message_id, lease_owner=None,
+                lease_token=None, lease_expires_at=None, finished_at=event.accepted_at,
+            )
+        case SendAttemptFailed(retry_at=None):
+            return evolve(
+                row, state="failed", last_error=event.error, lease_owner=None, lease_token=None,
+                lease_expires_at=None, finished_at=event.failed_at,
+            )
+        case SendAttemptFailed():
+            return evolve(
+                row, state="pending", available_at=event.retry_at, last_error=event.error,
+                lease_owner=None, lease_token=None, lease_expires_at=None,
+            )
+        case DeliverySkipped():
+            return evolve(
+                row, state="skipped", skip_reason=event.reason, lease_owner=None, lease_token=None,
+                lease_expires_at=None, finished_at=event.skipped_at,
+            )
+        case DeliveryAbandoned():
+            return evolve(
+                row, state="abandoned", last_error=event.last_error, lease_owner=None, lease_token=None,
+                lease_expires_at=None, finished_at=event.abandoned_at,
+            )
+    return row
+
+
+def fold_outbox(events: list[object]) -> OutboxRow | None:
+    row = None
+    for event in events:
+        row = evolve_outbox(row, event)
+    return row
