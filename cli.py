@@ -289,8 +289,7 @@ def audit_verify(app: App, from_position: int | None, to_position: int | None, d
     trusted = parse_public_key(public_key) if public_key else configured_public_key(app.settings)
     if export_file:
         with _progress(0, "checking export") as bar:
-            checked = verify_export(export_file, trusted, progress=bar.update)
-        report = audit_service.ExportReport(export_file, checked)
+            report = verify_export(export_file, trusted, progress=bar.update)
     else:
         digest = read_digest_file(digest_file) if digest_file else None
         trusted_digest = check_trust(digest, trusted, f"digest {digest_file}") if digest else False

@@ -146,3 +146,18 @@ class Unauthorized(AuthledgerError):
     http_status = 401
     exit_code = 7
     problem_type = "unauthorized"
+
+
+class TamperDetected(AuthledgerError):
+    """The log no longer matches its hash-chain seals or a signed digest."""
+
+    exit_code = 8
+    problem_type = "tamper-detected"
+
+
+class DigestInvalid(AuthledgerError):
+    """The digest or export is corrupt, or its signature does not verify."""
+
+    http_status = 422
+    exit_code = 65  # EX_DATAERR
+    problem_type = "digest-invalid"

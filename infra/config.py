@@ -50,6 +50,7 @@ class Settings:
     log_format: str = "auto"
     master_key: str | None = field(default=None, repr=False)
     signing_key: str | None = field(default=None, repr=False)
+    signing_key_file: Path | None = None
 
     @property
     def maildir_path(self) -> Path:
@@ -84,6 +85,7 @@ ENVIRONMENT = {
     "log_format": "AUTHLEDGER_LOG_FORMAT",
     "master_key": "AUTHLEDGER_MASTER_KEY",
     "signing_key": "AUTHLEDGER_SIGNING_KEY",
+    "signing_key_file": "AUTHLEDGER_SIGNING_KEY_FILE",
 }
 SECRETS = {"database_url", "smtp_url", "http_provider_key", "token_keys", "master_key", "signing_key"}
 
@@ -153,6 +155,22 @@ def _token_keys(raw: str) -> str:
     return raw
 
 
+def parse_signing_key(raw: str) -> bytes:
+    """The raw 32-byte Ed25519 private key (seed) from base64; the message never repeats the value."""
+    try:
+        key = base64.b64decode(raw.strip() + "=" * (-len(raw.strip()) % 4), altchars=b"-_", validate=False)
+    except (binascii.Error, ValueError):
+        raise ValueError("is not valid base64") from None
+    if len(key) != 32:
+        raise ValueError(f"must be the base64 of a raw 32-byte Ed25519 private key, got {len(key)} bytes")
+    return key
+
+
+def _signing_key(raw: str) -> str:
+    parse_signing_key(raw)
+    return raw
+
+
 PARSERS: dict[str, Callable[[str], Any]] = {
     "data_dir": Path,
     "maildir": Path,
@@ -160,6 +178,8 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "http_provider_url": _http_url,
     "reset_url": _http_url,
     "token_keys": _token_keys,
+    "signing_key": _signing_key,
+    "signing_key_file": Path,
     "reset_ttl": _whole(1, 24 * 3600),  # DESIGN: a reset link never lives past 24 h
     "reset_cooldown": _whole(0, 3600),
     "reset_hourly_limit": _whole(1, 1000),
@@ -204,6 +224,8 @@ def _cross_checks(settings: Settings) -> list[str]:
         problems.append("AUTHLEDGER_SMTP_URL is required when AUTHLEDGER_PROVIDER=smtp")
     if settings.provider == "http" and not settings.http_provider_url:
         problems.append("AUTHLEDGER_HTTP_PROVIDER_URL is required when AUTHLEDGER_PROVIDER=http")
+    if settings.signing_key and settings.signing_key_file:
+        problems.append("set AUTHLEDGER_SIGNING_KEY or AUTHLEDGER_SIGNING_KEY_FILE, not both")
     # A lease shorter than one provider call plus the margin would let a second
     # worker claim a message while the first is still sending it.
     if settings.lease_seconds <= settings.provider_timeout + settings.lease_margin_seconds:
