@@ -203,10 +203,7 @@ def worker(app: App, concurrency: int, batch: int, once: bool, as_json: bool) ->
         emit(tally, as_json, ", ".join(f"{state}: {n}" for state, n in sorted(tally.items())) or "nothing due")
         return
     stop_on_sigterm()
-    try:
-        delivery.run()
-    except (KeyboardInterrupt, SystemExit):
-        delivery.stop()
+    delivery.run()
 
 
 @cli.group()

@@ -91,8 +91,15 @@ class Worker:
         for thread in threads:
             thread.start()
         log_event(log, "worker started", owner=self.owner, concurrency=self.concurrency, batch=self.batch)
-        for thread in threads:
-            thread.join()
+        try:
+            for thread in threads:
+                thread.join()
+        except (KeyboardInterrupt, SystemExit):
+            # SIGTERM/SIGINT: stop claiming, let each thread finish the message
+            # in hand and release the rest of its batch, then exit cleanly.
+            self.stop()
+            for thread in threads:
+                thread.join()
         log_event(log, "worker stopped", owner=self.owner, **self.delivered)
 
     def stop(self) -> None:

@@ -14,14 +14,16 @@ from domain.errors import RateLimited, TokenInvalid
 from domain.policy import ResetPolicy
 from domain.reset import RequestReset, ResetRequestRefused, reset_stream
 from infra.clock import ManualClock
-from infra.delivery import deliver
+from infra.delivery import deliver, prepare
 from infra.outbox import claim_due, record_outcome
+from infra.providers.smtp import SmtpMailer
 from infra.reset_service import consume_token, request_reset, verify_token
 from infra.services import ServiceContext
 from infra.worker import Worker
 from tests.support.log_reading import email_event_types, stream_events
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
+from tests.support.smtp_relay import Relay, start_relay
 
 SENDER = "authledger <no-reply@app.test>"
 
@@ -85,8 +87,6 @@ def test_a_worker_that_dies_after_sending_is_followed_by_one_logical_send(
     with engine.begin() as connection:
         [claim] = claim_due(connection, owner="w1", limit=10, now=clock.now(), policy=ctx.delivery_policy)
     # w1 hands the email to the provider, then dies before recording anything.
-    from infra.delivery import prepare
-
     mailer.send(prepare(ctx, claim, sender=SENDER).email)
     clock.advance(ctx.delivery_policy.lease + timedelta(seconds=1))
 
@@ -213,3 +213,35 @@ def test_a_malformed_or_unknown_token_is_refused_without_echoing_it(ctx: Service
         with pytest.raises(TokenInvalid) as error:
             verify_token(ctx, token)
         assert token not in str(error.value)
+
+
+def test_the_worker_delivers_through_a_real_smtp_server_and_retries_a_refusal(
+    ctx: ServiceContext, engine: Engine, clock: ManualClock
+) -> None:
+    relay = Relay()
+    controller = start_relay(relay)
+    try:
+        relay.refusals["DATA"].append("451 4.3.0 try again later")
+        mailer = SmtpMailer("127.0.0.1", relay.port, sender="bounces@app.test", security="none", timeout=5.0)
+        request = request_reset(ctx, RequestReset("42", "ada@example.test"))
+
+        assert Worker(ctx, mailer, sender=SENDER).drain() == {"pending": 1}
+        clock.advance(ctx.delivery_policy.backoff_base)
+        assert Worker(ctx, mailer, sender=SENDER).drain() == {"sent": 1}
+    finally:
+        controller.stop()
+
+    [message] = relay.messages()
+    assert message["Message-ID"] == f"<{request.message_id}@authledger>"
+    assert message["To"] == "ada@example.test" and message["Subject"] == "Reset your password"
+    text = message.get_body(preferencelist=("plain",)).get_content()
+    html = message.get_body(preferencelist=("html",)).get_content()
+    token = token_in(text)
+    assert token in html and verify_token(ctx, token).request_id == request.request_id
+    events = stream_events(engine, f"email:{request.message_id}")
+    assert [type(e).__name__ for e in events] == [
+        "EmailQueued", "LeaseClaimed", "SendAttemptFailed", "LeaseClaimed", "ProviderAccepted",
+    ]
+    assert events[2].retryable and "451" in events[2].error
+    assert events[-1].provider_message_id == f"<{request.message_id}@authledger>"
+    assert_projections_match_log(engine)
