@@ -53,13 +53,15 @@ INDEX_RANGE = text("""
 # The same horizon as every whole-log reader (infra.postgres_store.READ_ALL),
 # but the stored columns as they are: the chain covers bytes, not classes,
 # and must seal an event even if this version of the code cannot decode it.
+# ORDER BY names the table's columns: a bare transaction_id would mean the
+# text output column and sort xid 1000 before xid 982.
 TO_SEAL = text("""
     SELECT global_position, transaction_id::text AS transaction_id, stream_id, stream_version,
            event_id::text AS event_id, event_type, schema_version, payload, metadata, recorded_at
       FROM events
      WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())
        AND (transaction_id, global_position) > (CAST(:tx AS text)::xid8, :pos)
-     ORDER BY transaction_id, global_position
+     ORDER BY events.transaction_id, events.global_position
      LIMIT :limit
 """)
 
@@ -69,7 +71,7 @@ EVENTS_BETWEEN = text("""
       FROM events
      WHERE (transaction_id, global_position) > (CAST(:tx AS text)::xid8, :pos)
        AND (transaction_id, global_position) <= (CAST(:last_tx AS text)::xid8, :last_pos)
-     ORDER BY transaction_id, global_position
+     ORDER BY events.transaction_id, events.global_position
      LIMIT :limit
 """)
 

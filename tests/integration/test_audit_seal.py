@@ -1,92 +1,112 @@
-"""Sealing the log into a hash chain, and finding the first event that was tampered with."""
+"""The sealer: every committed event gets exactly one seal, in horizon order, even under concurrency."""
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import threading
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
-from click.testing import CliRunner
-from sqlalchemy import Connection, Engine, text
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError
 
-from cli import cli
-from domain.email import EmailQueued, LeaseExpired, email_stream
+from domain.email import EmailQueued, email_stream
 from infra import audit, sealer
 from infra.postgres_store import PostgresEventStore
-
-SIGNING_KEY = base64.b64encode(bytes(range(32))).decode()
-NOW = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+from tests.support.audit_log import NOW, invoke, queue_one, seed
 
 
-def send_one(engine: Engine, n: int) -> str:
-    """One email queued and twice leased in vain, appended in three transactions like workers would."""
-    message_id = uuid4()
-    stream = email_stream(message_id)
-    steps = [
-        EmailQueued(message_id=message_id, flow="reset", template="reset_link", user_id=f"user-{n}",
-                    request_id=uuid4(), recipient=f"user{n}@example.com", available_at=NOW),
-        LeaseExpired(message_id=message_id, lease_owner="worker-1", lease_token=uuid4(),
-                     expired_at=NOW + timedelta(seconds=45)),
-        LeaseExpired(message_id=message_id, lease_owner="worker-2", lease_token=uuid4(),
-                     expired_at=NOW + timedelta(seconds=90)),
-    ]
-    for version, event in enumerate(steps):
-        with engine.begin() as connection:
-            PostgresEventStore(connection).append(stream, version, [event], {"actor": "test", "n": n})
-    return stream
-
-
-def seed(engine: Engine, messages: int = 4) -> list[str]:
-    return [send_one(engine, n) for n in range(messages)]
-
-
-def run(database_url: str, *args: str, **env: str | None) -> tuple[int, str]:
-    result = CliRunner().invoke(
-        cli, list(args), env={"DATABASE_URL": database_url, "AUTHLEDGER_SIGNING_KEY": SIGNING_KEY, **env}
-    )
-    return result.exit_code, result.output
-
-
-def position_of(engine: Engine, stream: str, version: int) -> int:
-    with engine.connect() as connection:
-        return connection.execute(
-            text("SELECT global_position FROM events WHERE stream_id = :s AND stream_version = :v"),
-            {"s": stream, "v": version},
-        ).scalar_one()
-
-
-@contextlib.contextmanager
-def tampering(admin_engine: Engine, table: str = "events") -> Iterator[Connection]:
-    """What a superuser can do: switch the append-only guards off, change history, switch them on."""
-    with admin_engine.begin() as connection:
-        connection.execute(text(f"ALTER TABLE {table} DISABLE TRIGGER USER"))
-        yield connection
-        connection.execute(text(f"ALTER TABLE {table} ENABLE TRIGGER USER"))
-
-
-def test_sealing_covers_every_committed_event_and_verifies(engine: Engine, database_url: str) -> None:
+def test_sealing_covers_every_committed_event_once(engine: Engine, database_url: str) -> None:
     seed(engine)
     result = sealer.seal(engine, batch_size=5)
     assert result.sealed == 12 and result.head is not None and result.head.chain_index == 11
     assert sealer.seal(engine).sealed == 0, "a second run finds nothing new"
     report = audit.verify(engine)
     assert report.ok and report.check is not None and report.check.checked == 12
-    code, output = run(database_url, "audit", "verify")
-    assert code == 0 and "ok: 12 events match their seals" in output
+    outcome = invoke(database_url, "audit", "verify")
+    assert outcome.exit_code == 0 and "ok: 12 events match their seals" in outcome.output
 
 
-def test_the_seals_table_is_append_only_for_the_application(engine: Engine) -> None:
+def test_the_cli_seals_and_says_where_the_chain_head_is(engine: Engine, database_url: str) -> None:
+    seed(engine, 2)
+    outcome = invoke(database_url, "audit", "seal", "--json")
+    assert outcome.exit_code == 0, outcome.output
+    assert '"sealed": 6' in outcome.stdout and '"chain_index": 5' in outcome.stdout
+    assert "sealed 0 events" in invoke(database_url, "audit", "seal").stdout
+
+
+def test_an_event_that_commits_late_is_sealed_in_its_place_not_skipped(engine: Engine) -> None:
     seed(engine, 1)
+    with engine.connect() as late:
+        transaction = late.begin()
+        message_id = uuid4()
+        PostgresEventStore(late).append(email_stream(message_id), 0, [EmailQueued(
+            message_id=message_id, flow="otp", template="otp_code", user_id="late", request_id=uuid4(),
+            recipient="late@example.com", available_at=NOW)])
+        seed(engine, 1)  # commits after the late transaction began, with higher transaction ids
+        result = sealer.seal(engine)
+        assert result.sealed == 3, "the open transaction holds the horizon back"
+        assert result.backlog.waiting == 3
+        transaction.commit()
+    assert sealer.seal(engine).sealed == 4
+    with engine.connect() as connection:
+        streams = connection.execute(text("SELECT stream_id FROM seals ORDER BY chain_index")).scalars().all()
+    assert streams[3] == email_stream(message_id), "sealed in horizon order: before the later commits"
+    assert audit.verify(engine).ok
+
+
+def test_concurrent_sealers_extend_one_chain_without_forking(engine: Engine) -> None:
+    failures: list[BaseException] = []
+    writing = threading.Event()
+
+    def write() -> None:
+        try:
+            for n in range(15):
+                queue_one(engine, n)
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+            failures.append(error)
+        finally:
+            writing.set()
+
+    def seal_until_written() -> None:
+        try:
+            while not writing.is_set():
+                sealer.seal(engine, batch_size=4)
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=write)] + [threading.Thread(target=seal_until_written) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not failures, failures
     sealer.seal(engine)
     with engine.connect() as connection:
-        for statement in ("UPDATE seals SET link = link", "DELETE FROM seals", "TRUNCATE seals"):
-            with connection.begin():
-                try:
-                    connection.execute(text(statement))
-                except Exception as error:  # noqa: BLE001 - any refusal will do; we assert on the message
-                    assert "append-only" in str(error) or "permission denied" in str(error)
-                else:
-                    raise AssertionError(f"{statement} was allowed")
+        indexes = connection.execute(text("SELECT chain_index FROM seals ORDER BY chain_index")).scalars().all()
+    assert indexes == list(range(45))
+    assert audit.verify(engine).ok
+
+
+def test_the_seals_table_is_append_only_even_for_its_owner(engine: Engine, admin_engine: Engine) -> None:
+    seed(engine, 1)
+    sealer.seal(engine)
+    for statement in ("UPDATE seals SET link = link", "DELETE FROM seals", "TRUNCATE seals"):
+        for role_engine in (engine, admin_engine):
+            with pytest.raises(DBAPIError, match="append-only|permission denied"), role_engine.begin() as c:
+                c.execute(text(statement))
+
+
+def test_the_chain_follows_transaction_ids_as_numbers_not_as_text(engine: Engine, admin_engine: Engine) -> None:
+    """xid 98 comes before xid 100 (as text it would not): ids grow a digit now and then."""
+    with admin_engine.begin() as connection:
+        for stream, transaction_id in (("email:a", 100), ("email:b", 98)):
+            connection.execute(text("""
+                INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, payload,
+                                    transaction_id)
+                VALUES (:stream, 1, gen_random_uuid(), 'DeliverySkipped', 1, '{}', CAST(:tx AS text)::xid8)
+            """), {"stream": stream, "tx": str(transaction_id)})
+    sealer.seal(engine)
+    with engine.connect() as connection:
+        streams = connection.execute(text("SELECT stream_id FROM seals ORDER BY chain_index")).scalars().all()
+    assert streams == ["email:b", "email:a"]
+    assert audit.verify(engine).ok
