@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 from attrs import evolve
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -145,3 +149,21 @@ def test_an_added_field_in_an_exported_event_counts_as_a_change(tmp_path: Path) 
     lines[1] = json.dumps(line) + "\n"
     path.write_text("".join(lines))
     assert not verify_export(path, None).ok
+
+
+def offline_check_script() -> str:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "audit.md").read_text()
+    return docs.split("```python offline-check\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_documented_offline_procedure_accepts_an_export_and_rejects_a_changed_one(tmp_path: Path) -> None:
+    key = Ed25519PrivateKey.generate()
+    public = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+    script, export = tmp_path / "check.py", tmp_path / "export.jsonl"
+    script.write_text(offline_check_script())
+    write_export(export, key)
+    result = subprocess.run([sys.executable, str(script), str(export), public], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout == "ok: 4 events, chain index 2-5\n", result.stderr
+    export.write_text(export.read_text().replace("user3@", "user8@"))
+    result = subprocess.run([sys.executable, str(script), str(export), public], capture_output=True, text=True)
+    assert result.returncode != 0 and "chain index 2 (line 2) was changed" in result.stderr
