@@ -25,7 +25,7 @@ from infra.audit_digest import (
     check_trust, configured_public_key, parse_public_key, read_digest_file, signing_key, write_digest_file,
 )
 from infra.audit_export import export as export_log
-from infra.audit_export import stretch_for_times, verify_export
+from infra.audit_export import events_in_export, stretch_for_times, verify_export
 from infra.bootstrap import App
 from infra.config import masked
 from infra.embedded import stop_on_sigterm
@@ -285,7 +285,7 @@ def audit_verify(app: App, from_position: int | None, to_position: int | None, d
         raise click.UsageError("--digest checks the whole chain: drop --from and --to")
     trusted = parse_public_key(public_key) if public_key else configured_public_key(app.settings)
     if export_file:
-        with _progress(0, "checking export") as bar:
+        with _progress(events_in_export(export_file), "checking export") as bar:
             report = verify_export(export_file, trusted, progress=bar.update)
     else:
         digest = read_digest_file(digest_file) if digest_file else None
