@@ -1,0 +1,77 @@
+"""Long-form chaos run: workers SIGKILLed while they deliver, with and without provider idempotency.
+
+    .venv/bin/python bench/chaos.py [--messages 500] [--kill-for 20] [--quick]
+
+Starts its own embedded PostgreSQL, runs tests/support/chaos.py against an
+idempotent HTTP provider and against a plain SMTP relay, and prints one table
+row per run (markdown, for bench/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from infra.database import Database  # noqa: E402
+from infra.embedded import start_embedded, stop_embedded  # noqa: E402
+from infra.schema import init_schema  # noqa: E402
+from tests.support.chaos import run_chaos  # noqa: E402
+
+HEADER = (
+    "| provider | messages | kills | restarts | accepted sends | duplicates | lost | max queued→accepted (s) |\n"
+    "|---|---|---|---|---|---|---|---|"
+)
+
+
+def fresh_database(server_url: str, name: str) -> str:
+    admin = create_engine(server_url.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    url = server_url.replace("/postgres?", f"/{name}?")
+    engine = Database(url.replace("postgresql://", "postgresql+psycopg://", 1)).admin_engine()
+    init_schema(engine)
+    engine.dispose()
+    return url
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=500)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--kill-for", type=float, default=20.0, help="seconds of random kills")
+    parser.add_argument("--quick", action="store_true", help="100 messages, 3 s of kills")
+    args = parser.parse_args()
+    if args.quick:
+        args.messages, args.kill_for = 100, 3.0
+
+    data_dir = Path(tempfile.mkdtemp(prefix="authledger-chaos-"))
+    try:
+        server_url = start_embedded(data_dir)
+        print(HEADER)
+        for n, provider in enumerate(["http", "smtp"]):
+            url = fresh_database(server_url, f"chaos_{provider}")
+            engine = Database(url.replace("postgresql://", "postgresql+psycopg://", 1)).engine()
+            report = run_chaos(
+                engine, url, provider=provider, messages=args.messages, workers=args.workers,
+                kill_for_seconds=args.kill_for, deadline_seconds=args.kill_for + 120, seed=n + 1,
+            )
+            engine.dispose()
+            print(report.row(), flush=True)
+            if report.lost or (provider == "http" and report.duplicates) or not report.duplicates_explained:
+                sys.exit(f"chaos run broke a promise: {report}")
+    finally:
+        stop_embedded(data_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
