@@ -42,14 +42,16 @@ STREAM_VERSION = text("SELECT coalesce(max(stream_version), 0) FROM events WHERE
 # Only transactions below the oldest one still running are certain to be
 # complete: nothing can commit later with a smaller transaction id. Reading up
 # to that horizon, in (transaction_id, global_position) order, never skips a
-# late commit, and costs writers nothing.
+# late commit, and costs writers nothing. ORDER BY names the columns with
+# their table: a bare ``transaction_id`` would mean the text output column and
+# sort "1000" before "999", so that pages skip events once xids gain a digit.
 READ_ALL = text("""
     SELECT global_position, stream_id, stream_version, event_id, event_type, schema_version,
            payload, metadata, recorded_at, transaction_id::text
       FROM events
      WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())
        AND (transaction_id, global_position) > (CAST(:tx AS text)::xid8, :pos)
-     ORDER BY transaction_id, global_position
+     ORDER BY events.transaction_id, events.global_position
      LIMIT :limit
 """)
 
