@@ -161,3 +161,18 @@ class DigestInvalid(AuthledgerError):
     http_status = 422
     exit_code = 65  # EX_DATAERR
     problem_type = "digest-invalid"
+
+
+class ProjectionBusy(AuthledgerError):
+    """Another rebuild or verify of this projection is running."""
+
+    http_status = 409
+    exit_code = 75  # EX_TEMPFAIL: try again when it is done
+    problem_type = "projection-busy"
+
+
+class ProjectionMismatch(AuthledgerError):
+    """A projection differs from a replay of the log."""
+
+    exit_code = 9
+    problem_type = "projection-mismatch"
