@@ -80,6 +80,11 @@ def test_a_malformed_signing_key_is_refused_without_repeating_it(database_url: s
     assert secret not in outcome.output
 
 
+def test_a_key_and_a_key_file_at_once_are_refused(database_url: str, tmp_path: Path) -> None:
+    outcome = invoke(database_url, "audit", "digest", AUTHLEDGER_SIGNING_KEY_FILE=str(tmp_path / "k.pem"))
+    assert outcome.exit_code == 78 and "not both" in outcome.output
+
+
 def test_an_unreadable_key_file_is_named(database_url: str, tmp_path: Path) -> None:
     outcome = invoke(database_url, "audit", "digest", AUTHLEDGER_SIGNING_KEY=None,
                      AUTHLEDGER_SIGNING_KEY_FILE=str(tmp_path / "missing.pem"))
