@@ -1,0 +1,199 @@
+"""Sealing and verifying the hash chain, beside raw SHA-256 over the same canonical bytes (issue 7).
+
+    .venv/bin/python bench/seal.py [--events 1000000] [--batch-size 5000] [--quick]
+
+Starts its own embedded PostgreSQL in a temporary directory (server defaults:
+fsync and synchronous_commit stay on), creates a fresh database from
+schema.sql and fills ``events`` with COPY: email streams of three events
+(EmailQueued, LeaseClaimed, ProviderAccepted shapes), 10,000 rows per
+transaction so that the log spans many transaction ids as a real one does.
+
+Then, in one run and on the application role:
+
+- seal: ``infra.sealer.seal``, every event from an empty chain (read by the
+  horizon, canonical encoding, two SHA-256 per event, INSERT of the seals);
+- verify: ``infra.audit.verify``, the whole chain recomputed from the events
+  and compared with the stored seals in one REPEATABLE READ snapshot;
+- the baselines, over exactly the same events: reading them (untimed for the
+  others), encoding them canonically, and the raw chain of SHA-256 over the
+  already-encoded bytes, which is the floor any Python sealer pays.
+
+``--quick`` is a CI-size run of 20,000 events.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from uuid import uuid4
+
+import psycopg
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from infra import audit, sealer  # noqa: E402 - after the path set-up, for a plain `python bench/seal.py`
+from infra.database import Database  # noqa: E402
+from infra.embedded import start_embedded, stop_embedded  # noqa: E402
+from infra.schema import init_schema  # noqa: E402
+from projections.audit_chain import GENESIS, LEAF_PREFIX, LINK_PREFIX  # noqa: E402
+
+DATABASE = "authledger_bench_seal"
+ROWS_PER_TRANSACTION = 10_000
+COPY = "COPY events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata) FROM STDIN"
+
+
+def _payloads(message_id: str, n: int) -> list[tuple[str, str]]:
+    lease = str(uuid4())
+    return [
+        ("EmailQueued", json.dumps({
+            "message_id": message_id, "flow": "reset", "template": "reset_link", "user_id": f"user-{n % 50_000}",
+            "request_id": str(uuid4()), "recipient": f"user{n % 50_000}@example.com",
+            "available_at": "2025-01-02T03:04:05.678901+00:00"})),
+        ("LeaseClaimed", json.dumps({
+            "message_id": message_id, "lease_owner": "worker-7", "lease_token": lease,
+            "claimed_at": "2025-01-02T03:04:06.000000+00:00", "lease_expires_at": "2025-01-02T03:04:51.000000+00:00",
+            "attempt": 1})),
+        ("ProviderAccepted", json.dumps({
+            "message_id": message_id, "lease_token": lease, "attempt": 1, "provider": "smtp",
+            "provider_message_id": f"<{message_id}@mail.example.com>", "key_id": "k2"})),
+    ]
+
+
+def generate(conninfo: str, events: int) -> float:
+    """COPY ``events`` rows into the log; returns seconds taken."""
+    metadata = json.dumps({"actor": "bench", "client": "bench", "correlation_id": str(uuid4())})
+    started = time.perf_counter()
+    written, n = 0, 0
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        while written < events:
+            with connection.transaction(), connection.cursor().copy(COPY) as copy:
+                batch_end = min(events, written + ROWS_PER_TRANSACTION)
+                while written < batch_end:
+                    message_id = str(uuid4())
+                    for version, (event_type, payload) in enumerate(_payloads(message_id, n), start=1):
+                        if written == batch_end:
+                            break
+                        copy.write_row((f"email:{message_id}", version, uuid4(), event_type, 1, payload, metadata))
+                        written += 1
+                    n += 1
+        connection.execute("VACUUM ANALYZE events")
+    return time.perf_counter() - started
+
+
+def baselines(engine: Engine) -> tuple[dict[str, float], bytes]:
+    """Seconds to read the same events, to encode them, and to chain raw SHA-256 over the encoded bytes.
+
+    Returns the timings and the chain head, which must equal the sealer's.
+    """
+    timings = {"read": 0.0, "encode": 0.0, "sha256": 0.0}
+    sha256 = hashlib.sha256
+    link = GENESIS
+    with sealer.snapshot(engine) as connection, connection.begin():
+        stretch = sealer.chain_range(connection)
+        assert stretch is not None
+        events = sealer.events_in(connection, stretch)
+        while True:
+            started = time.perf_counter()
+            chunk = [event for _, event in zip(range(sealer.BATCH), events, strict=False)]
+            encoded_at = time.perf_counter()
+            canonical = [event.canonical() for event in chunk]
+            hashed_at = time.perf_counter()
+            for data in canonical:
+                link = sha256(LINK_PREFIX + link + sha256(LEAF_PREFIX + data).digest()).digest()
+            done = time.perf_counter()
+            timings["read"] += encoded_at - started
+            timings["encode"] += hashed_at - encoded_at
+            timings["sha256"] += done - hashed_at
+            if len(chunk) < sealer.BATCH:
+                break
+    return timings, link
+
+
+def _code_version() -> str:
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "schema.sql", "infra/sealer.py", "infra/audit.py",
+         "projections/audit_chain.py"], capture_output=True, text=True).stdout.strip()
+    return f"{head.stdout.strip() or 'unknown'}{' + uncommitted changes' if dirty else ''}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--batch-size", type=int, default=sealer.BATCH)
+    parser.add_argument("--quick", action="store_true", help="a CI-size run: 20,000 events")
+    args = parser.parse_args()
+    events = 20_000 if args.quick else args.events
+
+    data_dir = Path(tempfile.mkdtemp(prefix="authledger-bench-seal-"))
+    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+    atexit.register(stop_embedded, data_dir)
+    server_uri = start_embedded(data_dir)
+    admin_url = make_url(server_uri.replace("postgresql://", "postgresql+psycopg://", 1))
+    server = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with server.connect() as connection:
+        connection.execute(text(f"CREATE DATABASE {DATABASE}"))
+        settings = {name: connection.execute(text(f"SHOW {name}")).scalar_one()
+                    for name in ("server_version", "fsync", "synchronous_commit", "shared_buffers")}
+    server.dispose()
+    bench_url = admin_url.set(database=DATABASE).render_as_string(hide_password=False)
+    admin = create_engine(bench_url)
+    init_schema(admin)
+    admin.dispose()
+
+    conninfo = psycopg.conninfo.make_conninfo(server_uri, dbname=DATABASE)
+    print(f"authledger {_code_version()}; Python {platform.python_version()}; {os.cpu_count()} CPUs; "
+          f"PostgreSQL {settings['server_version']} (embedded; fsync={settings['fsync']}, "
+          f"synchronous_commit={settings['synchronous_commit']}, shared_buffers={settings['shared_buffers']})")
+    print(f"generating {events:,} events with COPY ...", flush=True)
+    print(f"  {generate(conninfo, events):.1f} s")
+
+    engine = Database(bench_url).engine()
+    started = time.perf_counter()
+    result = sealer.seal(engine, batch_size=args.batch_size)
+    seal_s = time.perf_counter() - started
+    assert result.sealed == events and result.head is not None
+
+    started = time.perf_counter()
+    report = audit.verify(engine)
+    verify_s = time.perf_counter() - started
+    assert report.ok, report.summary()
+
+    base, head = baselines(engine)
+    assert head == result.head.link, "the baseline chain must end where the sealer's does"
+    engine.dispose()
+
+    raw = events / base["sha256"]
+    rows = [
+        ("raw SHA-256 chain over the canonical bytes (Python hashlib)", base["sha256"]),
+        ("canonical JSON encoding alone", base["encode"]),
+        ("reading the events in horizon order (rows -> LoggedEvent)", base["read"]),
+        ("encode + SHA-256 (the sealer's work without the database)", base["encode"] + base["sha256"]),
+        (f"audit seal (batches of {args.batch_size:,}, one transaction each)", seal_s),
+        ("audit verify (events and seals, one snapshot)", verify_s),
+    ]
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"\n{events:,} events, sealed into chain index 0-{result.head.chain_index:,} "
+          f"(load average at the end: {load})\n")
+    width = max(len(name) for name, _ in rows)
+    print(f"{'':{width}}  {'seconds':>8}  {'events/s':>10}  {'x raw SHA-256':>13}")
+    for name, seconds in rows:
+        rate = events / seconds
+        print(f"{name:{width}}  {seconds:8.2f}  {rate:10,.0f}  {raw / rate:13.1f}")
+
+
+if __name__ == "__main__":
+    main()
