@@ -259,7 +259,8 @@ def audit_seal(app: App, batch_size: int, as_json: bool) -> None:
         "waiting_for_older_transactions": result.backlog.waiting,
     }
     said = f"sealed {result.sealed} events"
-    said += f"; chain head index {head.chain_index}, position {head.global_position}, link {head.link.hex()}" if head else ""
+    if head is not None:
+        said += f"; chain head index {head.chain_index}, position {head.global_position}, link {head.link.hex()}"
     if result.backlog.waiting:
         said += f"; {result.backlog.waiting} newer events wait for older transactions to finish"
     emit(data, as_json, said)
@@ -314,7 +315,7 @@ def audit_digest(app: App, out: Path | None, verify_first: bool, as_json: bool) 
     """Sign the chain head with the configured Ed25519 key and print (or write) the digest."""
     key = signing_key(app.settings)
     stretch = audit_service.stretch_to_verify(app.engine) if verify_first else None
-    with _progress(stretch.length if stretch else 0, "verifying") as bar:
+    with _progress(stretch.length if stretch else 0, "verifying" if verify_first else "signing") as bar:
         signed = audit_service.make_digest(app.engine, key, verify_first=verify_first, progress=bar.update)
     document = signed.document
     if out is None:
