@@ -122,6 +122,36 @@ CREATE TABLE IF NOT EXISTS reset_tokens (
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON email_outbox, reset_tokens TO authledger_app;
 
+-- One row per OTP challenge, so that a code presented with its challenge id
+-- finds the user's stream. No recipient and no code: the code is never
+-- stored, the address stays in the events.
+CREATE TABLE IF NOT EXISTS otp_challenges (
+    challenge_id  uuid PRIMARY KEY,
+    user_id       text        NOT NULL,
+    status        text        NOT NULL CHECK (status IN ('open', 'superseded', 'verified', 'locked')),
+    expires_at    timestamptz NOT NULL,
+    failures      integer     NOT NULL CHECK (failures >= 0),
+    message_id    uuid        NOT NULL,
+    key_id        text        NOT NULL,
+    purpose       text        NOT NULL
+);
+
+-- Idempotency receipts of both flows: what a key named, per client, flow and
+-- user. receipt_id is a digest of that scope (projections/receipts.py). The
+-- decision on a replay is made on the user's stream; this is the fast lookup.
+CREATE TABLE IF NOT EXISTS receipts (
+    receipt_id       uuid PRIMARY KEY,
+    flow             text        NOT NULL CHECK (flow IN ('reset', 'otp')),
+    client           text,
+    user_id          text        NOT NULL,
+    idempotency_key  text        NOT NULL,
+    request_id       uuid        NOT NULL,
+    message_id       uuid        NOT NULL,
+    created_at       timestamptz NOT NULL
+);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON otp_challenges, receipts TO authledger_app;
+
 -- Hash-chain seals (issue 7, docs/audit.md): one row per event, in the log's
 -- horizon order, link_n = SHA-256(0x01 || link_{n-1} || SHA-256(0x00 ||
 -- canonical event)). Written by the sealer (a catch-up reader); the newest

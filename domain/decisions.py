@@ -91,6 +91,48 @@ class PastRequest:
     is_open: bool
 
 
+@frozen
+class Receipt:
+    """What an idempotency key names on a user's stream: a request, since when."""
+
+    request_id: UUID
+    created_at: datetime  # when the key was first answered; receipts live from here
+
+
+@frozen
+class IdempotencyKeyBound:
+    """An idempotency key was answered with an existing request (a repeat
+    within the cooldown): a replay of the key returns that request, even
+    after the cooldown has passed. Written on the user's stream of ``flow``."""
+
+    flow: str  # "reset" or "otp"
+    user_id: str
+    request_id: UUID
+    message_id: UUID
+    client: str | None
+    idempotency_key: str
+    bound_at: datetime
+
+
+def bind_key_to_reuse(
+    decision: Decision, *, flow: str, user_id: str, client: str | None,
+    idempotency_key: str | None, now: datetime,
+) -> Decision:
+    """Rule (b) with a key: record that the key now names the reused request.
+
+    Without it the key would name nothing, and a retry after the cooldown
+    would make a new request although the first answer promised the old one.
+    A refusal binds nothing: a retry after ``retry_at`` is meant to succeed.
+    """
+    outcome = decision.outcome
+    if idempotency_key is None or not isinstance(outcome, RequestOutcome) or not outcome.reused:
+        return decision
+    bound = IdempotencyKeyBound(
+        flow, user_id, outcome.request_id, outcome.message_id, client, idempotency_key, now
+    )
+    return evolve(decision, events=(*decision.events, bound))
+
+
 def replay_receipt(
     first: PastRequest | None, params: tuple[str, ...], *, now: datetime, receipt_ttl: timedelta
 ) -> Decision | None:

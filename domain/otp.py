@@ -18,9 +18,12 @@ from attrs import evolve, frozen
 
 from domain.decisions import (
     Decision,
+    IdempotencyKeyBound,
     PastRequest,
+    Receipt,
     RequestOutcome,
     VerifyOutcome,
+    bind_key_to_reuse,
     check_request_input,
     check_text,
     replay_receipt,
@@ -135,8 +138,8 @@ class OtpState:
     """Everything the OTP rules need from one user's stream."""
 
     challenges: Mapping[UUID, OtpChallenge]  # in issue order
-    # (client, idempotency_key) -> the challenge it last created.
-    receipts: Mapping[tuple[str | None, str], UUID]
+    # (client, idempotency_key) -> the challenge it last created or was bound to.
+    receipts: Mapping[tuple[str | None, str], Receipt]
     consecutive_failures: int
     account_lockouts: int
     locked_until: datetime | None
@@ -164,9 +167,12 @@ def evolve_otp(state: OtpState, event: object) -> OtpState:
         )  # fmt: skip
         state = _with_challenge(state, challenge)
         if event.idempotency_key is not None:
-            receipt = (event.client, event.idempotency_key)
-            state = evolve(state, receipts={**state.receipts, receipt: event.challenge_id})
+            receipt = Receipt(event.challenge_id, event.issued_at)
+            state = _with_receipt(state, event.client, event.idempotency_key, receipt)
         return state
+    if isinstance(event, IdempotencyKeyBound):
+        receipt = Receipt(event.request_id, event.bound_at)
+        return _with_receipt(state, event.client, event.idempotency_key, receipt)
     if isinstance(event, OtpVerificationFailed):
         state = evolve(state, consecutive_failures=event.consecutive_failures)
         challenge = state.challenges.get(event.challenge_id)
@@ -189,6 +195,10 @@ def evolve_otp(state: OtpState, event: object) -> OtpState:
     raise UnknownEventType(f"{type(event).__name__} is not an event of an OTP stream")
 
 
+def _with_receipt(state: OtpState, client: str | None, key: str, receipt: Receipt) -> OtpState:
+    return evolve(state, receipts={**state.receipts, (client, key): receipt})
+
+
 def _set_status(state: OtpState, challenge_id: UUID | None, status: str) -> OtpState:
     challenge = state.challenges.get(challenge_id) if challenge_id is not None else None
     if challenge is None or challenge.status != "open":
@@ -197,9 +207,11 @@ def _set_status(state: OtpState, challenge_id: UUID | None, status: str) -> OtpS
 
 
 def _receipt(state: OtpState, client: str | None, key: str | None) -> PastRequest | None:
-    challenge_id = state.receipts.get((client, key)) if key is not None else None
-    challenge = state.challenges.get(challenge_id) if challenge_id is not None else None
-    return challenge.past() if challenge is not None else None
+    receipt = state.receipts.get((client, key)) if key is not None else None
+    challenge = state.challenges.get(receipt.request_id) if receipt is not None else None
+    if receipt is None or challenge is None:
+        return None
+    return evolve(challenge.past(), created_at=receipt.created_at)
 
 
 def fold_otp(events: Iterable[object]) -> OtpState:
@@ -242,6 +254,7 @@ def decide_otp_request(
 
     An idempotent replay is answered even while the account is locked: it
     writes and sends nothing, and the first answer is what a replay promises.
+    A key answered by reusing the open challenge is bound to that challenge.
     """
     require_utc(now)
     params = (cmd.recipient, cmd.purpose)
@@ -259,7 +272,10 @@ def decide_otp_request(
         refusal=lambda retry_at: OtpRequestRefused(cmd.user_id, "rate_limited", now, retry_at),
     )
     if early is not None:
-        return early
+        return bind_key_to_reuse(
+            early, flow="otp", user_id=cmd.user_id, client=cmd.client,
+            idempotency_key=cmd.idempotency_key, now=now,
+        )  # fmt: skip
 
     issued = OtpChallengeIssued(
         challenge_id=challenge_id,
@@ -308,6 +324,13 @@ def _usable_challenge(state: OtpState, challenge_id: UUID, now: datetime) -> Otp
     return challenge
 
 
+def check_code_shape(code: object, digits: int) -> None:
+    """Raise ``InvalidInput`` unless ``code`` is ``digits`` ASCII digits."""
+    well_formed = isinstance(code, str) and code.isascii() and code.isdigit()
+    if not well_formed or len(code) != digits:
+        raise InvalidInput(f"the code must be {digits} digits")
+
+
 def decide_otp_verify(
     state: OtpState,
     challenge_id: UUID,
@@ -326,9 +349,7 @@ def decide_otp_verify(
     lockouts it triggers) and a ``VerifyOutcome``.
     """
     require_utc(now)
-    well_formed = isinstance(code, str) and code.isascii() and code.isdigit()
-    if not well_formed or len(code) != policy.digits:
-        raise InvalidInput(f"the code must be {policy.digits} digits")
+    check_code_shape(code, policy.digits)
     # The lock comes before the code is compared, so that a locked account
     # answers the same for right and wrong codes.
     _raise_if_account_locked(state, now)

@@ -16,8 +16,11 @@ from attrs import evolve, frozen
 from domain.decisions import (
     ConsumeOutcome,
     Decision,
+    IdempotencyKeyBound,
     PastRequest,
+    Receipt,
     RequestOutcome,
+    bind_key_to_reuse,
     check_request_input,
     replay_receipt,
     require_utc,
@@ -117,8 +120,8 @@ class ResetState:
 
     requests: Mapping[UUID, ResetRequest]  # in request order
     by_token_hash: Mapping[str, UUID]
-    # (client, idempotency_key) -> the request it last created.
-    receipts: Mapping[tuple[str | None, str], UUID]
+    # (client, idempotency_key) -> the request it last created or was bound to.
+    receipts: Mapping[tuple[str | None, str], Receipt]
 
 
 def initial_reset_state() -> ResetState:
@@ -144,9 +147,12 @@ def evolve_reset(state: ResetState, event: object) -> ResetState:
             by_token_hash={**state.by_token_hash, event.token_hash: event.request_id},
         )
         if event.idempotency_key is not None:
-            receipt = (event.client, event.idempotency_key)
-            state = evolve(state, receipts={**state.receipts, receipt: event.request_id})
+            receipt = Receipt(event.request_id, event.requested_at)
+            state = _with_receipt(state, event.client, event.idempotency_key, receipt)
         return state
+    if isinstance(event, IdempotencyKeyBound):
+        receipt = Receipt(event.request_id, event.bound_at)
+        return _with_receipt(state, event.client, event.idempotency_key, receipt)
     if isinstance(event, ResetSuperseded):
         request = state.requests.get(event.request_id)
         if request is None or request.status != "open":
@@ -166,6 +172,10 @@ def evolve_reset(state: ResetState, event: object) -> ResetState:
     raise UnknownEventType(f"{type(event).__name__} is not an event of a reset stream")
 
 
+def _with_receipt(state: ResetState, client: str | None, key: str, receipt: Receipt) -> ResetState:
+    return evolve(state, receipts={**state.receipts, (client, key): receipt})
+
+
 def fold_reset(events: Iterable[object]) -> ResetState:
     """The state after all ``events``, oldest first."""
     state = initial_reset_state()
@@ -179,9 +189,11 @@ def _open_requests(state: ResetState) -> list[ResetRequest]:
 
 
 def _receipt(state: ResetState, client: str | None, key: str | None) -> PastRequest | None:
-    request_id = state.receipts.get((client, key)) if key is not None else None
-    request = state.requests.get(request_id) if request_id is not None else None
-    return request.past() if request is not None else None
+    receipt = state.receipts.get((client, key)) if key is not None else None
+    request = state.requests.get(receipt.request_id) if receipt is not None else None
+    if receipt is None or request is None:
+        return None
+    return evolve(request.past(), created_at=receipt.created_at)
 
 
 def decide_reset_request(
@@ -198,7 +210,7 @@ def decide_reset_request(
     replays the first outcome, or raises ``IdempotencyMismatch`` for another
     recipient; (b) a repeat within the cooldown reuses the open request; (c)
     the hourly limit refuses; (d) a new request supersedes every open one and
-    queues a reset link."""
+    queues a reset link. A key answered by (b) is bound to the reused request."""
     require_utc(now)
     params = (cmd.recipient,)
     first = _receipt(state, cmd.client, cmd.idempotency_key)
@@ -214,7 +226,10 @@ def decide_reset_request(
         refusal=lambda retry_at: ResetRequestRefused(cmd.user_id, "rate_limited", now, retry_at),
     )
     if early is not None:
-        return early
+        return bind_key_to_reuse(
+            early, flow="reset", user_id=cmd.user_id, client=cmd.client,
+            idempotency_key=cmd.idempotency_key, now=now,
+        )  # fmt: skip
 
     token = derive_reset_token(keys.current, request_id)
     requested = ResetRequested(

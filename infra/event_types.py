@@ -7,7 +7,7 @@ version here and registering an upcaster in ``infra.upcasters``.
 
 from __future__ import annotations
 
-from domain import email, otp, reset
+from domain import decisions, email, otp, reset
 
 # tag -> (class, current schema version)
 EVENT_TYPES: dict[str, tuple[type, int]] = {
@@ -21,6 +21,7 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "OtpChallengeVerified": (otp.OtpChallengeVerified, 1),
     "OtpChallengeLockedOut": (otp.OtpChallengeLockedOut, 1),
     "OtpRequestRefused": (otp.OtpRequestRefused, 1),
+    "IdempotencyKeyBound": (decisions.IdempotencyKeyBound, 1),
     "EmailQueued": (email.EmailQueued, 1),
     "LeaseClaimed": (email.LeaseClaimed, 1),
     "LeaseExpired": (email.LeaseExpired, 1),

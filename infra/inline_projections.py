@@ -19,7 +19,9 @@ from sqlalchemy.dialects.postgresql import insert
 from domain import email
 from domain.log import RecordedEvent
 from infra import tables
+from projections.otp_challenges import OtpChallengeRow, evolve_otp_challenge, otp_challenge_key
 from projections.outbox import OutboxRow, evolve_outbox
+from projections.receipts import ReceiptRow, evolve_receipt, receipt_key
 from projections.reset_tokens import ResetTokenRow, evolve_reset_token, reset_token_key
 
 EMAIL_EVENTS = (
@@ -61,7 +63,12 @@ OUTBOX = InlineProjection("email_outbox", tables.email_outbox, OutboxRow, "messa
 RESET_TOKENS = InlineProjection(
     "reset_tokens", tables.reset_tokens, ResetTokenRow, "request_id", reset_token_key, evolve_reset_token
 )
-INLINE: list[InlineProjection] = [OUTBOX, RESET_TOKENS]
+OTP_CHALLENGES = InlineProjection(
+    "otp_challenges", tables.otp_challenges, OtpChallengeRow, "challenge_id", otp_challenge_key,
+    evolve_otp_challenge,
+)
+RECEIPTS = InlineProjection("receipts", tables.receipts, ReceiptRow, "receipt_id", receipt_key, evolve_receipt)
+INLINE: list[InlineProjection] = [OUTBOX, RESET_TOKENS, OTP_CHALLENGES, RECEIPTS]
 
 
 def apply_inline(connection: Connection, recorded: Sequence[RecordedEvent]) -> None:

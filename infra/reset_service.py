@@ -22,15 +22,25 @@ from domain.reset import (
 from domain.tokens import hash_token
 from infra import tables
 from infra.database import database_errors
-from infra.services import ServiceContext, decide_on_stream, load_state
+from infra.services import IdempotencyLock, InFlight, ServiceContext, decide_on_stream, load_state
 
 # A token is 32 bytes of HMAC in base64url without padding: 43 characters.
 TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
-def request_reset(ctx: ServiceContext, cmd: RequestReset, metadata: Mapping[str, Any] | None = None) -> RequestOutcome:
-    """Issue (or reuse) a reset request and queue its email; ``RateLimited`` past the hourly limit."""
+def request_reset(
+    ctx: ServiceContext, cmd: RequestReset, metadata: Mapping[str, Any] | None = None, *,
+    in_flight: InFlight = "wait",
+) -> RequestOutcome:
+    """Issue (or reuse) a reset request and queue its email; ``RateLimited`` past the hourly limit.
+
+    A replayed idempotency key answers the first outcome; another recipient
+    under the same key is ``IdempotencyMismatch``. While a request with the
+    same key runs, ``in_flight`` says whether to "wait" for it or "refuse"
+    with ``RequestInFlight``.
+    """
     now = ctx.clock.now()
+    lock = IdempotencyLock.for_request("reset", cmd.client, cmd.user_id, cmd.idempotency_key, in_flight)
     request_id, message_id = ctx.new_id(), ctx.new_id()
     decision = decide_on_stream(
         ctx, reset_stream(cmd.user_id), fold_reset,
@@ -39,6 +49,7 @@ def request_reset(ctx: ServiceContext, cmd: RequestReset, metadata: Mapping[str,
             keys=ctx.keys, policy=ctx.reset_policy,
         ),
         metadata,
+        idempotency_lock=lock,
     )
     if isinstance(decision.outcome, Refused):
         raise RateLimited(

@@ -28,3 +28,17 @@ reset_tokens = Table(
     Column("token_hash", Text), Column("user_id", Text), Column("key_id", Text),
     Column("message_id", Uuid), Column("expires_at", _tz()), Column("status", Text),
 )
+
+otp_challenges = Table(
+    "otp_challenges", metadata,
+    Column("challenge_id", Uuid, primary_key=True),
+    Column("user_id", Text), Column("status", Text), Column("expires_at", _tz()), Column("failures", Integer),
+    Column("message_id", Uuid), Column("key_id", Text), Column("purpose", Text),
+)
+
+receipts = Table(
+    "receipts", metadata,
+    Column("receipt_id", Uuid, primary_key=True),
+    Column("flow", Text), Column("client", Text), Column("user_id", Text), Column("idempotency_key", Text),
+    Column("request_id", Uuid), Column("message_id", Uuid), Column("created_at", _tz()),
+)

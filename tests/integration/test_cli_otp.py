@@ -1,0 +1,148 @@
+"""The OTP flow and idempotency keys through the `authledger` command."""
+
+from __future__ import annotations
+
+import base64
+import json
+import mailbox
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import Engine, text
+
+from cli import cli
+from domain.tokens import derive_otp_code
+
+KEY = b"s" * 32
+KEYS = "k1:" + base64.urlsafe_b64encode(KEY).decode().rstrip("=")
+
+
+@pytest.fixture
+def env(database_url: str, tmp_path: Path) -> dict[str, str]:
+    return {
+        "DATABASE_URL": database_url,
+        "AUTHLEDGER_TOKEN_KEYS": KEYS,
+        "AUTHLEDGER_MAILDIR": str(tmp_path / "maildir"),
+        "AUTHLEDGER_LOG_FORMAT": "json",
+    }
+
+
+def run(env: dict[str, str], *args: str) -> tuple[int, str]:
+    """Exit code, and stdout on success or everything printed on failure."""
+    result = CliRunner().invoke(cli, list(args), env=env)
+    return result.exit_code, result.stdout if result.exit_code == 0 else result.output
+
+
+def event_count(engine: Engine) -> int:
+    with engine.connect() as connection:
+        return connection.execute(text("SELECT count(*) FROM events")).scalar_one()
+
+
+def code_of(challenge_id: str) -> str:
+    return derive_otp_code(KEY, UUID(challenge_id), 6)
+
+
+def wrong(code: str) -> str:
+    return str((int(code) + 1) % 10**6).zfill(6)
+
+
+def request(env: dict[str, str], *extra: str) -> dict[str, object]:
+    code, output = run(env, "otp", "request", "--user-id", "42", "--email", "ada@example.test", *extra, "--json")
+    assert code == 0, output
+    return json.loads(output)
+
+
+def test_request_deliver_and_verify_a_code_from_the_command_line(env: dict[str, str]) -> None:
+    answer = request(env, "--purpose", "login")
+    assert set(answer) >= {"challenge_id", "message_id", "expires_at", "reused"} and answer["reused"] is False
+
+    code, output = run(env, "worker", "--once", "--json")
+    assert code == 0 and json.loads(output) == {"sent": 1}
+    [message] = mailbox.Maildir(env["AUTHLEDGER_MAILDIR"], create=False)
+    text_part = next(part for part in message.walk() if part.get_content_type() == "text/plain")
+    body = text_part.get_payload(decode=True).decode()
+    sent_code = next(line for line in body.splitlines() if line.strip().isdigit()).strip()
+    assert sent_code == code_of(str(answer["challenge_id"]))
+
+    code, output = run(env, "otp", "verify", str(answer["challenge_id"]), sent_code, "--json")
+    assert code == 0, output
+    assert json.loads(output) == {"verified": True, "challenge_id": answer["challenge_id"], "attempts_left": 5}
+    code, output = run(env, "otp", "verify", str(answer["challenge_id"]), sent_code)
+    assert code == 4 and "already used" in output and sent_code not in output
+
+
+def test_a_repeat_with_the_same_key_returns_the_same_challenge(env: dict[str, str]) -> None:
+    first = request(env, "--idempotency-key", "k-1")
+    again = request(env, "--idempotency-key", "k-1")
+    assert {k: again[k] for k in ("challenge_id", "message_id", "expires_at")} == {
+        k: first[k] for k in ("challenge_id", "message_id", "expires_at")
+    }
+    assert again["reused"] is True
+
+
+def test_a_wrong_code_exits_non_zero_and_says_how_many_attempts_are_left(env: dict[str, str]) -> None:
+    challenge_id = str(request(env)["challenge_id"])
+    bad = wrong(code_of(challenge_id))
+
+    code, output = run(env, "otp", "verify", challenge_id, bad)
+    assert code == 4
+    assert output == "Error: The code is wrong; 4 attempts left.\n"
+
+    result = CliRunner().invoke(cli, ["otp", "verify", challenge_id, bad, "--json"], env=env)
+    assert result.exit_code == 4
+    assert json.loads(result.stdout) == {
+        "verified": False, "attempts_left": 3, "error": "The code is wrong; 3 attempts left.",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("challenge_id", "code", "said"),
+    [
+        ("not-a-uuid", "123456", "the challenge id must be a UUID"),
+        ("123e4567-e89b-12d3-a456-426614174000", "12345", "the code must be 6 digits"),
+        ("123e4567-e89b-12d3-a456-426614174000", "abcdef", "the code must be 6 digits"),
+    ],
+)
+def test_a_malformed_challenge_id_or_code_is_a_one_line_error_and_writes_nothing(
+    env: dict[str, str], engine: Engine, challenge_id: str, code: str, said: str
+) -> None:
+    request(env)
+    before = event_count(engine)
+
+    exit_code, output = run(env, "otp", "verify", challenge_id, code)
+
+    assert exit_code == 2
+    assert output.startswith("Error: ") and said in output and output.count("\n") == 1
+    assert event_count(engine) == before
+
+
+def test_an_otp_key_reused_with_another_address_is_a_clear_mismatch(env: dict[str, str], engine: Engine) -> None:
+    request(env, "--idempotency-key", "k-1")
+    before = event_count(engine)
+
+    code, output = run(env, "otp", "request", "--user-id", "42", "--email", "eve@example.test",
+                       "--idempotency-key", "k-1")  # fmt: skip
+
+    assert code == 5
+    assert output == (
+        "Error: idempotency key 'k-1' was already used for user 42 with a different email address or purpose; "
+        "retry with the same parameters, or use a new key for a new request\n"
+    )
+    assert "ada@example.test" not in output
+    assert event_count(engine) == before
+
+
+def test_a_reset_key_reused_with_another_address_is_a_clear_mismatch(env: dict[str, str], engine: Engine) -> None:
+    args = ["reset", "request", "--user-id", "42", "--idempotency-key", "r-1"]
+    code, output = run(env, *args, "--email", "ada@example.test")
+    assert code == 0, output
+    before = event_count(engine)
+
+    code, output = run(env, *args, "--email", "eve@example.test")
+
+    assert code == 5
+    assert "idempotency key 'r-1' was already used for user 42 with a different email address" in output
+    assert output.count("\n") == 1
+    assert event_count(engine) == before

