@@ -181,4 +181,17 @@ CREATE TRIGGER seals_no_truncate
 REVOKE ALL ON seals FROM PUBLIC;
 GRANT SELECT, INSERT ON seals TO authledger_app;
 
+-- API clients of the HTTP API (issue 5): an inline projection of the
+-- client:<name> streams. Only the SHA-256 of a key is kept; the key is shown
+-- once when the client is created.
+CREATE TABLE IF NOT EXISTS api_clients (
+    name        text PRIMARY KEY,
+    key_hash    text        NOT NULL UNIQUE,
+    status      text        NOT NULL CHECK (status IN ('active', 'revoked')),
+    created_at  timestamptz NOT NULL,
+    revoked_at  timestamptz
+);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON api_clients TO authledger_app;
+
 INSERT INTO schema_version (version) VALUES (1) ON CONFLICT DO NOTHING;

@@ -8,6 +8,7 @@ version here and registering an upcaster in ``infra.upcasters``.
 from __future__ import annotations
 
 from domain import decisions, email, otp, reset
+from domain import clients
 
 # tag -> (class, current schema version)
 EVENT_TYPES: dict[str, tuple[type, int]] = {
@@ -30,4 +31,6 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "ProviderAccepted": (email.ProviderAccepted, 1),
     "DeliverySkipped": (email.DeliverySkipped, 1),
     "DeliveryAbandoned": (email.DeliveryAbandoned, 1),
+    "ClientRegistered": (clients.ClientRegistered, 1),
+    "ClientRevoked": (clients.ClientRevoked, 1),
 }

@@ -19,6 +19,7 @@ from sqlalchemy.dialects.postgresql import insert
 from domain import email
 from domain.log import RecordedEvent
 from infra import tables
+from projections.api_clients import ApiClientRow, api_client_key, evolve_api_client
 from projections.otp_challenges import OtpChallengeRow, evolve_otp_challenge, otp_challenge_key
 from projections.outbox import OutboxRow, evolve_outbox
 from projections.receipts import ReceiptRow, evolve_receipt, receipt_key
@@ -68,7 +69,10 @@ OTP_CHALLENGES = InlineProjection(
     evolve_otp_challenge,
 )
 RECEIPTS = InlineProjection("receipts", tables.receipts, ReceiptRow, "receipt_id", receipt_key, evolve_receipt)
-INLINE: list[InlineProjection] = [OUTBOX, RESET_TOKENS, OTP_CHALLENGES, RECEIPTS]
+API_CLIENTS = InlineProjection(
+    "api_clients", tables.api_clients, ApiClientRow, "name", api_client_key, evolve_api_client
+)
+INLINE: list[InlineProjection] = [OUTBOX, RESET_TOKENS, OTP_CHALLENGES, RECEIPTS, API_CLIENTS]
 
 
 def apply_inline(connection: Connection, recorded: Sequence[RecordedEvent]) -> None:

@@ -42,3 +42,9 @@ receipts = Table(
     Column("flow", Text), Column("client", Text), Column("user_id", Text), Column("idempotency_key", Text),
     Column("request_id", Uuid), Column("message_id", Uuid), Column("created_at", _tz()),
 )
+
+api_clients = Table(
+    "api_clients", metadata,
+    Column("name", Text, primary_key=True),
+    Column("key_hash", Text), Column("status", Text), Column("created_at", _tz()), Column("revoked_at", _tz()),
+)

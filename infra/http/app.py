@@ -1,0 +1,312 @@
+"""The HTTP API: a Starlette application over the service functions.
+
+Handlers are thin: check the headers, read and check the body, then run the
+database work (authenticate the key, call the service) in Starlette's
+threadpool, where the sync SQLAlchemy pool lives. Every error becomes a
+problem+json response in ``infra.http.problems``; anything unexpected is
+logged with its traceback and answered with a bare 500.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import text
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from domain.errors import AuthledgerError, InvalidInput, NotFound, SchemaMismatch, Unauthorized
+from domain.otp import RequestOtp
+from domain.reset import RequestReset
+from infra import otp_service, reset_service, tables
+from infra.database import database_errors
+from infra.http import schemas
+from infra.http.clients import client_of_key
+from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from infra.http.metrics import LogMetrics, render
+from infra.http.openapi import openapi_document
+from infra.http.problems import (
+    InternalError,
+    InvalidQuery,
+    InvalidRequestId,
+    MethodNotAllowed,
+    RouteNotFound,
+    problem_response,
+)
+from infra.http.timeline import message_timeline, request_timeline, user_timeline
+from infra.http.validation import MAX_BODY_BYTES, bearer_key, idempotency_key, read_json, single_query
+from infra.logs import FIELDS, log_event
+from infra.schema import SCHEMA_VERSION, current_version
+from infra.services import ServiceContext
+from infra.worker import Worker
+
+log = logging.getLogger("authledger.http")
+REQUEST_ID = re.compile(schemas.REQUEST_ID_PATTERN.strip("^$"))
+MISSING_TABLES = text("SELECT name FROM unnest(CAST(:names AS text[])) AS name WHERE to_regclass(name) IS NULL")
+TIMELINE_QUERY = {"user_id": schemas.USER_ID, "request_id": {"type": "string"}, "message_id": {"type": "string"}}
+
+
+def _json(data: dict[str, Any], status_code: int = 200) -> JSONResponse:
+    return JSONResponse(data, status_code=status_code)
+
+
+class Api:
+    """The handlers, bound to one ``ServiceContext``."""
+
+    def __init__(self, ctx: ServiceContext, *, max_body_bytes: int) -> None:
+        self.ctx = ctx
+        self.max_body_bytes = max_body_bytes
+        self.log_metrics = LogMetrics()
+        self.document = openapi_document(max_body_bytes=max_body_bytes)
+
+    # -- shared steps ---------------------------------------------------------------------------
+
+    def _client(self, api_key: str) -> str:
+        client = client_of_key(self.ctx.engine, api_key)
+        if client is None:
+            raise Unauthorized("the API key is unknown or revoked")
+        return client
+
+    def _metadata(self, request: Request, client: str) -> dict[str, str]:
+        request.state.client = client
+        request_id = request.state.request_id
+        return {"client": client, "actor": f"client:{client}", "request_id": request_id,
+                "correlation_id": request_id}
+
+    async def _checked(self, request: Request, schema: schemas.Schema, *, create: bool = False
+                       ) -> tuple[dict[str, Any], str | None]:
+        """The body (and a create's Idempotency-Key), checked before any database work: nothing is written."""
+        bearer_key(request)  # 401 first when there is no key at all
+        key = idempotency_key(request) if create else None
+        return await read_json(request, schema, limit=self.max_body_bytes), key
+
+    async def _authenticated(self, request: Request, work: Callable[[str], Any]) -> Any:
+        """Run ``work(client)`` in the threadpool after authenticating the request's key there."""
+        api_key = bearer_key(request)
+        return await run_in_threadpool(lambda: work(self._client(api_key)))
+
+    # -- password resets ------------------------------------------------------------------------
+
+    async def create_reset(self, request: Request) -> Response:
+        body, key = await self._checked(request, schemas.RESET_CREATE, create=True)
+        outcome = await self._authenticated(request, lambda client: reset_service.request_reset(
+            self.ctx, RequestReset(body["user_id"], body["email"], key, client), self._metadata(request, client),
+            in_flight="refuse"))
+        return _json({"request_id": str(outcome.request_id), "message_id": str(outcome.message_id),
+                      "expires_at": outcome.expires_at.isoformat()}, 202)
+
+    async def verify_reset(self, request: Request) -> Response:
+        body, _ = await self._checked(request, schemas.TOKEN_BODY)
+        found = await self._authenticated(request, lambda _: reset_service.verify_token(self.ctx, body["token"]))
+        return _json({"valid": True, "request_id": str(found.request_id), "user_id": found.user_id,
+                      "expires_at": found.expires_at.isoformat()})
+
+    async def consume_reset(self, request: Request) -> Response:
+        body, _ = await self._checked(request, schemas.TOKEN_BODY)
+        outcome = await self._authenticated(request, lambda client: reset_service.consume_token(
+            self.ctx, body["token"], self._metadata(request, client)))
+        return _json({"consumed": True, "request_id": str(outcome.request_id), "user_id": outcome.user_id,
+                      "completed_at": outcome.completed_at.isoformat()})
+
+    # -- OTP ------------------------------------------------------------------------------------
+
+    async def create_challenge(self, request: Request) -> Response:
+        body, key = await self._checked(request, schemas.OTP_CREATE, create=True)
+        outcome = await self._authenticated(request, lambda client: otp_service.request_otp(
+            self.ctx, RequestOtp(body["user_id"], body["email"], body.get("purpose", "login"), key, client),
+            self._metadata(request, client), in_flight="refuse"))
+        return _json({"challenge_id": str(outcome.request_id), "message_id": str(outcome.message_id),
+                      "expires_at": outcome.expires_at.isoformat()}, 202)
+
+    async def verify_challenge(self, request: Request) -> Response:
+        challenge_id = _path_uuid(request.path_params["challenge_id"], "challenge")
+        body, _ = await self._checked(request, schemas.CODE_BODY)
+        await self._authenticated(request, lambda client: otp_service.verify_code(
+            self.ctx, challenge_id, body["code"], self._metadata(request, client)))
+        return _json({"verified": True, "challenge_id": str(challenge_id)})
+
+    # -- support and operations -----------------------------------------------------------------
+
+    async def timeline(self, request: Request) -> Response:
+        bearer_key(request)
+        query = single_query(request, TIMELINE_QUERY)
+        if len(query) != 1:
+            raise InvalidQuery("give exactly one of user_id, request_id or message_id")
+        [(name, value)] = query.items()
+
+        def work(client: str) -> Any:
+            if name == "user_id":
+                return user_timeline(self.ctx, value)
+            finder = request_timeline if name == "request_id" else message_timeline
+            return finder(self.ctx, _query_uuid(name, value))
+
+        found = await self._authenticated(request, work)
+        return _json(found.as_json())
+
+    async def healthz(self, request: Request) -> Response:
+        return _json({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        await run_in_threadpool(self._check_ready)
+        return _json({"status": "ready", "schema_version": SCHEMA_VERSION})
+
+    def _check_ready(self) -> None:
+        with database_errors(), self.ctx.engine.connect() as connection:
+            version = current_version(connection)
+            missing = connection.execute(MISSING_TABLES, {"names": list(tables.metadata.tables)}).scalars().all()
+        problems = [] if version == SCHEMA_VERSION else [
+            "no authledger schema" if version is None else f"schema version {version}, not {SCHEMA_VERSION}"
+        ]
+        problems += [f"no table {name}" for name in missing]
+        if problems:
+            raise SchemaMismatch(f"the database is not ready: {'; '.join(problems)}; run `authledger db init`")
+
+    def start_metrics(self) -> None:
+        with database_errors(), self.ctx.engine.connect() as connection:
+            self.log_metrics.start(connection)
+
+    async def metrics(self, request: Request) -> Response:
+        exposition = await run_in_threadpool(render, self.ctx, self.log_metrics)
+        return Response(exposition, media_type=METRICS_CONTENT_TYPE)
+
+    async def openapi(self, request: Request) -> Response:
+        return _json(self.document)
+
+
+def _path_uuid(value: str, what: str) -> UUID:
+    try:
+        return UUID(value)
+    except ValueError:
+        raise NotFound(f"no {what} {value!r}: ids are UUIDs") from None
+
+
+def _query_uuid(name: str, value: str) -> UUID:
+    try:
+        return UUID(value)
+    except ValueError:
+        raise InvalidQuery(f"{name} must be a UUID") from None
+
+
+class RequestContext:
+    """Outermost layer: the request id, one log line per request, and the last-resort 500.
+
+    Errors the handlers raise are turned into problems by the exception
+    handlers below; whatever escapes them is a bug, answered with a 500 that
+    says nothing and logged with its traceback.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started, status = time.perf_counter(), 500
+        given = Request(scope).headers.getlist("x-request-id")
+        valid = len(given) == 1 and REQUEST_ID.fullmatch(given[0]) is not None
+        request_id = given[0] if valid else uuid.uuid4().hex
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        response_started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal response_started, status
+            if message["type"] == "http.response.start":
+                response_started, status = True, message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        try:
+            if given and not valid:
+                error = InvalidRequestId("X-Request-Id must be one value of 1-128 of A-Z a-z 0-9 . _ : @ / + = -")
+                await problem_response(error)(scope, receive, send_with_id)
+            else:
+                await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("unhandled error", extra={FIELDS: {"request_id": request_id}})
+            if not response_started:
+                await problem_response(InternalError())(scope, receive, send_with_id)
+        finally:
+            log_event(log, "http request", method=scope["method"], path=scope["path"], status=status,
+                      ms=round((time.perf_counter() - started) * 1000, 1), request_id=request_id,
+                      client=state.get("client"))
+
+
+def create_app(
+    ctx: ServiceContext, *, worker: Worker | None = None, max_body_bytes: int = MAX_BODY_BYTES
+) -> Starlette:
+    """The API over ``ctx``; with ``worker``, delivery runs in a thread for the app's lifetime."""
+    api = Api(ctx, max_body_bytes=max_body_bytes)
+
+    async def on_error(request: Request, error: Exception) -> Response:
+        assert isinstance(error, AuthledgerError)
+        if error.http_status >= 500:  # the client is told little; the operator gets the whole message
+            log_event(log, "request failed", logging.ERROR, problem=error.problem_type, error=error.message,
+                      request_id=request.state.request_id)
+        return problem_response(error, now=ctx.clock.now())
+
+    async def on_http_error(request: Request, error: Exception) -> Response:
+        assert isinstance(error, HTTPException)
+        if error.status_code == 405:
+            allowed = (error.headers or {}).get("Allow", "")
+            return problem_response(MethodNotAllowed(f"{request.method} is not allowed here; use {allowed}"),
+                                    headers={"Allow": allowed})
+        if error.status_code == 404:
+            return problem_response(RouteNotFound(f"no resource at {request.url.path}"))
+        return problem_response(InvalidInput(str(error.detail)))
+
+    routes = [
+        Route("/v1/password-resets", api.create_reset, methods=["POST"]),
+        Route("/v1/password-resets/verify", api.verify_reset, methods=["POST"]),
+        Route("/v1/password-resets/consume", api.consume_reset, methods=["POST"]),
+        Route("/v1/otp/challenges", api.create_challenge, methods=["POST"]),
+        Route("/v1/otp/challenges/{challenge_id}/verify", api.verify_challenge, methods=["POST"]),
+        Route("/v1/timeline", api.timeline, methods=["GET"]),
+        Route("/healthz", api.healthz, methods=["GET"]),
+        Route("/readyz", api.readyz, methods=["GET"]),
+        Route("/metrics", api.metrics, methods=["GET"]),
+        Route("/openapi.json", api.openapi, methods=["GET"]),
+    ]
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(RequestContext)],
+        exception_handlers={AuthledgerError: on_error, HTTPException: on_http_error},
+        lifespan=_lifespan(api, worker),
+    )
+
+
+def _lifespan(api: Api, worker: Worker | None) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            await run_in_threadpool(api.start_metrics)
+        except AuthledgerError as error:  # the database may come up later; /readyz says so meanwhile
+            log_event(log, "metrics will start at the first scrape", logging.WARNING, error=error.message)
+        if worker is None:
+            yield
+            return
+        thread = threading.Thread(target=worker.run, name="authledger-delivery", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            # The worker finishes the message in hand and gives back the rest of its batch.
+            worker.stop()
+            await run_in_threadpool(thread.join, 30.0)
+
+    return lifespan

@@ -1,0 +1,181 @@
+"""Prometheus metrics: outbox gauges from ``email_outbox``, counters and latencies from the log.
+
+Outbox gauges (messages by state, due now, age of the oldest due) are read
+from the projection at each scrape. Counters and latency histograms fold the
+log's delivery events as they commit, following it by the transaction-id
+horizon (DESIGN.md, "The event store") from where it stood when this process
+started (or, failing that, first scraped): like any process counter they start at zero, and Prometheus'
+``rate()`` and ``increase()`` read them across restarts. Each scrape folds at
+most ``MAX_EVENTS_PER_SCRAPE`` new events, so a scrape stays cheap after a burst.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from infra.database import database_errors
+from infra.outbox_status import outbox_status
+from infra.services import ServiceContext
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MAX_EVENTS_PER_SCRAPE = 20_000
+BATCH = 5_000
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+HORIZON_HEAD = text("""
+    SELECT transaction_id::text AS tx, global_position FROM events
+     WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+     ORDER BY transaction_id DESC, global_position DESC LIMIT 1
+""")
+# The delivery events past the checkpoint, with what their latencies need:
+# the queue time of the message (its stream's first event) and, for an
+# acceptance, when the lease it was sent under was claimed.
+DELIVERY_EVENTS = text("""
+    SELECT e.transaction_id::text AS tx, e.global_position, e.event_type,
+           (e.payload->>'attempt')::int AS attempt,
+           coalesce(e.payload->>'claimed_at', e.payload->>'accepted_at')::timestamptz AS at,
+           q.queued_at, c.claimed_at
+      FROM events e
+      LEFT JOIN LATERAL (
+            SELECT (x.payload->>'available_at')::timestamptz AS queued_at FROM events x
+             WHERE x.stream_id = e.stream_id AND x.stream_version = 1
+            ) q ON e.event_type IN ('LeaseClaimed', 'ProviderAccepted')
+      LEFT JOIN LATERAL (
+            SELECT (x.payload->>'claimed_at')::timestamptz AS claimed_at FROM events x
+             WHERE x.stream_id = e.stream_id AND x.event_type = 'LeaseClaimed'
+               AND x.payload->>'lease_token' = e.payload->>'lease_token'
+            ) c ON e.event_type = 'ProviderAccepted'
+     WHERE e.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+       AND (e.transaction_id, e.global_position) > (CAST(:tx AS text)::xid8, :pos)
+     ORDER BY e.transaction_id, e.global_position
+     LIMIT :limit
+""")
+
+COUNTED = {
+    "EmailQueued": "authledger_emails_queued_total",
+    "ProviderAccepted": "authledger_emails_sent_total",
+    "DeliverySkipped": "authledger_emails_skipped_total",
+    "DeliveryAbandoned": "authledger_emails_abandoned_total",
+    "SendAttemptFailed": "authledger_send_attempts_failed_total",
+    "LeaseClaimed": "authledger_leases_claimed_total",
+    "LeaseExpired": "authledger_lease_expirations_total",
+}
+HELP = {
+    "authledger_emails_queued_total": "Emails queued.",
+    "authledger_emails_sent_total": "Emails accepted by the provider.",
+    "authledger_emails_skipped_total": "Emails skipped because they went stale (superseded, expired, used).",
+    "authledger_emails_abandoned_total": "Emails given up after the attempt limit.",
+    "authledger_send_attempts_failed_total": "Failed send attempts, retryable or not.",
+    "authledger_leases_claimed_total": "Leases claimed by workers.",
+    "authledger_lease_expirations_total": "Leases that ran out before their worker recorded an outcome.",
+}
+HISTOGRAMS = {
+    "authledger_claim_latency_seconds": "From queued to first claimed by a worker.",
+    "authledger_send_latency_seconds": "From lease claimed to accepted by the provider.",
+    "authledger_delivery_latency_seconds": "From queued to accepted by the provider.",
+}
+
+
+class Histogram:
+    def __init__(self) -> None:
+        self.counts = [0] * len(BUCKETS)
+        self.total = 0
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        seconds = max(seconds, 0.0)
+        self.total += 1
+        self.sum += seconds
+        for index, bound in enumerate(BUCKETS):
+            if seconds <= bound:
+                self.counts[index] += 1
+
+    def lines(self, name: str) -> list[str]:
+        out = [f'{name}_bucket{{le="{bound}"}} {count}' for bound, count in zip(BUCKETS, self.counts, strict=True)]
+        return out + [f'{name}_bucket{{le="+Inf"}} {self.total}', f"{name}_sum {self.sum:.6f}", f"{name}_count {self.total}"]
+
+
+class LogMetrics:
+    """Counters and histograms folded from the log; one per process, safe to scrape from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._checkpoint: tuple[str, int] | None = None
+        self.counters = dict.fromkeys(HELP, 0)
+        self.histograms = {name: Histogram() for name in HISTOGRAMS}
+
+    def start(self, connection: Connection) -> None:
+        """Count from the log's horizon now (at app start, or else at the first scrape)."""
+        with self._lock:
+            if self._checkpoint is None:
+                head = connection.execute(HORIZON_HEAD).first()
+                self._checkpoint = (head.tx, head.global_position) if head else ("0", 0)
+
+    def catch_up(self, connection: Connection) -> None:
+        if self._checkpoint is None:
+            self.start(connection)
+            return
+        with self._lock:
+            folded = 0
+            while folded < MAX_EVENTS_PER_SCRAPE:
+                assert self._checkpoint is not None
+                tx, pos = self._checkpoint
+                rows = connection.execute(DELIVERY_EVENTS, {"tx": tx, "pos": pos, "limit": BATCH}).all()
+                for row in rows:
+                    self._fold(row)
+                if rows:
+                    self._checkpoint = (rows[-1].tx, rows[-1].global_position)
+                folded += len(rows)
+                if len(rows) < BATCH:
+                    break
+
+    def _fold(self, row: Any) -> None:
+        name = COUNTED.get(row.event_type)
+        if name is None:
+            return
+        self.counters[name] += 1
+        if row.at is None or row.queued_at is None:
+            return
+        if row.event_type == "LeaseClaimed" and row.attempt == 1:
+            self._observe("authledger_claim_latency_seconds", row.at - row.queued_at)
+        if row.event_type == "ProviderAccepted":
+            self._observe("authledger_delivery_latency_seconds", row.at - row.queued_at)
+            if row.claimed_at is not None:
+                self._observe("authledger_send_latency_seconds", row.at - row.claimed_at)
+
+    def _observe(self, name: str, elapsed: timedelta) -> None:
+        self.histograms[name].observe(elapsed.total_seconds())
+
+    def lines(self) -> list[str]:
+        out = []
+        with self._lock:
+            for name, value in self.counters.items():
+                out += [f"# HELP {name} {HELP[name]}", f"# TYPE {name} counter", f"{name} {value}"]
+            for name, histogram in self.histograms.items():
+                out += [f"# HELP {name} {HISTOGRAMS[name]}", f"# TYPE {name} histogram", *histogram.lines(name)]
+        return out
+
+
+def render(ctx: ServiceContext, log_metrics: LogMetrics) -> str:
+    """The whole exposition, gauges first."""
+    status = outbox_status(ctx.engine, now=ctx.clock.now())
+    out = ["# HELP authledger_outbox_messages Messages in the outbox by state.",
+           "# TYPE authledger_outbox_messages gauge"]
+    out += [f'authledger_outbox_messages{{state="{state}"}} {n}' for state, n in status["by_state"].items()]
+    oldest = status["oldest_due_seconds"]
+    out += [
+        "# HELP authledger_outbox_due_messages Pending or lease-expired messages due now.",
+        "# TYPE authledger_outbox_due_messages gauge",
+        f"authledger_outbox_due_messages {status['due_now']}",
+        "# HELP authledger_outbox_oldest_due_seconds Age of the oldest message due now (0 when none).",
+        "# TYPE authledger_outbox_oldest_due_seconds gauge",
+        f"authledger_outbox_oldest_due_seconds {0 if oldest is None or math.isnan(oldest) else max(oldest, 0)}",
+    ]
+    with database_errors(), ctx.engine.connect() as connection:
+        log_metrics.catch_up(connection)
+    return "\n".join(out + log_metrics.lines()) + "\n"

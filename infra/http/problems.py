@@ -1,0 +1,148 @@
+"""RFC 9457 problem details: the one place where an error becomes an HTTP response.
+
+Every ``AuthledgerError`` already names its HTTP status and problem type
+(``domain.errors``); the errors below add the ones only the HTTP edge can
+meet. ``problem_response`` turns any of them into
+``application/problem+json`` with the class docstring as ``title`` and the
+message as ``detail``. Server-side failures (5xx) never show their message:
+it may name hosts or internals, so the client gets the generic title and the
+log gets the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Any
+
+from starlette.responses import Response
+
+from domain.errors import (
+    AuthledgerError,
+    CodeRejected,
+    InvalidInput,
+    LockedOut,
+    NotFound,
+    RateLimited,
+    Unauthorized,
+)
+
+PROBLEM_JSON = "application/problem+json"
+TYPE_PREFIX = "urn:authledger:problem:"
+
+
+class MalformedJson(InvalidInput):
+    """The request body is not valid JSON."""
+
+    problem_type = "malformed-json"
+
+
+class InvalidBody(InvalidInput):
+    """The request body does not match the operation's schema."""
+
+    problem_type = "invalid-body"
+
+    def __init__(self, message: str, *, errors: list[dict[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or []
+
+
+class InvalidEmail(InvalidBody):
+    """The email address is not valid."""
+
+    problem_type = "invalid-email"
+
+
+class InvalidQuery(InvalidInput):
+    """The query string does not match the operation."""
+
+    problem_type = "invalid-query"
+
+
+class MissingIdempotencyKey(InvalidInput):
+    """An Idempotency-Key header is required."""
+
+    problem_type = "idempotency-key-missing"
+
+
+class InvalidIdempotencyKey(InvalidInput):
+    """The Idempotency-Key header is malformed."""
+
+    problem_type = "idempotency-key-invalid"
+
+
+class InvalidRequestId(InvalidInput):
+    """The X-Request-Id header is malformed."""
+
+    problem_type = "request-id-invalid"
+
+
+class BodyTooLarge(AuthledgerError):
+    """The request body is too large."""
+
+    http_status = 413
+    problem_type = "body-too-large"
+
+
+class UnsupportedMediaType(AuthledgerError):
+    """The request body must be application/json."""
+
+    http_status = 415
+    problem_type = "unsupported-media-type"
+
+
+class MethodNotAllowed(AuthledgerError):
+    """This method is not allowed on this resource."""
+
+    http_status = 405
+    problem_type = "method-not-allowed"
+
+
+class RouteNotFound(NotFound):
+    """No such resource."""
+
+
+class InternalError(AuthledgerError):
+    """Internal server error."""
+
+    problem_type = "internal-error"
+
+
+def title_of(error_type: type[AuthledgerError]) -> str:
+    return (error_type.__doc__ or "").strip().splitlines()[0].rstrip(".")
+
+
+def problem_body(error: AuthledgerError) -> dict[str, Any]:
+    status = error.http_status
+    shown = status < 500 or (status == 503 and _safe_503(error))
+    body: dict[str, Any] = {
+        "type": TYPE_PREFIX + error.problem_type,
+        "title": title_of(type(error)),
+        "status": status,
+        "detail": error.message if shown else title_of(type(error)) + ".",
+    }
+    if isinstance(error, RateLimited | LockedOut) and error.retry_at is not None:
+        body["retry_at"] = error.retry_at.isoformat()
+    if isinstance(error, CodeRejected):
+        body["attempts_left"] = error.attempts_left
+    if isinstance(error, InvalidBody) and error.errors:
+        body["errors"] = error.errors
+    return body
+
+
+def _safe_503(error: AuthledgerError) -> bool:
+    # A schema mismatch tells an operator what to run; an outage message names hosts.
+    return error.problem_type == "schema-mismatch"
+
+
+def problem_response(error: AuthledgerError, *, now: datetime | None = None,
+                     headers: dict[str, str] | None = None) -> Response:
+    """The problem+json response for ``error``, with Retry-After and WWW-Authenticate where they apply."""
+    headers = dict(headers or {})
+    if isinstance(error, RateLimited | LockedOut) and error.retry_at is not None and now is not None:
+        headers["Retry-After"] = str(max(1, math.ceil((error.retry_at - now).total_seconds())))
+    if isinstance(error, Unauthorized):
+        headers["WWW-Authenticate"] = 'Bearer realm="authledger"'
+    body = json.dumps(problem_body(error), separators=(",", ":")).encode()
+    return Response(body, status_code=error.http_status, headers=headers, media_type=PROBLEM_JSON)

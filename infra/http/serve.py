@@ -1,0 +1,119 @@
+"""`authledger serve`: the HTTP API and the delivery workers in one process.
+
+uvicorn runs the app; the app's lifespan runs the worker threads, so one
+SIGTERM or Ctrl-C stops both: uvicorn stops accepting, finishes the requests
+in hand, then the worker finishes its message in hand and gives back the
+rest of its batch. On the embedded default the database is initialised on
+start and a development API key is made (once) and printed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+
+from domain.errors import NotFound
+from infra.bootstrap import App
+from infra.embedded import stop_on_sigterm
+from infra.http.app import create_app
+from infra.http.clients import client_of_key, create_client, revoke_client
+from infra.logs import configure_logging
+from infra.schema import init_schema
+from infra.worker import Worker
+
+DEV_CLIENT = "dev"
+DEV_KEY_FILE = "dev-api-key"
+SERVE_METADATA = {"actor": "authledger serve", "client": "cli", "command": "serve"}
+# Requests run in a threadpool; each holds at most one connection at a time.
+API_POOL_SIZE = 10
+
+
+def ensure_dev_key(app: App) -> tuple[str, Path]:
+    """The development client's key, from the data directory, or a new client and file (mode 0600)."""
+    path = app.settings.data_dir / DEV_KEY_FILE
+    if path.exists():
+        key = path.read_text().strip()
+        if client_of_key(app.engine, key) == DEV_CLIENT:
+            return key, path
+    try:  # the file was lost or the database reset: start the dev client afresh
+        revoke_client(app.engine, DEV_CLIENT, metadata=SERVE_METADATA)
+    except NotFound:
+        pass
+    key = create_client(app.engine, DEV_CLIENT, metadata=SERVE_METADATA).api_key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(key + "\n")
+    return key, path
+
+
+def _route_uvicorn_logs() -> None:
+    """uvicorn's own lines in authledger's format; our per-request line replaces its access log."""
+    ours = logging.getLogger("authledger")
+    for name in ("uvicorn", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = ours.handlers
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
+def serve(app: App, *, host: str, port: int, workers: int, say: Callable[[str], None]) -> None:
+    """Run until SIGTERM or SIGINT, then stop the API and the workers and return."""
+    stop_on_sigterm()  # until uvicorn takes over: a SIGTERM during start-up exits cleanly
+    configure_logging(app.settings.log_format)
+    _route_uvicorn_logs()
+    app = App(app.settings, database=app.database, pool_size=API_POOL_SIZE)
+    try:
+        _serve(app, host=host, port=port, workers=workers, say=say)
+    finally:
+        app.close()
+
+
+def _serve(app: App, *, host: str, port: int, workers: int, say: Callable[[str], None]) -> None:
+    settings, base = app.settings, f"http://{host}:{port}"
+    lines = [f"authledger API on {base} (OpenAPI document at {base}/openapi.json)"]
+    if app.database.embedded:
+        init_schema(app.admin_engine)
+        lines.append(f"database: embedded PostgreSQL in {(settings.data_dir / 'pgdata').resolve()}")
+    else:
+        lines.append(f"database: {app.database.display_url}")
+    ctx = app.services
+    if settings.provider == "maildir":
+        lines.append(f"mail: delivered to the Maildir {settings.maildir_path.resolve()} (one file per email in new/)")
+    else:
+        lines.append(f"mail: sent through the {settings.provider} provider")
+    lines.append(f"delivery: {workers} worker thread(s)" if workers else "delivery: off (--workers 0)")
+    if app.database.embedded:
+        key, path = ensure_dev_key(app)
+        lines += [f"development API key (for local use only; also in {path.resolve()}):", f"  {key}"]
+    say("\n".join(lines))
+
+    worker = None
+    if workers:
+        worker = Worker(ctx, app.mailer, sender=settings.sender, concurrency=workers,
+                        poll_seconds=settings.poll_seconds)
+    config = uvicorn.Config(
+        create_app(ctx, worker=worker), host=host, port=port, log_config=None, access_log=False,
+        lifespan="on", timeout_graceful_shutdown=10, server_header=False,
+    )
+    server = uvicorn.Server(config)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        # Before uvicorn installs its handlers, and again when it re-raises
+        # the signal after its graceful shutdown: ask it to stop, never die.
+        server.should_exit = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        server.run()
+    finally:
+        if worker is not None:  # uvicorn exits without a lifespan shutdown when it cannot bind
+            worker.stop()

@@ -1,0 +1,166 @@
+"""Reading a request at the edge: bounded JSON bodies, checked against the operation's schema.
+
+Everything here runs before any database work, so a rejected request writes
+nothing. The checker covers the JSON Schema subset that ``infra.http.schemas``
+uses (objects of strings, required fields, no unknown fields, lengths and
+anchored patterns) and reports every problem with a JSON pointer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from starlette.requests import Request
+
+from domain.errors import Unauthorized
+from infra.http.problems import (
+    BodyTooLarge,
+    InvalidBody,
+    InvalidEmail,
+    InvalidIdempotencyKey,
+    InvalidQuery,
+    MalformedJson,
+    MissingIdempotencyKey,
+    UnsupportedMediaType,
+)
+from infra.http.schemas import EMAIL_PATTERN, IDEMPOTENCY_KEY_PATTERN, Schema
+
+MAX_BODY_BYTES = 16 * 1024
+API_KEY_SHAPE = re.compile(r"alk_[A-Za-z0-9_-]{43}")
+
+
+@cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    # JSON Schema patterns are ECMA-262, where a final `$` matches only at
+    # the very end; Python's also matches before a trailing newline.
+    return re.compile(pattern[:-1] + r"\Z" if pattern.endswith("$") else pattern)
+
+
+def schema_errors(schema: Schema, value: Any, pointer: str = "") -> list[dict[str, str]]:
+    """Every way ``value`` breaks ``schema``, each with a JSON pointer to the culprit."""
+    name = pointer.rsplit("/", 1)[-1] or "the body"
+    kind = schema.get("type")
+    if kind == "object":
+        if not isinstance(value, dict):
+            return [{"pointer": pointer, "detail": f"{name} must be a JSON object"}]
+        errors = [
+            {"pointer": f"{pointer}/{field}", "detail": f"{field} is required"}
+            for field in schema.get("required", []) if field not in value
+        ]
+        properties = schema.get("properties", {})
+        for field, item in value.items():
+            if field not in properties:
+                errors.append({"pointer": f"{pointer}/{field}", "detail": f"unknown field {field!r}"})
+            else:
+                errors += schema_errors(properties[field], item, f"{pointer}/{field}")
+        return errors
+    if kind == "string":
+        if not isinstance(value, str):
+            return [{"pointer": pointer, "detail": f"{name} must be a string"}]
+        detail = _string_problem(name, schema, value)
+        if detail and schema.get("pattern") == EMAIL_PATTERN:
+            detail = f"{name} {NOT_AN_EMAIL}"
+        return [{"pointer": pointer, "detail": detail}] if detail else []
+    raise ValueError(f"schema type {kind!r} is not supported by this checker")
+
+
+NOT_AN_EMAIL = "must be an email address like name@example.com"
+
+
+def _string_problem(name: str, schema: Schema, value: str) -> str | None:
+    if len(value) < schema.get("minLength", 0):
+        return f"{name} must not be empty"
+    if "maxLength" in schema and len(value) > schema["maxLength"]:
+        return f"{name} must be at most {schema['maxLength']} characters"
+    if "pattern" in schema and not _compiled(schema["pattern"]).search(value):
+        return f"{name} is malformed: {schema.get('description') or 'it must match ' + schema['pattern']}"
+    return None
+
+
+def check_body(schema: Schema, data: Any) -> dict[str, Any]:
+    """``data`` when it matches ``schema``; ``InvalidEmail`` or ``InvalidBody`` naming every problem."""
+    errors = schema_errors(schema, data)
+    if not errors:
+        return data
+    detail = "; ".join(error["detail"] for error in errors)
+    email_only = all(e["detail"].endswith(NOT_AN_EMAIL) for e in errors)
+    raise (InvalidEmail if email_only else InvalidBody)(detail, errors=errors)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        raise ValueError("a field appears twice")
+    return data
+
+
+def parse_json(raw: bytes) -> Any:
+    """Strict JSON: UTF-8, no NaN or Infinity, no field given twice."""
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+    except (UnicodeDecodeError, ValueError) as error:
+        reason = "it is not UTF-8" if isinstance(error, UnicodeDecodeError) else str(error)
+        raise MalformedJson(f"the body is not valid JSON: {reason}") from None
+
+
+async def read_json(request: Request, schema: Schema, *, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
+    """The request's JSON body, checked against ``schema``; read no further than ``limit`` bytes."""
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise UnsupportedMediaType(f"send the body as application/json, not {media_type or 'nothing'}")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"the body is {declared} bytes; the limit is {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"the body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return check_body(schema, parse_json(b"".join(chunks)))
+
+
+def idempotency_key(request: Request) -> str:
+    """The Idempotency-Key header's key: a Structured Field string or a bare token, 1-255 characters."""
+    values = request.headers.getlist("idempotency-key")
+    if not values:
+        raise MissingIdempotencyKey("send an Idempotency-Key header (a unique string, e.g. a UUID) with every create")
+    if len(values) > 1 or not _compiled(IDEMPOTENCY_KEY_PATTERN).search(values[0]):
+        raise InvalidIdempotencyKey(
+            "Idempotency-Key must be one value of 1-255 printable ASCII characters without spaces"
+        )
+    value = values[0]
+    quoted = len(value) >= 2 and value[0] == value[-1] == '"' and '"' not in value[1:-1] and "\\" not in value
+    return value[1:-1] if quoted else value
+
+
+def bearer_key(request: Request) -> str:
+    """The API key of ``Authorization: Bearer <key>``; ``Unauthorized`` when absent or not shaped like one."""
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not API_KEY_SHAPE.fullmatch(key):
+        raise Unauthorized("send a valid API key as 'Authorization: Bearer <key>'")
+    return key
+
+
+def single_query(request: Request, allowed: Mapping[str, Schema]) -> dict[str, str]:
+    """The query parameters, each at most once and each one of ``allowed``, checked against its schema."""
+    given: dict[str, str] = {}
+    for name, value in request.query_params.multi_items():
+        if name not in allowed:
+            raise InvalidQuery(f"unknown query parameter {name!r}; expected one of {', '.join(allowed)}")
+        if name in given:
+            raise InvalidQuery(f"query parameter {name!r} is given twice")
+        errors = schema_errors(allowed[name], value, f"/{name}")
+        if errors:
+            raise InvalidQuery(errors[0]["detail"])
+        given[name] = value
+    return given

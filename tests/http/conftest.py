@@ -1,0 +1,31 @@
+"""Fixtures of the HTTP tests: the API through its whole ASGI stack, on this test's database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from sqlalchemy import Engine
+
+from infra.http.clients import create_client
+from infra.services import ServiceContext
+from tests.http.support import asgi_client
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def api_key(engine: Engine) -> str:
+    """The key of a client named "shop"."""
+    return create_client(engine, "shop").api_key
+
+
+@pytest.fixture
+async def api(ctx: ServiceContext, api_key: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the app that sends a valid API key."""
+    async with asgi_client(ctx, api_key) as client:
+        yield client
