@@ -97,8 +97,13 @@ def test_a_restart_under_load_loses_nothing_committed(own_server: tuple[Path, Da
     worker.stop()
     delivering.join(timeout=15)
 
+    engine.dispose()
+
     assert refused, "some requests met the outage"
     assert accepted_after_restart, "requests succeed again once the server is back"
     assert sorted(str(e.message_id) for e in mailer.emails) == sorted(str(a.message_id) for a in accepted)
-    assert_projections_match_log(database.admin_engine())
-    engine.dispose()
+    admin = database.admin_engine()
+    try:
+        assert_projections_match_log(admin)
+    finally:
+        admin.dispose()
