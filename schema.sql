@@ -194,4 +194,49 @@ CREATE TABLE IF NOT EXISTS api_clients (
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON api_clients TO authledger_app;
 
+-- Catch-up projections (issue 6, see infra/projection_registry.py): they
+-- follow the log by the transaction-id horizon and store how far they got in
+-- projection_checkpoints, in the same transaction as the rows they write, so
+-- a reader killed mid-batch resumes without losing or counting anything twice.
+CREATE TABLE IF NOT EXISTS projection_checkpoints (
+    projection       text PRIMARY KEY,
+    transaction_id   xid8        NOT NULL DEFAULT '0'::xid8,
+    global_position  bigint      NOT NULL DEFAULT 0,
+    events_applied   bigint      NOT NULL DEFAULT 0 CHECK (events_applied >= 0),
+    updated_at       timestamptz NOT NULL DEFAULT now()
+);
+
+INSERT INTO projection_checkpoints (projection) VALUES ('delivery_stats'), ('audit_index')
+    ON CONFLICT DO NOTHING;
+
+-- delivery_stats: one row per message, so that percentiles of the time from
+-- queued to accepted are exact (projections/delivery_stats.py); the report
+-- aggregates by the UTC day queued, flow and outcome.
+CREATE TABLE IF NOT EXISTS delivery_messages (
+    message_id      uuid PRIMARY KEY,
+    flow            text        NOT NULL,
+    template        text        NOT NULL,
+    day             date        NOT NULL,
+    queued_at       timestamptz NOT NULL,
+    outcome         text        NOT NULL
+        CHECK (outcome IN ('pending', 'sent', 'skipped', 'failed', 'abandoned')),
+    attempts        integer     NOT NULL CHECK (attempts >= 0),
+    finished_at     timestamptz,
+    time_to_accept  interval
+);
+
+CREATE INDEX IF NOT EXISTS delivery_messages_by_day ON delivery_messages (day, flow, outcome);
+
+-- audit_index: user, recipient (a SHA-256 digest, never the address),
+-- request and message -> the log positions that name them.
+CREATE TABLE IF NOT EXISTS audit_index (
+    kind             text   NOT NULL CHECK (kind IN ('user', 'recipient', 'request', 'message')),
+    value            text   NOT NULL,
+    global_position  bigint NOT NULL,
+    PRIMARY KEY (kind, value, global_position)
+);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON delivery_messages, audit_index TO authledger_app;
+GRANT SELECT, INSERT, UPDATE ON projection_checkpoints TO authledger_app;
+
 INSERT INTO schema_version (version) VALUES (1) ON CONFLICT DO NOTHING;

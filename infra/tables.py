@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, DateTime, Integer, MetaData, Table, Text, Uuid
+from sqlalchemy import BigInteger, Column, Date, DateTime, Integer, Interval, MetaData, Table, Text, Uuid
 
 metadata = MetaData()
 
@@ -27,6 +27,29 @@ reset_tokens = Table(
     Column("request_id", Uuid, primary_key=True),
     Column("token_hash", Text), Column("user_id", Text), Column("key_id", Text),
     Column("message_id", Uuid), Column("expires_at", _tz()), Column("status", Text),
+)
+
+# Catch-up projections (issue 6): written by the catch-up runner, each batch
+# in one transaction with its row in projection_checkpoints.
+delivery_messages = Table(
+    "delivery_messages", metadata,
+    Column("message_id", Uuid, primary_key=True),
+    Column("flow", Text), Column("template", Text), Column("day", Date), Column("queued_at", _tz()),
+    Column("outcome", Text), Column("attempts", Integer), Column("finished_at", _tz()),
+    Column("time_to_accept", Interval),
+)
+
+audit_index = Table(
+    "audit_index", metadata,
+    Column("kind", Text, primary_key=True), Column("value", Text, primary_key=True),
+    Column("global_position", BigInteger, primary_key=True),
+)
+
+projection_checkpoints = Table(
+    "projection_checkpoints", metadata,
+    Column("projection", Text, primary_key=True),
+    Column("transaction_id", Text), Column("global_position", BigInteger),
+    Column("events_applied", BigInteger), Column("updated_at", _tz()),
 )
 
 otp_challenges = Table(

@@ -1,0 +1,137 @@
+"""Reading a stretch of the whole log in horizon order, page by page, decoded.
+
+Every whole-log reader pages through ``events`` by the key
+(transaction_id, global_position), and each reads up to a different bound:
+
+- ``horizon``: only transactions below the oldest one still running, so that
+  nothing can later commit behind the reader (catch-up projections, rebuilds);
+- ``committed``: everything the statement's snapshot sees (the last catch-up
+  of a rebuild, under a lock that keeps the projection's writers out, and
+  ``verify``, inside one repeatable-read snapshot);
+- ``upto``: up to a checkpoint, every transaction of which has committed;
+- ``as_of`` / ``to_position``: a past moment, for replays into a side schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from attrs import frozen
+from sqlalchemy import Connection, text
+
+from domain.log import Checkpoint, RecordedEvent
+from infra.serialization import EventCodec, default_codec
+
+_SELECT = """
+    SELECT global_position, stream_id, stream_version, event_id, event_type, schema_version,
+           payload, metadata, recorded_at, transaction_id::text AS transaction_id
+      FROM events
+     WHERE (transaction_id, global_position) > (CAST(:tx AS text)::xid8, :pos)
+       AND {bound}
+     ORDER BY events.transaction_id, events.global_position  -- the columns, not the text aliases
+     LIMIT :limit
+"""
+_COUNT = """
+    SELECT count(*) FROM events
+     WHERE (transaction_id, global_position) > (CAST(:tx AS text)::xid8, :pos) AND {bound}
+"""
+_BOUNDS = {
+    "horizon": "transaction_id < pg_snapshot_xmin(pg_current_snapshot())",
+    "committed": "TRUE",
+    "upto": "(transaction_id, global_position) <= (CAST(:upto_tx AS text)::xid8, :upto_pos)",
+    "as_of": "recorded_at <= :as_of",
+    "to_position": "global_position <= :to_position",
+}
+PAGES = {name: text(_SELECT.format(bound=bound)) for name, bound in _BOUNDS.items()}
+AT_POSITIONS = text("""
+    SELECT global_position, stream_id, stream_version, event_id, event_type, schema_version,
+           payload, metadata, recorded_at, transaction_id::text AS transaction_id
+      FROM events WHERE global_position = ANY(:positions)
+""")
+COUNTS = {name: text(_COUNT.format(bound=bound)) for name, bound in _BOUNDS.items()}
+
+
+@frozen
+class LogBound:
+    """How far a reader reads; build one with the functions below."""
+
+    name: str
+    params: dict[str, Any]
+
+    def describe(self) -> str:
+        if self.name == "as_of":
+            return f"as of {self.params['as_of'].isoformat()}"
+        if self.name == "to_position":
+            return f"up to position {self.params['to_position']}"
+        if self.name == "upto":
+            return f"up to checkpoint ({self.params['upto_tx']}, {self.params['upto_pos']})"
+        return self.name
+
+
+HORIZON = LogBound("horizon", {})
+COMMITTED = LogBound("committed", {})
+
+
+def upto(checkpoint: Checkpoint) -> LogBound:
+    return LogBound("upto", {"upto_tx": str(checkpoint.transaction_id), "upto_pos": checkpoint.global_position})
+
+
+def as_of(moment: datetime) -> LogBound:
+    """Events of transactions that began by ``moment`` (``recorded_at`` is the transaction's start)."""
+    return LogBound("as_of", {"as_of": moment})
+
+
+def to_position(position: int) -> LogBound:
+    return LogBound("to_position", {"to_position": position})
+
+
+def decode_row(row: Any, codec: EventCodec) -> RecordedEvent:
+    return RecordedEvent(
+        global_position=row.global_position,
+        stream_id=row.stream_id,
+        stream_version=row.stream_version,
+        event_id=row.event_id if isinstance(row.event_id, UUID) else UUID(str(row.event_id)),
+        event_type=row.event_type,
+        schema_version=row.schema_version,
+        event=codec.decode(row.event_type, row.schema_version, row.payload),
+        metadata=row.metadata,
+        recorded_at=row.recorded_at,
+        transaction_id=int(row.transaction_id),
+    )
+
+
+def read_page(
+    connection: Connection, after: Checkpoint, bound: LogBound = HORIZON, limit: int = 5000,
+    codec: EventCodec | None = None,
+) -> list[RecordedEvent]:
+    """The next ``limit`` events after ``after`` within ``bound``, in horizon order."""
+    codec = codec or default_codec()
+    params = {"tx": str(after.transaction_id), "pos": after.global_position, "limit": limit, **bound.params}
+    return [decode_row(row, codec) for row in connection.execute(PAGES[bound.name], params)]
+
+
+def pages(
+    connection: Connection, after: Checkpoint, bound: LogBound = HORIZON, limit: int = 5000,
+) -> Iterator[list[RecordedEvent]]:
+    """Pages until the bound is reached; each page is read by its own statement."""
+    while page := read_page(connection, after, bound, limit):
+        yield page
+        after = page[-1].checkpoint
+        if len(page) < limit:
+            return
+
+
+def count_events(connection: Connection, after: Checkpoint, bound: LogBound = HORIZON) -> int:
+    params = {"tx": str(after.transaction_id), "pos": after.global_position, **bound.params}
+    return connection.execute(COUNTS[bound.name], params).scalar_one()
+
+
+def read_positions(connection: Connection, positions: list[int], codec: EventCodec | None = None) -> list[RecordedEvent]:
+    """The events at these positions (those the snapshot sees), in no particular order."""
+    if not positions:
+        return []
+    codec = codec or default_codec()
+    return [decode_row(row, codec) for row in connection.execute(AT_POSITIONS, {"positions": positions})]

@@ -1,0 +1,259 @@
+"""Sentences that answer an incident review's questions, from the events alone.
+
+"Why did this user get two emails / no email / a link that did not work?"
+``explain_request``, ``explain_message`` and ``explain_user`` fold the
+events of a user's requests and their emails into small stories, then tell
+each one in log order, for example:
+
+    Reset request A ... was superseded by B at 10:02:11.000+00:00; its link stopped working then.
+    Reset request A's email M1 was skipped (superseded) by worker w2 at ...: it was not sent, ...
+    Reset request B's email M2 was accepted by provider smtp at ..., id X, on attempt 2 by w3,
+    after the lease of w1 expired.
+
+Pure: the caller loads the events; ``now`` says whether an open request has expired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from uuid import UUID
+
+from attrs import define, field
+
+from domain import decisions, email, otp, reset
+from domain.log import RecordedEvent
+from projections.timeline import event_times, format_time
+
+T = format_time
+Said = tuple[int, str]  # (position of the event it is about, the sentence)
+
+
+@define
+class Attempt:
+    number: int
+    owner: str
+    claimed_at: datetime | None
+    ended: str | None = None  # "expired", "released", "failed", or None while the lease stands
+
+
+@define
+class Message:
+    message_id: UUID
+    template: str
+    request_id: UUID
+    queued_at: datetime | None
+    attempts: list[Attempt] = field(factory=list)
+    said: list[Said] = field(factory=list)
+    finished: bool = False
+    accepted: bool = False
+
+
+@define
+class Request:
+    request_id: UUID
+    kind: str  # "Reset request" or "OTP challenge"
+    said: list[Said]
+    expires_at: datetime
+    messages: list[UUID]
+    status: str = "open"
+    superseded_by: UUID | None = None
+
+
+@define
+class Story:
+    requests: dict[UUID, Request] = field(factory=dict)
+    messages: dict[UUID, Message] = field(factory=dict)
+    user_notes: list[Said] = field(factory=list)  # refusals, account lockouts: about the user, not one request
+
+
+def _who(r: RecordedEvent) -> str:
+    metadata = r.metadata or {}
+    actor, client = metadata.get("actor"), metadata.get("client")
+    parts = [str(actor)] if actor else []
+    if client and client not in str(actor):
+        parts.append(f"client {client}")
+    return " via ".join(parts) if parts else "an unrecorded caller"
+
+
+def _label(story: Story, message_id: UUID) -> str:
+    message = story.messages.get(message_id)
+    if message is None:
+        return f"Email {message_id}"
+    request = story.requests.get(message.request_id)
+    owner = f"{request.kind} {message.request_id}" if request else f"Request {message.request_id}"
+    notice = "" if message.template in ("reset_link", "otp_code") else f" ({message.template.replace('_', ' ')} notice)"
+    return f"{owner}'s email {message_id}{notice}"
+
+
+def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
+    e, pos = r.event, r.global_position
+    match e:
+        case reset.ResetRequested() | otp.OtpChallengeIssued():
+            rid = e.request_id if isinstance(e, reset.ResetRequested) else e.challenge_id
+            kind = "Reset request" if isinstance(e, reset.ResetRequested) else "OTP challenge"
+            made = (f"{kind} {rid} for user {e.user_id} was made at {T(at)} by {_who(r)}, valid until "
+                    f"{T(e.expires_at)} (key {e.key_id}).")
+            story.requests[rid] = Request(rid, kind, [(pos, made)], e.expires_at, [e.message_id])
+        case reset.ResetSuperseded() | otp.OtpChallengeSuperseded():
+            rid = e.request_id if isinstance(e, reset.ResetSuperseded) else e.challenge_id
+            request = story.requests.get(rid)
+            if request is None:
+                return
+            request.status, request.superseded_by = "superseded", e.superseded_by
+            why = (f"by {e.superseded_by}" if e.superseded_by is not None
+                   else "because the password was changed with another request's link")
+            request.said.append((pos, f"{request.kind} {rid} was superseded {why} at {T(at)}; its link or code "
+                                      "stopped working then."))
+        case reset.ResetCompleted() if e.request_id in story.requests:
+            request = story.requests[e.request_id]
+            request.status = "completed"
+            request.messages.append(e.notice_message_id)
+            request.said.append((pos, f"Reset request {e.request_id}'s link was used at {T(at)} by {_who(r)}: "
+                                      "the password was changed, and a password-changed notice was queued."))
+        case otp.OtpChallengeVerified() | otp.OtpChallengeLockedOut() if e.challenge_id in story.requests:
+            request = story.requests[e.challenge_id]
+            request.status = "verified" if isinstance(e, otp.OtpChallengeVerified) else "locked"
+            what = "its code was verified" if request.status == "verified" else f"it was locked ({e.scope})"
+            request.said.append((pos, f"OTP challenge {e.challenge_id}: {what} at {T(at)}."))
+        case otp.OtpChallengeLockedOut():
+            until = f" until {T(e.until)}" if e.until else ""
+            story.user_notes.append((pos, f"One-time codes were locked for the whole account at {T(at)}{until}."))
+        case reset.ResetRequestRefused() | otp.OtpRequestRefused():
+            flow = "reset" if isinstance(e, reset.ResetRequestRefused) else "one-time code"
+            story.user_notes.append((pos, f"A {flow} request by {_who(r)} was refused at {T(at)} ({e.reason}): no "
+                                          f"email was queued; a new request is accepted from {T(e.retry_at)}."))
+        case decisions.IdempotencyKeyBound() if e.request_id in story.requests:
+            request = story.requests[e.request_id]
+            request.said.append((pos, f"A repeat with idempotency key {e.idempotency_key!r} at {T(at)} was answered "
+                                      f"with {request.kind.lower()} {e.request_id}; no new email was queued."))
+
+
+def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
+    e, pos = r.event, r.global_position
+    if isinstance(e, email.EmailQueued):
+        story.messages[e.message_id] = Message(e.message_id, e.template, e.request_id, at)
+        return
+    message = story.messages.get(e.message_id)
+    if message is None:
+        return
+    label, current = _label(story, e.message_id), message.attempts[-1] if message.attempts else None
+    by = f" by {current.owner}" if current is not None else ""
+    match e:
+        case email.LeaseClaimed():
+            message.attempts.append(Attempt(e.attempt, e.lease_owner, at))
+            return
+        case email.LeaseExpired():
+            taken = f" (attempt {current.number}, taken at {T(current.claimed_at)})" if current is not None else ""
+            said = (f"{label}: the lease of {e.lease_owner}{taken} was found expired at {T(at)} with no outcome "
+                    "recorded: that worker stopped mid-delivery and may already have handed the email to the "
+                    "provider. The retry reuses the message id as idempotency key and Message-ID header: a "
+                    "provider that honours it sends one email; one that does not (plain SMTP) may deliver two.")
+            ended = "expired"
+        case email.LeaseReleased():
+            said, ended = f"{label} was given back by {e.lease_owner} at {T(at)} (worker stopping).", "released"
+        case email.SendAttemptFailed(retry_at=None, retryable=True):
+            said = f"{label}: attempt {e.attempt}{by} failed at {T(at)}: {e.error}; that was the last attempt allowed."
+            ended = "failed"
+        case email.SendAttemptFailed(retry_at=None):
+            said = (f"{label}: attempt {e.attempt}{by} failed for good at {T(at)}: {e.error} (the provider refused "
+                    "it permanently); it was not sent.")
+            ended, message.finished = "failed", True
+        case email.SendAttemptFailed():
+            unknown = " (the provider may have received it)" if e.outcome_unknown else ""
+            said = (f"{label}: attempt {e.attempt}{by} failed at {T(at)}: {e.error}{unknown}; retry due at "
+                    f"{T(e.retry_at)}.")
+            ended = "failed"
+        case email.ProviderAccepted():
+            expired = [a.owner for a in message.attempts[:-1] if a.ended == "expired"]
+            after = f", after the lease of {expired[-1]} expired" if expired else ""
+            said = (f"{label} was accepted by provider {e.provider} at {T(at)}, id {e.provider_message_id}, on "
+                    f"attempt {e.attempt}{by}{after}.")
+            ended, message.finished, message.accepted = "sent", True, True
+        case email.DeliverySkipped():
+            worker = (r.metadata or {}).get("actor") or "a worker"
+            said = (f"{label} was skipped ({e.reason}) by worker {worker} at {T(at)}: it was not sent, because it "
+                    "was no longer wanted when a worker picked it up.")
+            ended, message.finished = "skipped", True
+        case email.DeliveryAbandoned():
+            said = (f"{label} was abandoned at {T(at)} after {e.attempts} attempts (last error: {e.last_error}): "
+                    "it was not sent.")
+            ended, message.finished = "abandoned", True
+        case _:
+            return
+    if current is not None and current.ended is None:
+        current.ended = ended
+    message.said.append((pos, said))
+
+
+def build_story(events: Iterable[RecordedEvent]) -> Story:
+    events = sorted(events, key=lambda r: r.global_position)
+    times, story = event_times(events), Story()
+    for r in events:
+        fold = _email_event if r.stream_id.startswith("email:") else _request_event
+        fold(story, r, times[r.global_position])
+    return story
+
+
+def _still(story: Story, request: Request, now: datetime) -> list[str]:
+    """What is still going on: mail not sent yet, a request not used yet."""
+    lines = []
+    for message_id in request.messages:
+        message = story.messages.get(message_id)
+        if message is None or message.finished:
+            continue
+        current = message.attempts[-1] if message.attempts else None
+        if current is not None and current.ended is None:
+            lines.append(f"{_label(story, message_id)} is leased to {current.owner} (attempt {current.number}) "
+                         "with no outcome recorded yet.")
+        else:
+            lines.append(f"{_label(story, message_id)} has not been sent yet: it is waiting for a worker "
+                         f"(queued at {T(message.queued_at)}).")
+    if request.status == "open":
+        lines.append(f"{request.kind} {request.request_id} expired unused at {T(request.expires_at)}."
+                     if now >= request.expires_at else
+                     f"{request.kind} {request.request_id} is still open; its link or code works until "
+                     f"{T(request.expires_at)}.")
+    return lines
+
+
+def request_sentences(story: Story, request_id: UUID, now: datetime, *, follow: bool = True) -> list[str]:
+    """The request's story in log order, then its successor's (once)."""
+    request = story.requests.get(request_id)
+    if request is None:
+        return [f"No request or challenge {request_id} is in the log."]
+    said = list(request.said)
+    for message_id in request.messages:
+        if message_id in story.messages:
+            said += story.messages[message_id].said
+    lines = [sentence for _, sentence in sorted(said)] + _still(story, request, now)
+    if follow and request.superseded_by in story.requests:
+        lines += request_sentences(story, request.superseded_by, now, follow=False)
+    return lines
+
+
+def explain_request(events: Iterable[RecordedEvent], request_id: UUID, *, now: datetime) -> list[str]:
+    """What happened to one request (or OTP challenge), its emails, and the request that replaced it."""
+    return request_sentences(build_story(events), request_id, now)
+
+
+def explain_message(events: Iterable[RecordedEvent], message_id: UUID, *, now: datetime) -> list[str]:
+    """What happened to one email, told with the request it served."""
+    story = build_story(events)
+    message = story.messages.get(message_id)
+    if message is None:
+        return [f"No email {message_id} is in the log."]
+    return request_sentences(story, message.request_id, now)
+
+
+def explain_user(events: Iterable[RecordedEvent], user_id: str, *, now: datetime) -> list[str]:
+    """Every request of a user, in order, then how many of their emails reached the provider."""
+    story = build_story(events)
+    lines = [sentence for _, sentence in sorted(story.user_notes)]
+    for request_id in story.requests:
+        lines += request_sentences(story, request_id, now, follow=False)
+    accepted = [m for m in story.messages.values() if m.accepted]
+    if len(accepted) > 1:
+        lines.append(f"{len(accepted)} emails to user {user_id} were accepted by the provider: "
+                     + "; ".join(_label(story, m.message_id) for m in accepted) + ".")
+    return lines

@@ -1,0 +1,185 @@
+"""A readable timeline of events: one line each, with who did it and the delivery details.
+
+Pure: it takes recorded events (any order) and returns entries in log order.
+``history`` and ``explain`` print these; ``projections.explain`` turns the
+same events into sentences that answer the review questions directly.
+
+Times are the event's own (``requested_at``, ``claimed_at``...), which is
+when the service decided it; an event without one (a supersession) takes the
+time of the other events of its transaction. Every time is shown in UTC with
+its offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from attrs import asdict, frozen
+
+from domain import decisions, email, otp, reset
+from domain.log import RecordedEvent
+
+TIME_FIELDS = (
+    "requested_at", "issued_at", "completed_at", "refused_at", "claimed_at", "expired_at", "released_at",
+    "failed_at", "accepted_at", "skipped_at", "abandoned_at", "verified_at", "locked_at", "bound_at",
+    "available_at",
+)
+
+
+def format_time(moment: datetime | None) -> str:
+    """``2024-05-01 10:02:11.000+00:00``: UTC, to the millisecond, the offset shown."""
+    if moment is None:
+        return "-"
+    return moment.astimezone(UTC).isoformat(sep=" ", timespec="milliseconds")
+
+
+def own_time(event: object) -> datetime | None:
+    for name in TIME_FIELDS:
+        value = getattr(event, name, None)
+        if isinstance(value, datetime):
+            return value
+    return None
+
+
+def event_times(events: Iterable[RecordedEvent]) -> dict[int, datetime | None]:
+    """Position -> when it happened: its own time, else its transaction's, else when it was recorded."""
+    events = list(events)
+    by_transaction: dict[int, datetime] = {}
+    for r in events:
+        moment = own_time(r.event)
+        if moment is not None:
+            by_transaction.setdefault(r.transaction_id, moment)
+    return {r.global_position: own_time(r.event) or by_transaction.get(r.transaction_id) or r.recorded_at
+            for r in events}
+
+
+@frozen
+class TimelineEntry:
+    at: datetime | None
+    recorded_at: datetime | None
+    global_position: int
+    stream_id: str
+    event_type: str
+    actor: str | None  # the worker holding the lease, or who asked (metadata actor)
+    request_id: UUID | None
+    message_id: UUID | None
+    lease_token: UUID | None
+    attempt: int | None
+    key_id: str | None
+    provider_message_id: str | None
+    reason: str | None
+    summary: str
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for name in ("at", "recorded_at"):
+            data[name] = data[name].astimezone(UTC).isoformat() if data[name] else None
+        return {k: str(v) if isinstance(v, UUID) else v for k, v in data.items()}
+
+
+def _request_of(event: object, request_of_message: dict[UUID, UUID]) -> UUID | None:
+    for name in ("request_id", "challenge_id"):
+        value = getattr(event, name, None)
+        if isinstance(value, UUID):
+            return value
+    message_id = getattr(event, "message_id", None)
+    return request_of_message.get(message_id) if isinstance(message_id, UUID) else None
+
+
+def _actor(recorded: RecordedEvent) -> str | None:
+    owner = getattr(recorded.event, "lease_owner", None)
+    if owner:
+        return owner
+    metadata = recorded.metadata or {}
+    actor, client = metadata.get("actor"), metadata.get("client")
+    if actor and client and client not in str(actor):
+        return f"{actor} (client {client})"
+    return actor or (f"client {client}" if client else None)
+
+
+def summary(event: object) -> str:
+    """What happened, in a few words."""
+    match event:
+        case reset.ResetRequested():
+            return f"reset link requested, valid until {format_time(event.expires_at)}, email {event.message_id}"
+        case reset.ResetSuperseded(superseded_by=None):
+            return f"superseded ({event.reason})"
+        case reset.ResetSuperseded() | otp.OtpChallengeSuperseded():
+            return f"superseded by {event.superseded_by}"
+        case reset.ResetRequestRefused() | otp.OtpRequestRefused():
+            return f"request refused ({event.reason}), retry after {format_time(event.retry_at)}"
+        case reset.ResetCompleted():
+            return f"link used, password changed; notice {event.notice_message_id} queued"
+        case otp.OtpChallengeIssued():
+            return (f"one-time code requested ({event.purpose}), valid until {format_time(event.expires_at)}, "
+                    f"email {event.message_id}")
+        case otp.OtpVerificationFailed():
+            return f"wrong code (attempt {event.attempt}, {event.consecutive_failures} in a row)"
+        case otp.OtpChallengeVerified():
+            return "code verified"
+        case otp.OtpChallengeLockedOut():
+            until = f" until {format_time(event.until)}" if event.until else ""
+            return f"locked ({event.scope}){until}"
+        case decisions.IdempotencyKeyBound():
+            return f"idempotency key {event.idempotency_key!r} answered with the open request {event.request_id}"
+        case email.EmailQueued():
+            return f"email queued ({event.template})"
+        case email.LeaseClaimed():
+            return f"leased to {event.lease_owner} until {format_time(event.lease_expires_at)}"
+        case email.LeaseExpired():
+            return f"lease of {event.lease_owner} expired with no outcome recorded"
+        case email.LeaseReleased():
+            return f"given back by {event.lease_owner} (worker stopping)"
+        case email.SendAttemptFailed(retry_at=None):
+            return f"send failed for good: {event.error}"
+        case email.SendAttemptFailed():
+            unknown = " (the provider may have received it)" if event.outcome_unknown else ""
+            return f"send failed: {event.error}{unknown}; retry at {format_time(event.retry_at)}"
+        case email.ProviderAccepted():
+            return f"accepted by provider {event.provider}, id {event.provider_message_id}"
+        case email.DeliverySkipped():
+            return f"not sent: skipped ({event.reason})"
+        case email.DeliveryAbandoned():
+            return f"not sent: abandoned after {event.attempts} attempts ({event.last_error})"
+    return type(event).__name__
+
+
+def timeline(events: Iterable[RecordedEvent]) -> list[TimelineEntry]:
+    """One entry per event, in log order."""
+    events = sorted(events, key=lambda r: r.global_position)
+    times = event_times(events)
+    request_of_message = {r.event.message_id: r.event.request_id for r in events
+                          if isinstance(r.event, email.EmailQueued)}
+    entries = []
+    for r in events:
+        event = r.event
+        reason = getattr(event, "reason", None) or getattr(event, "error", None) or getattr(event, "last_error", None)
+        entries.append(TimelineEntry(
+            at=times[r.global_position], recorded_at=r.recorded_at, global_position=r.global_position,
+            stream_id=r.stream_id, event_type=r.event_type, actor=_actor(r),
+            request_id=_request_of(event, request_of_message), message_id=getattr(event, "message_id", None),
+            lease_token=getattr(event, "lease_token", None), attempt=getattr(event, "attempt", None),
+            key_id=getattr(event, "key_id", None), provider_message_id=getattr(event, "provider_message_id", None),
+            reason=reason, summary=summary(event),
+        ))
+    return entries
+
+
+COLUMNS = ("time (UTC)", "pos", "event", "stream", "actor / worker", "lease", "try", "key", "what")
+
+
+def render(entries: Iterable[TimelineEntry]) -> str:
+    """A plain-text table, one line per event."""
+    rows = [COLUMNS] + [(
+        format_time(e.at), str(e.global_position), e.event_type, e.stream_id, e.actor or "-",
+        str(e.lease_token)[:8] if e.lease_token else "-", str(e.attempt) if e.attempt is not None else "-",
+        e.key_id or "-", e.summary,
+    ) for e in entries]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1]
+        for row in rows
+    )

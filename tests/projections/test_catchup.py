@@ -1,0 +1,149 @@
+"""The catch-up runner: wakes on NOTIFY, waits for late commits, and survives being killed mid-batch."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+from attrs import evolve
+from sqlalchemy import Connection, Engine, text
+
+from domain.email import EmailQueued, LeaseClaimed, ProviderAccepted
+from domain.log import RecordedEvent
+from infra.catchup import CatchUpRunner, catch_up, read_checkpoint
+from infra.clock import ManualClock
+from infra.inline_projections import apply_inline
+from infra.postgres_store import PostgresEventStore
+from infra.projection_registry import projection_named
+from infra.services import ServiceContext
+from tests.support.replay import assert_projections_match_log
+from tests.support.traffic import some_traffic
+
+AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
+
+
+def delivered_emails(connection: Connection, count: int) -> None:
+    """``count`` emails queued, claimed and accepted, appended (and folded inline) in one transaction."""
+    now = datetime(2024, 5, 1, 10, tzinfo=UTC)
+    batches = []
+    for n in range(count):
+        message_id, token = uuid4(), uuid4()
+        batches.append((f"email:{message_id}", 0, [
+            EmailQueued(message_id, "reset", "reset_link", f"u{n}", uuid4(), f"u{n}@example.test", now),
+            LeaseClaimed(message_id, "w1", token, now, now + timedelta(seconds=45), 1),
+            ProviderAccepted(message_id, token, 1, now + timedelta(milliseconds=n), "smtp", f"id-{n}", "k2"),
+        ]))
+    apply_inline(connection, PostgresEventStore(connection).append_many(batches))
+
+
+def checkpoint_of(engine: Engine, name: str = "delivery_stats") -> tuple[int, int]:
+    with engine.connect() as connection:
+        stored = read_checkpoint(connection, name)
+    return stored.checkpoint.global_position, stored.events_applied
+
+
+class FailsOnThirdBatch:
+    """An applier that writes its rows, then dies before the batch's checkpoint moves."""
+
+    def __init__(self, applier: object) -> None:
+        self.applier, self.tables, self.batches = applier, applier.tables, 0  # type: ignore[attr-defined]
+
+    def apply(self, connection: Connection, recorded: Sequence[RecordedEvent]) -> int:
+        written = self.applier.apply(connection, recorded)  # type: ignore[attr-defined]
+        self.batches += 1
+        if self.batches == 3:
+            raise RuntimeError("killed mid-batch")
+        return written
+
+    def forget(self) -> None:
+        self.applier.forget()  # type: ignore[attr-defined]
+
+
+def test_a_runner_failing_mid_batch_resumes_without_loss_or_double_counting(engine: Engine) -> None:
+    with engine.begin() as connection:
+        delivered_emails(connection, 20)
+    stats = projection_named("delivery_stats")
+    failing = evolve(stats, applier=FailsOnThirdBatch(stats.applier))
+
+    with pytest.raises(RuntimeError, match="killed mid-batch"):
+        CatchUpRunner(engine, [failing], batch_size=7).run_once()
+
+    assert checkpoint_of(engine) == (14, 14), "the two committed batches, not the third"
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT sum(attempts) FROM delivery_messages")).scalar_one() == 5
+    assert catch_up(engine)["delivery_stats"] == 46
+    assert checkpoint_of(engine) == (60, 60)
+    assert_projections_match_log(engine, run_catch_up=False)
+
+
+@pytest.mark.slow
+def test_a_runner_process_killed_with_sigkill_resumes_without_loss_or_double_counting(
+    engine: Engine, database_url: str
+) -> None:
+    with engine.begin() as connection:
+        delivered_emails(connection, 1500)
+    command = [AUTHLEDGER, "projections", "run", "--batch-size", "10", "--poll-seconds", "0.2"]
+    environment = {**os.environ, "DATABASE_URL": database_url}
+    runner = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while checkpoint_of(engine)[1] < 500 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        runner.send_signal(signal.SIGKILL)
+        runner.wait()
+    killed_at = checkpoint_of(engine)
+    assert 500 <= killed_at[1] < 4500, "killed part of the way through"
+    assert_projections_match_log(engine, run_catch_up=False)  # what it committed is whole
+
+    resumed = subprocess.run([AUTHLEDGER, "projections", "run", "--once"], env=environment,
+                             capture_output=True, text=True, check=True)
+    assert f"delivery_stats: {4500 - killed_at[1]} events" in resumed.stdout
+    assert checkpoint_of(engine) == (4500, 4500)
+    assert_projections_match_log(engine, run_catch_up=False)
+
+
+def test_the_runner_wakes_on_notify_rather_than_the_poll(engine: Engine) -> None:
+    runner = CatchUpRunner(engine, poll_seconds=60)
+    thread = threading.Thread(target=runner.run)
+    thread.start()
+    try:
+        time.sleep(0.5)  # listening, caught up, asleep for a minute
+        with engine.begin() as connection:
+            delivered_emails(connection, 3)
+        deadline = time.monotonic() + 5
+        while checkpoint_of(engine)[1] < 9 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert checkpoint_of(engine)[1] == 9
+    finally:
+        runner.stop()
+        thread.join()
+
+
+def test_an_event_that_commits_late_is_folded_in_its_place_not_skipped(
+    engine: Engine, ctx: ServiceContext, clock: ManualClock
+) -> None:
+    some_traffic(ctx, clock, users=2)
+    catch_up(engine)
+    with engine.connect() as late:
+        delivered_emails(late, 1)  # appended, not yet committed: a smaller xid than what follows
+        with engine.begin() as connection:
+            delivered_emails(connection, 2)
+        catch_up(engine)
+        held = checkpoint_of(engine)
+        with engine.connect() as connection:
+            committed = connection.execute(text("SELECT max(global_position) FROM events")).scalar_one()
+        assert held[0] < committed, "the runner waits behind the open transaction"
+        late.commit()
+    catch_up(engine)
+    assert checkpoint_of(engine)[1] == held[1] + 9
+    assert_projections_match_log(engine, run_catch_up=False)
