@@ -98,7 +98,7 @@ async def test_the_openapi_document_describes_every_route(ctx: ServiceContext, a
 
 class TestTimeline:
     async def test_of_a_user_holds_their_requests_challenges_and_emails_oldest_first(
-        self, api: httpx.AsyncClient, ctx: ServiceContext
+        self, api: httpx.AsyncClient, ctx: ServiceContext, engine: Engine
     ) -> None:
         reset = await create_reset(api)
         challenge = await create_challenge(api)
@@ -117,7 +117,11 @@ class TestTimeline:
         sent = [e for e in events if e["type"] == "ProviderAccepted"]
         assert len(sent) == 2
         issued = next(e for e in events if e["type"] == "OtpChallengeIssued")
-        assert issued["payload"]["recipient"] == "ada@example.com", "support sees where the email went"
+        with engine.connect() as connection:
+            stored = connection.execute(
+                text("SELECT payload, metadata FROM events WHERE global_position = :p"), {"p": issued["position"]}
+            ).one()
+        assert (issued["payload"], issued["metadata"]) == (stored.payload, stored.metadata), "as in the log"
         assert issued["metadata"]["client"] == "shop"
 
     async def test_of_a_request_holds_its_events_and_its_emails_only(
