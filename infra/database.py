@@ -14,7 +14,7 @@ from pathlib import Path
 from attrs import frozen
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, ProgrammingError
 
 from domain.errors import ConfigError, DatabaseUnavailable, SchemaMismatch
 from infra.embedded import start_embedded
@@ -82,6 +82,13 @@ def database_errors() -> Iterator[None]:
     """Translate driver failures into authledger errors at the boundary."""
     try:
         yield
+    except ProgrammingError as error:
+        if getattr(error.orig, "sqlstate", None) == "42P01":  # undefined_table
+            raise SchemaMismatch(
+                f"the database schema is older than this authledger ({describe_connection_error(error)}); "
+                "run `authledger db init`"
+            ) from None
+        raise
     except OperationalError as error:
         message = describe_connection_error(error)
         if f'parameter "role": "{APP_ROLE}"' in message:

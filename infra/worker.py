@@ -138,6 +138,8 @@ class Worker:
                             with self._wake:
                                 self._wake.notify_all()
             except psycopg.Error as error:
+                if self.stopping.is_set():
+                    return  # the database went away because we are shutting down
                 log_event(log, "listener reconnecting", logging.WARNING, error=str(error).splitlines()[0])
                 self.stopping.wait(self.poll_seconds)
 
