@@ -116,3 +116,12 @@ def test_config_show_masks_secrets(database_url: str) -> None:
     shown = json.loads(result.output)
     assert shown["DATABASE_URL"] == "***"
     assert "hunter2" not in result.output
+
+
+def test_a_schema_older_than_the_code_says_to_run_db_init(database_url: str, admin_engine: Engine) -> None:
+    with admin_engine.begin() as connection:
+        connection.execute(text("DROP TABLE email_outbox"))
+    code, output = run(database_url, "outbox", "status")
+    assert code == 69
+    assert "run `authledger db init`" in output
+    assert "Traceback" not in output
