@@ -109,6 +109,9 @@ def parse_json(raw: bytes) -> Any:
     except (UnicodeDecodeError, ValueError) as error:
         reason = "it is not UTF-8" if isinstance(error, UnicodeDecodeError) else str(error)
         raise MalformedJson(f"the body is not valid JSON: {reason}") from None
+    except RecursionError:
+        # A body of a few thousand "[" would otherwise exhaust the stack: a 500 for a 4xx.
+        raise MalformedJson("the body is not valid JSON: it is nested too deeply") from None
 
 
 async def read_json(request: Request, schema: Schema, *, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
