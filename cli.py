@@ -34,7 +34,7 @@ from infra.config import masked
 from infra.embedded import stop_on_sigterm
 from infra.http import clients as client_service
 from infra.logs import configure_logging
-from infra.outbox_status import outbox_status
+from infra.outbox_status import outbox_status, stuck_messages
 from infra.schema import check_schema, init_schema
 from infra.worker import Worker
 
@@ -279,7 +279,7 @@ def outbox() -> None:
 @click.pass_obj
 def outbox_status_command(app: App, as_json: bool) -> None:
     """Messages by state, and the oldest due one."""
-    status = outbox_status(app.engine, now=app.services.clock.now())
+    status = outbox_status(app.engine, now=app.clock.now())
     lines = [f"{state:<10} {count}" for state, count in status["by_state"].items()]
     lines.append(f"due now    {status['due_now']} (oldest due {status['oldest_due_seconds']} s ago)")
     emit(status, as_json, "\n".join(lines))
@@ -404,6 +404,18 @@ def audit_export(app: App, since: datetime | None, until: datetime | None, out: 
             "last_index": result.last_index, "key_id": result.key_id}
     emit(data, as_json, f"exported {result.events} events (chain index {result.first_index}-{result.last_index}) "
          f"to {result.path}, signed by {result.key_id}; check it with `authledger audit verify --export {result.path}`")
+
+
+@outbox.command("stuck")
+@click.option("--older-than", default=60.0, show_default=True, type=click.FloatRange(0), help="Seconds overdue.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 10_000))
+@json_option
+@click.pass_obj
+def outbox_stuck(app: App, older_than: float, limit: int, as_json: bool) -> None:
+    """Messages past their due time, with the likely reason."""
+    stuck = stuck_messages(app.engine, now=app.clock.now(), older_than_seconds=older_than, limit=limit)
+    lines = [f"{m['message_id']}  {m['state']:<8} overdue {m['overdue_seconds']:>8} s  {m['reason']}" for m in stuck]
+    emit(stuck, as_json, "\n".join(lines) or "nothing stuck")
 
 
 @cli.command()

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 
 from domain.delivery import DeliveryPolicy
 from domain.policy import OtpPolicy, ResetPolicy
+from infra.clock import SystemClock
 from infra.config import Settings, load_settings
 from infra.database import Database
 from infra.keys import load_token_keys
@@ -52,11 +53,14 @@ class App:
     def admin_engine(self) -> Engine:
         return self.database.admin_engine()
 
+    clock = SystemClock()
+
     @functools.cached_property
     def services(self) -> ServiceContext:
         s = self.settings
         return ServiceContext(
             engine=self.engine,
+            clock=self.clock,
             keys=load_token_keys(s),
             reset_policy=ResetPolicy(
                 ttl=timedelta(seconds=s.reset_ttl), cooldown=timedelta(seconds=s.reset_cooldown),
