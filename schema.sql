@@ -79,6 +79,18 @@ REVOKE UPDATE, DELETE, TRUNCATE ON events FROM authledger_app;
 GRANT SELECT, INSERT ON events TO authledger_app;
 GRANT SELECT ON schema_version TO authledger_app;
 
+-- /metrics reports how long the oldest open transaction has held back the
+-- log's readers, which needs other sessions' rows of pg_stat_activity. Only
+-- a superuser may grant this; elsewhere the metric reads 0 and
+-- `authledger projections status` (run as the owner) still tells.
+DO $$
+BEGIN
+    GRANT pg_read_all_stats TO authledger_app;
+EXCEPTION WHEN insufficient_privilege THEN
+    RAISE NOTICE 'authledger_app cannot be granted pg_read_all_stats; horizon age is reported by projections status only';
+END
+$$;
+
 -- Inline projections: written in the same transaction as the events they
 -- fold, and always equal to a replay of the log (projections/ holds the folds).
 

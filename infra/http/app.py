@@ -67,8 +67,9 @@ def _json(data: dict[str, Any], status_code: int = 200) -> JSONResponse:
 class Api:
     """The handlers, bound to one ``ServiceContext``."""
 
-    def __init__(self, ctx: ServiceContext, *, max_body_bytes: int) -> None:
+    def __init__(self, ctx: ServiceContext, *, max_body_bytes: int, worker: Worker | None = None) -> None:
         self.ctx = ctx
+        self.worker = worker
         self.max_body_bytes = max_body_bytes
         self.log_metrics = LogMetrics()
         self.document = openapi_document(max_body_bytes=max_body_bytes)
@@ -180,7 +181,7 @@ class Api:
             self.log_metrics.start(connection)
 
     async def metrics(self, request: Request) -> Response:
-        exposition = await run_in_threadpool(render, self.ctx, self.log_metrics)
+        exposition = await run_in_threadpool(render, self.ctx, self.log_metrics, self.worker)
         return Response(exposition, media_type=METRICS_CONTENT_TYPE)
 
     async def openapi(self, request: Request) -> Response:
@@ -251,7 +252,7 @@ def create_app(
     ctx: ServiceContext, *, worker: Worker | None = None, max_body_bytes: int = MAX_BODY_BYTES
 ) -> Starlette:
     """The API over ``ctx``; with ``worker``, delivery runs in a thread for the app's lifetime."""
-    api = Api(ctx, max_body_bytes=max_body_bytes)
+    api = Api(ctx, max_body_bytes=max_body_bytes, worker=worker)
 
     async def on_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, AuthledgerError)

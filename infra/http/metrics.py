@@ -20,7 +20,9 @@ from sqlalchemy import Connection, text
 
 from infra.database import database_errors
 from infra.outbox_status import outbox_status
+from infra.projection_status import projection_status
 from infra.services import ServiceContext
+from infra.worker import Worker
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_EVENTS_PER_SCRAPE = 20_000
@@ -161,7 +163,33 @@ class LogMetrics:
         return out
 
 
-def render(ctx: ServiceContext, log_metrics: LogMetrics) -> str:
+def _gauge(name: str, help_text: str, samples: list[tuple[str, float]]) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *(f"{name}{labels} {value}" for labels, value in samples)]
+
+
+def operations_lines(ctx: ServiceContext, worker: Worker | None) -> list[str]:
+    """Projection lag, the horizon's age and fenced outcomes: what operators alert on (docs/operations.md)."""
+    status = projection_status(ctx.engine)
+    catch_up = [p for p in status.projections if p.kind == "catch-up"]
+    oldest = status.oldest_open_transaction
+    out = _gauge("authledger_projection_lag_events", "Committed events a catch-up projection has not applied yet.",
+                 [(f'{{projection="{p.name}"}}', p.lag_events) for p in catch_up])
+    out += _gauge("authledger_projection_lag_seconds", "Age of the oldest event a catch-up projection has not applied.",
+                  [(f'{{projection="{p.name}"}}', p.lag_seconds) for p in catch_up])
+    out += _gauge("authledger_horizon_age_seconds",
+                  "How long the oldest open transaction has held back every whole-log reader (0 when none).",
+                  [("", oldest.age_seconds if oldest else 0.0)])
+    fenced = worker.delivered.get("lease_lost", 0) if worker is not None else 0
+    out += [
+        "# HELP authledger_fenced_outcomes_total Outcomes not recorded because the lease was taken over "
+        "(each one a duplicate prevented by fencing), by this process's workers.",
+        "# TYPE authledger_fenced_outcomes_total counter",
+        f"authledger_fenced_outcomes_total {fenced}",
+    ]
+    return out
+
+
+def render(ctx: ServiceContext, log_metrics: LogMetrics, worker: Worker | None = None) -> str:
     """The whole exposition, gauges first."""
     status = outbox_status(ctx.engine, now=ctx.clock.now())
     out = ["# HELP authledger_outbox_messages Messages in the outbox by state.",
@@ -178,4 +206,4 @@ def render(ctx: ServiceContext, log_metrics: LogMetrics) -> str:
     ]
     with database_errors(), ctx.engine.connect() as connection:
         log_metrics.catch_up(connection)
-    return "\n".join(out + log_metrics.lines()) + "\n"
+    return "\n".join(out + operations_lines(ctx, worker) + log_metrics.lines()) + "\n"

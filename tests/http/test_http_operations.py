@@ -167,3 +167,20 @@ class TestTimeline:
     )
     async def test_needs_exactly_one_well_formed_parameter(self, api: httpx.AsyncClient, query: str) -> None:
         assert_problem(await api.get(f"/v1/timeline?{query}"), 400, "invalid-query")
+
+
+async def test_metrics_show_projection_lag_horizon_age_and_fenced_outcomes(
+    api: httpx.AsyncClient, engine: Engine
+) -> None:
+    await create_reset(api)
+    with engine.connect() as holder:
+        holder.begin()
+        holder.execute(text("SELECT pg_current_xact_id()"))  # an open transaction holds the horizon back
+        response = await api.get("/metrics")
+        holder.rollback()
+
+    samples = dict(line.rsplit(" ", 1) for line in response.text.splitlines() if not line.startswith("#"))
+    assert float(samples["authledger_horizon_age_seconds"]) > 0, "the open transaction is seen"
+    lags = {name: value for name, value in samples.items() if name.startswith("authledger_projection_lag_events{")}
+    assert lags and all(float(value) >= 0 for value in lags.values())
+    assert samples["authledger_fenced_outcomes_total"] == "0"
