@@ -8,12 +8,13 @@ with the log it came from.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
 from attrs import frozen
-from sqlalchemy import Connection, Table, select
+from sqlalchemy import Connection, Table, bindparam, select
 from sqlalchemy.dialects.postgresql import insert
 
 from domain import email
@@ -45,19 +46,29 @@ class InlineProjection:
     evolve: Callable[[Any, object], Any]
 
     def load(self, connection: Connection, keys: Iterable[Any], *, lock: bool = True) -> dict[Any, Any]:
-        key = self.table.c[self.key_column]
-        query = select(self.table).where(key.in_(list(keys)))
-        if lock:
-            query = query.with_for_update()
-        return {row._mapping[self.key_column]: self.row_type(**row._mapping) for row in connection.execute(query)}
+        query = _select_by_keys(self.table, self.key_column, lock)
+        rows = connection.execute(query, {"keys": list(keys)})
+        return {row._mapping[self.key_column]: self.row_type(**row._mapping) for row in rows}
 
     def save(self, connection: Connection, rows: Sequence[Any]) -> None:
-        if not rows:
-            return
-        values = [attrs.asdict(row, recurse=False) for row in rows]
-        statement = insert(self.table).values(values)
-        updates = {c: statement.excluded[c] for c in values[0] if c != self.key_column}
-        connection.execute(statement.on_conflict_do_update(index_elements=[self.key_column], set_=updates))
+        if rows:
+            values = [attrs.asdict(row, recurse=False) for row in rows]
+            connection.execute(_upsert(self.table, self.key_column), values if len(values) > 1 else values[0])
+
+
+# Built once per table: constructing an upsert of every column on each call
+# cost the delivery hot path more CPU than the database work it describes.
+@functools.cache
+def _upsert(table: Table, key_column: str) -> Any:
+    statement = insert(table)
+    updates = {c.name: statement.excluded[c.name] for c in table.c if c.name != key_column}
+    return statement.on_conflict_do_update(index_elements=[key_column], set_=updates)
+
+
+@functools.cache
+def _select_by_keys(table: Table, key_column: str, lock: bool) -> Any:
+    query = select(table).where(table.c[key_column].in_(bindparam("keys", expanding=True)))
+    return query.with_for_update() if lock else query
 
 
 OUTBOX = InlineProjection("email_outbox", tables.email_outbox, OutboxRow, "message_id", _email_key, evolve_outbox)
