@@ -35,6 +35,7 @@ from infra.embedded import stop_on_sigterm
 from infra.http import clients as client_service
 from infra.logs import configure_logging
 from infra.outbox_status import outbox_status, stuck_messages
+from infra.privacy import forget as forget_subject
 from infra.schema import check_schema, init_schema
 from infra.worker import Worker
 
@@ -474,6 +475,28 @@ def clients_revoke(app: App, name: str, as_json: bool) -> None:
     revoked = client_service.revoke_client(app.engine, name, metadata=cli_metadata("clients revoke"))
     emit({"name": name, "revoked": True, "already_revoked": not revoked}, as_json,
          f"client {name} revoked" if revoked else f"client {name} was already revoked")
+
+
+@cli.group()
+def privacy() -> None:
+    """Personal data: erase a user's (crypto-shredding; docs/operations.md)."""
+
+
+@privacy.command("forget")
+@click.option("--user-id", required=True, help="The application's id for the user.")
+@json_option
+@click.pass_obj
+def privacy_forget(app: App, user_id: str, as_json: bool) -> None:
+    """Destroy the user's data keys: their addresses in the log read [erased] from now on."""
+    erasure = forget_subject(app.engine, user_id, now=datetime.now(UTC), metadata=cli_metadata("privacy forget"))
+    if not erasure.recorded:
+        said = f"user {user_id} was already erased at {erasure.erased_at.isoformat()}; nothing changed"
+    elif not erasure.key_ids:
+        said = f"user {user_id} had no personal data key left; the erasure is recorded"
+    else:
+        said = (f"user {user_id} erased: data key {', '.join(erasure.key_ids)} destroyed; their personal data "
+                "reads [erased] from now on")
+    emit(erasure.as_dict(), as_json, said)
 
 
 def main() -> None:

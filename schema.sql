@@ -193,6 +193,27 @@ CREATE TRIGGER seals_no_truncate
 REVOKE ALL ON seals FROM PUBLIC;
 GRANT SELECT, INSERT ON seals TO authledger_app;
 
+-- Data keys of users whose events hold personal data (infra/subject_keys.py):
+-- 32 random bytes each, stored only wrapped by a master key from
+-- configuration (master_key_id names it). Events carry personal fields
+-- encrypted under these keys; deleting a user's rows erases their personal
+-- data everywhere at once (`authledger privacy forget`). This is the one
+-- table whose rows may be deleted, and rows are never updated. Usually one
+-- key per user: user_id is not unique so that two writers creating a user's
+-- first key at once never wait for each other's transaction.
+CREATE TABLE IF NOT EXISTS subject_keys (
+    key_id         text PRIMARY KEY,
+    user_id        text        NOT NULL,
+    master_key_id  text        NOT NULL,
+    wrapped_key    bytea       NOT NULL CHECK (length(wrapped_key) = 60),  -- nonce, key, GCM tag
+    created_at     timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX IF NOT EXISTS subject_keys_by_user ON subject_keys (user_id);
+
+REVOKE ALL ON subject_keys FROM PUBLIC;
+GRANT SELECT, INSERT, DELETE ON subject_keys TO authledger_app;
+
 -- API clients of the HTTP API (issue 5): an inline projection of the
 -- client:<name> streams. Only the SHA-256 of a key is kept; the key is shown
 -- once when the client is created.
@@ -239,8 +260,9 @@ CREATE TABLE IF NOT EXISTS delivery_messages (
 
 CREATE INDEX IF NOT EXISTS delivery_messages_by_day ON delivery_messages (day, flow, outcome);
 
--- audit_index: user, recipient (a SHA-256 digest, never the address),
--- request and message -> the log positions that name them.
+-- audit_index: user, request and message -> the log positions that name
+-- them. No recipient, not even a digest: addresses are personal data, erased
+-- with their user's key ('recipient' stays allowed for older rows).
 CREATE TABLE IF NOT EXISTS audit_index (
     kind             text   NOT NULL CHECK (kind IN ('user', 'recipient', 'request', 'message')),
     value            text   NOT NULL,

@@ -176,3 +176,10 @@ class ProjectionMismatch(AuthledgerError):
 
     exit_code = 9
     problem_type = "projection-mismatch"
+
+
+class PersonalDataUnreadable(AuthledgerError):
+    """An encrypted personal field does not decrypt: it was altered, or moved from another event or user."""
+
+    exit_code = 65  # EX_DATAERR
+    problem_type = "personal-data-unreadable"

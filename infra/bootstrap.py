@@ -19,12 +19,13 @@ from domain.policy import OtpPolicy, ResetPolicy
 from infra.clock import SystemClock
 from infra.config import Settings, load_settings
 from infra.database import Database
-from infra.keys import load_token_keys
+from infra.keys import load_master_keys, load_token_keys
 from infra.providers import Mailer
 from infra.providers.http import HttpMailer
 from infra.providers.maildir import MaildirMailer
 from infra.providers.smtp import SmtpMailer
 from infra.services import ServiceContext
+from infra.subject_keys import MasterKeys, bind_master_keys
 
 
 class App:
@@ -47,11 +48,16 @@ class App:
 
     @functools.cached_property
     def engine(self) -> Engine:
-        return self.database.engine(pool_size=self._pool_size)
+        return bind_master_keys(self.database.engine(pool_size=self._pool_size), lambda: self.master_keys)
 
     @functools.cached_property
     def admin_engine(self) -> Engine:
-        return self.database.admin_engine()
+        return bind_master_keys(self.database.admin_engine(), lambda: self.master_keys)
+
+    @functools.cached_property
+    def master_keys(self) -> MasterKeys:
+        """Loaded when personal data is first sealed or opened: other commands run without one."""
+        return load_master_keys(self.settings)
 
     clock = SystemClock()
 

@@ -131,6 +131,15 @@ def _http_url(raw: str) -> str:
 
 def parse_token_keys(raw: str) -> dict[str, bytes]:
     """``id:base64key,...`` newest first -> ordered {id: key}; keys of at least 32 bytes."""
+    return _key_list(raw, lambda key: None if len(key) >= 32 else f"{len(key)} bytes; token keys need at least 32")
+
+
+def parse_master_keys(raw: str) -> dict[str, bytes]:
+    """``id:base64key,...`` newest first -> ordered {id: key}; AES-256 keys of exactly 32 bytes."""
+    return _key_list(raw, lambda key: None if len(key) == 32 else f"{len(key)} bytes; a master key is exactly 32")
+
+
+def _key_list(raw: str, wrong_size: Callable[[bytes], str | None]) -> dict[str, bytes]:
     keys: dict[str, bytes] = {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
         key_id, sep, encoded = item.partition(":")
@@ -140,8 +149,8 @@ def parse_token_keys(raw: str) -> dict[str, bytes]:
             key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), altchars=b"-_", validate=False)
         except (binascii.Error, ValueError):
             raise ValueError(f"key {key_id!r} is not valid base64") from None
-        if len(key) < 32:
-            raise ValueError(f"key {key_id!r} is {len(key)} bytes; token keys need at least 32")
+        if problem := wrong_size(key):
+            raise ValueError(f"key {key_id!r} is {problem}")
         if key_id in keys:
             raise ValueError(f"key id {key_id!r} appears twice")
         keys[key_id] = key
@@ -152,6 +161,11 @@ def parse_token_keys(raw: str) -> dict[str, bytes]:
 
 def _token_keys(raw: str) -> str:
     parse_token_keys(raw)
+    return raw
+
+
+def _master_keys(raw: str) -> str:
+    parse_master_keys(raw)
     return raw
 
 
@@ -178,6 +192,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "http_provider_url": _http_url,
     "reset_url": _http_url,
     "token_keys": _token_keys,
+    "master_key": _master_keys,
     "signing_key": _signing_key,
     "signing_key_file": Path,
     "reset_ttl": _whole(1, 24 * 3600),  # DESIGN: a reset link never lives past 24 h

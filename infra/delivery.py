@@ -5,6 +5,10 @@ worker loads the request's stream, asks the domain whether the email is
 still wanted, derives the secret again from the configured key, renders and
 sends with the message id as idempotency key, and records the outcome fenced
 by its lease token.
+
+An email whose user was erased (``authledger privacy forget``) is skipped
+with reason "erased": the fresh state then holds ``[erased]`` for the
+address, and nothing is rendered for it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from domain.delivery import enough_lease_left, failure_events
 from domain.email import DeliverySkipped, ProviderAccepted
 from infra.logs import log_event
 from infra.outbox import Claim, record_outcome
+from infra.personal_data import ERASED
 from infra.providers import Mailer, OutboundEmail, SendFailed
 from infra.services import ServiceContext, load_state
 
@@ -44,6 +49,8 @@ def prepare(ctx: ServiceContext, claim: Claim, *, sender: str) -> Prepared:
         if reason:
             return Prepared(None, reason)
         request = state.requests[row.request_id]
+        if request.recipient == ERASED:
+            return Prepared(None, "erased")
         if row.template == reset.PASSWORD_CHANGED:
             assert request.completed_at is not None
             content, key_id = templates.password_changed(changed_at=request.completed_at), None
@@ -58,6 +65,8 @@ def prepare(ctx: ServiceContext, claim: Claim, *, sender: str) -> Prepared:
         if reason:
             return Prepared(None, reason)
         challenge = state.challenges[row.request_id]
+        if challenge.recipient == ERASED:
+            return Prepared(None, "erased")
         code = otp.otp_code_for(challenge, ctx.keys, ctx.otp_policy)
         content = templates.otp_code(code, expires_at=challenge.expires_at, purpose=challenge.purpose)
         recipient, key_id = challenge.recipient, challenge.key_id

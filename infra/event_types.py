@@ -7,7 +7,7 @@ version here and registering an upcaster in ``infra.upcasters``.
 
 from __future__ import annotations
 
-from domain import decisions, email, otp, reset
+from domain import decisions, email, otp, privacy, reset
 from domain import clients
 
 # tag -> (class, current schema version)
@@ -33,4 +33,15 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "DeliveryAbandoned": (email.DeliveryAbandoned, 1),
     "ClientRegistered": (clients.ClientRegistered, 1),
     "ClientRevoked": (clients.ClientRevoked, 1),
+    "SubjectErased": (privacy.SubjectErased, 1),
+}
+
+# Personal data, encrypted under the data key of the event's ``user_id`` so
+# that `authledger privacy forget` can erase it (infra/personal_data.py).
+# tag -> fields. A new event with an address (or a client IP) belongs here;
+# tests/privacy fails for a field named like one that is missing.
+PERSONAL_FIELDS: dict[str, tuple[str, ...]] = {
+    "ResetRequested": ("recipient",),
+    "OtpChallengeIssued": ("recipient",),
+    "EmailQueued": ("recipient",),
 }

@@ -1,8 +1,9 @@
-"""Token keys come from configuration, never from the database.
+"""Token and master keys come from configuration, never from the database.
 
-On the embedded default with no AUTHLEDGER_TOKEN_KEYS, a development key is
-generated once into the data directory (mode 0600) with a warning, so that a
-fresh clone works; production configures its own keys.
+On the embedded default with no AUTHLEDGER_TOKEN_KEYS (or no
+AUTHLEDGER_MASTER_KEY), a development key is generated once into the data
+directory (mode 0600) with a warning, so that a fresh clone works;
+production configures its own keys.
 """
 
 from __future__ import annotations
@@ -17,13 +18,16 @@ from domain.errors import ConfigError
 from domain.tokens import TokenKeys
 from infra.config import Settings, parse_token_keys
 from infra.logs import log_event
+from infra.subject_keys import MasterKeys
 
 log = logging.getLogger("authledger.keys")
 DEV_KEY_FILE = "dev-token-key"
+DEV_MASTER_KEY_FILE = "dev-master-key"
 
 
-def _dev_keys(data_dir: Path) -> str:
-    path = data_dir / DEV_KEY_FILE
+def _dev_keys(data_dir: Path, file_name: str = DEV_KEY_FILE, what: str = "token key",
+              variable: str = "AUTHLEDGER_TOKEN_KEYS") -> str:
+    path = data_dir / file_name
     if not path.exists():
         data_dir.mkdir(parents=True, exist_ok=True)
         encoded = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
@@ -34,7 +38,7 @@ def _dev_keys(data_dir: Path) -> str:
         else:
             with os.fdopen(descriptor, "w") as file:
                 file.write(f"dev:{encoded}\n")
-    log_event(log, "using a generated development token key; set AUTHLEDGER_TOKEN_KEYS in production",
+    log_event(log, f"using a generated development {what}; set {variable} in production",
               logging.WARNING, key_file=str(path))
     return path.read_text().strip()
 
@@ -48,3 +52,13 @@ def load_token_keys(settings: Settings) -> TokenKeys:
         raise ConfigError("AUTHLEDGER_TOKEN_KEYS is required when DATABASE_URL is set")
     keys = parse_token_keys(spec)
     return TokenKeys(current_id=next(iter(keys)), keys=keys)
+
+
+def load_master_keys(settings: Settings) -> MasterKeys:
+    """The master keys that wrap users' data keys (``infra.subject_keys``)."""
+    if settings.master_key:
+        return MasterKeys.parse(settings.master_key)
+    if settings.database_url is None:
+        return MasterKeys.parse(_dev_keys(settings.data_dir, DEV_MASTER_KEY_FILE, "master key", "AUTHLEDGER_MASTER_KEY"))
+    raise ConfigError("AUTHLEDGER_MASTER_KEY is required when DATABASE_URL is set: it wraps the keys that "
+                      "encrypt personal data (docs/operations.md, \"Personal data and erasure\")")

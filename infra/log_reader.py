@@ -10,6 +10,9 @@ Every whole-log reader pages through ``events`` by the key
   ``verify``, inside one repeatable-read snapshot);
 - ``upto``: up to a checkpoint, every transaction of which has committed;
 - ``as_of`` / ``to_position``: a past moment, for replays into a side schema.
+
+Personal fields are opened with the data keys of ``subject_keys`` (one query
+per page): a user erased by ``privacy forget`` reads as ``[erased]``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from attrs import frozen
 from sqlalchemy import Connection, text
 
 from domain.log import Checkpoint, RecordedEvent
+from infra.personal_data import Keyring
 from infra.serialization import EventCodec, default_codec
+from infra.subject_keys import keyring_for
 
 _SELECT = """
     SELECT global_position, stream_id, stream_version, event_id, event_type, schema_version,
@@ -88,7 +93,7 @@ def to_position(position: int) -> LogBound:
     return LogBound("to_position", {"to_position": position})
 
 
-def decode_row(row: Any, codec: EventCodec) -> RecordedEvent:
+def decode_row(row: Any, codec: EventCodec, keyring: Keyring | None = None) -> RecordedEvent:
     return RecordedEvent(
         global_position=row.global_position,
         stream_id=row.stream_id,
@@ -96,7 +101,7 @@ def decode_row(row: Any, codec: EventCodec) -> RecordedEvent:
         event_id=row.event_id if isinstance(row.event_id, UUID) else UUID(str(row.event_id)),
         event_type=row.event_type,
         schema_version=row.schema_version,
-        event=codec.decode(row.event_type, row.schema_version, row.payload),
+        event=codec.decode(row.event_type, row.schema_version, row.payload, keyring),
         metadata=row.metadata,
         recorded_at=row.recorded_at,
         transaction_id=int(row.transaction_id),
@@ -110,7 +115,9 @@ def read_page(
     """The next ``limit`` events after ``after`` within ``bound``, in horizon order."""
     codec = codec or default_codec()
     params = {"tx": str(after.transaction_id), "pos": after.global_position, "limit": limit, **bound.params}
-    return [decode_row(row, codec) for row in connection.execute(PAGES[bound.name], params)]
+    rows = connection.execute(PAGES[bound.name], params).all()
+    keyring = keyring_for(connection, (row.payload for row in rows))
+    return [decode_row(row, codec, keyring) for row in rows]
 
 
 def pages(
@@ -134,4 +141,6 @@ def read_positions(connection: Connection, positions: list[int], codec: EventCod
     if not positions:
         return []
     codec = codec or default_codec()
-    return [decode_row(row, codec) for row in connection.execute(AT_POSITIONS, {"positions": positions})]
+    rows = connection.execute(AT_POSITIONS, {"positions": positions}).all()
+    keyring = keyring_for(connection, (row.payload for row in rows))
+    return [decode_row(row, codec, keyring) for row in rows]

@@ -2,6 +2,8 @@
 
 For domain-level tests only; tests/contract runs the same cases against both.
 Everything it holds is committed at once, so its horizon is simply "all".
+It keeps the events themselves, but encodes each one, personal fields sealed
+with a ``MemoryKeyring``, so that it refuses what PostgreSQL would refuse.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from uuid import uuid4
 
 from domain.errors import ConcurrencyConflict
 from domain.log import Checkpoint, RecordedEvent
+from infra.personal_data import MemoryKeyring
 from infra.serialization import EventCodec, default_codec
 
 
@@ -22,6 +25,7 @@ class InMemoryEventStore:
 
     def __init__(self, codec: EventCodec | None = None) -> None:
         self.codec = codec or default_codec()
+        self.keyring = MemoryKeyring()
         self._events: list[RecordedEvent] = []
         self._versions: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -42,7 +46,7 @@ class InMemoryEventStore:
             transaction_id = len(self._events) + 1
             recorded = []
             for offset, event in enumerate(events, start=1):
-                tag, version, _ = self.codec.encode(event)  # same refusal of unknown classes as PostgreSQL
+                tag, version, _ = self.codec.encode(event, self.keyring)  # same refusal of unknown classes as PostgreSQL
                 recorded.append(
                     RecordedEvent(
                         global_position=len(self._events) + offset,

@@ -13,6 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from domain.errors import ConcurrencyConflict
 from domain.log import Checkpoint, RecordedEvent
 from infra.serialization import EventCodec, default_codec
+from infra.subject_keys import PostgresKeyring
 
 # One round trip for any number of events in any number of streams. Each row
 # carries the version its stream must be at; the WHERE clause makes a stale or
@@ -62,11 +63,18 @@ def _unique_violation_on_stream_version(error: IntegrityError) -> bool:
 
 
 class PostgresEventStore:
-    """``EventStore`` on one SQLAlchemy connection; the caller owns the transaction."""
+    """``EventStore`` on one SQLAlchemy connection; the caller owns the transaction.
+
+    Personal fields are sealed and opened with the data keys of
+    ``subject_keys`` on the same connection, so a user's key is created in
+    the transaction of their first event. Build one store per unit of work:
+    its keyring caches the keys it unwrapped.
+    """
 
     def __init__(self, connection: Connection, codec: EventCodec | None = None) -> None:
         self.connection = connection
         self.codec = codec or default_codec()
+        self.keyring = PostgresKeyring(connection)
 
     def append(
         self,
@@ -88,7 +96,7 @@ class PostgresEventStore:
         must be at its expected version, else ``ConcurrencyConflict``.
         """
         rows_in = [
-            (stream_id, expected, offset, uuid4(), event, *self.codec.encode_json(event))
+            (stream_id, expected, offset, uuid4(), event, *self.codec.encode_json(event, self.keyring))
             for stream_id, expected, events in batches
             for offset, event in enumerate(events, start=1)
         ]
@@ -139,7 +147,7 @@ class PostgresEventStore:
         return recorded
 
     def load(self, stream_id: str) -> list[RecordedEvent]:
-        return [self._decode(row) for row in self.connection.execute(LOAD_STREAM, {"stream_id": stream_id})]
+        return self._decode_all(self.connection.execute(LOAD_STREAM, {"stream_id": stream_id}).all())
 
     def stream_version(self, stream_id: str) -> int:
         return self.connection.execute(STREAM_VERSION, {"stream_id": stream_id}).scalar_one()
@@ -147,7 +155,11 @@ class PostgresEventStore:
     def read_all(self, after: Checkpoint = Checkpoint(), limit: int = 1000) -> list[RecordedEvent]:
         rows = self.connection.execute(
             READ_ALL, {"tx": str(after.transaction_id), "pos": after.global_position, "limit": limit}
-        )
+        ).all()
+        return self._decode_all(rows)
+
+    def _decode_all(self, rows: Sequence[Any]) -> list[RecordedEvent]:
+        self.keyring.prefetch(row.payload for row in rows)
         return [self._decode(row) for row in rows]
 
     def _decode(self, row: Any) -> RecordedEvent:
@@ -158,7 +170,7 @@ class PostgresEventStore:
             event_id=row.event_id if isinstance(row.event_id, UUID) else UUID(str(row.event_id)),
             event_type=row.event_type,
             schema_version=row.schema_version,
-            event=self.codec.decode(row.event_type, row.schema_version, row.payload),
+            event=self.codec.decode(row.event_type, row.schema_version, row.payload, self.keyring),
             metadata=row.metadata,
             recorded_at=row.recorded_at,
             transaction_id=int(row.transaction_id),

@@ -4,6 +4,12 @@ Validation and serialization are concerns of the edge, so the domain's event
 classes know nothing of JSON. Every class is stored under an explicit tag
 (``infra.event_types``); old payloads are brought up to date by upcasters,
 plain functions keyed by (tag, version) that turn version N into N + 1.
+
+Personal fields (``PERSONAL_FIELDS``) are encrypted here too, under the data
+key of the event's user (``infra.personal_data``): encoding takes a keyring,
+and decoding opens every envelope in a payload, before any upcaster, under
+the field name it was sealed with. A field whose key was destroyed decodes as
+``"[erased]"``.
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ from uuid import UUID
 
 import cattrs
 
-from domain.errors import UnknownEventType
-from infra.event_types import EVENT_TYPES
+from domain.errors import PersonalDataUnreadable, UnknownEventType
+from infra.event_types import EVENT_TYPES, PERSONAL_FIELDS
+from infra.personal_data import FieldContext, Keyring, is_envelope
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -38,23 +45,32 @@ class EventCodec:
         self,
         event_types: Mapping[str, tuple[type, int]] = EVENT_TYPES,
         upcasters: Mapping[tuple[str, int], Upcaster] | None = None,
+        personal_fields: Mapping[str, tuple[str, ...]] = PERSONAL_FIELDS,
     ) -> None:
         self._by_tag = dict(event_types)
+        self._personal = dict(personal_fields)
         self._tag_of = {cls: tag for tag, (cls, _) in event_types.items()}
         self._upcasters = dict(upcasters or {})
         self._converter = _make_converter()
 
-    def encode(self, event: Any) -> tuple[str, int, dict[str, Any]]:
+    def encode(self, event: Any, keyring: Keyring | None = None) -> tuple[str, int, dict[str, Any]]:
+        """(tag, version, payload); personal fields sealed with ``keyring``, which they require."""
         tag = self._tag_of.get(type(event))
         if tag is None:
             raise UnknownEventType(f"{type(event).__name__} has no registered event tag")
-        return tag, self._by_tag[tag][1], self._converter.unstructure(event)
+        payload = self._converter.unstructure(event)
+        for name in self._personal.get(tag, ()):
+            if isinstance(payload[name], str):
+                if keyring is None:
+                    raise PersonalDataUnreadable(f"{tag}.{name} is personal data: encoding it needs a keyring")
+                payload[name] = keyring.seal(FieldContext(payload["user_id"], tag, name), payload[name])
+        return tag, self._by_tag[tag][1], payload
 
-    def encode_json(self, event: Any) -> tuple[str, int, str]:
-        tag, version, payload = self.encode(event)
+    def encode_json(self, event: Any, keyring: Keyring | None = None) -> tuple[str, int, str]:
+        tag, version, payload = self.encode(event, keyring)
         return tag, version, json.dumps(payload, separators=(",", ":"))
 
-    def decode(self, tag: str, version: int, payload: Mapping[str, Any]) -> Any:
+    def decode(self, tag: str, version: int, payload: Mapping[str, Any], keyring: Keyring | None = None) -> Any:
         known = self._by_tag.get(tag)
         if known is None:
             raise UnknownEventType(
@@ -62,7 +78,7 @@ class EventCodec:
                 "this authledger is older than the data it reads"
             )
         cls, current = known
-        data = dict(payload)
+        data = self._open_personal(tag, payload, keyring)
         while version < current:
             upcast = self._upcasters.get((tag, version))
             if upcast is None:
@@ -74,6 +90,15 @@ class EventCodec:
             return self._converter.structure(data, cls)
         except (cattrs.BaseValidationError, ValueError, TypeError) as error:
             raise UnknownEventType(f"{tag} version {version} payload does not match its class: {error}") from error
+
+    def _open_personal(self, tag: str, payload: Mapping[str, Any], keyring: Keyring | None) -> dict[str, Any]:
+        data = dict(payload)
+        for name, value in payload.items():
+            if is_envelope(value):
+                if keyring is None:
+                    raise PersonalDataUnreadable(f"{tag}.{name} is encrypted: decoding it needs a keyring")
+                data[name] = keyring.open(FieldContext(str(payload.get("user_id")), tag, name), value)
+        return data
 
     def tags(self) -> list[str]:
         return sorted(self._by_tag)

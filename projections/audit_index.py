@@ -1,4 +1,4 @@
-"""The ``audit_index`` read model: which log positions concern a user, recipient, request or message.
+"""The ``audit_index`` read model: which log positions concern a user, request or message.
 
 A catch-up projection for incident review: ``history`` and ``explain`` find
 every event about a request or a user with one indexed look-up instead of a
@@ -6,20 +6,21 @@ scan of the log. The index is stateless (each event yields its own entries),
 so an email's later events are found through its message id, which every
 event of an email stream carries.
 
-Recipients are indexed by a SHA-256 digest of the normalised address, never
-in clear: the address is personal data that stays in the events.
+Recipients are not indexed, not even as a digest: an address is personal
+data, encrypted in the events under its user's key so that `privacy forget`
+erases it (infra/personal_data.py). A digest here would outlive that key and
+still tie the user to the address; a look-up starts from the user id instead.
 """
 
 from __future__ import annotations
 
-import hashlib
 from uuid import UUID
 
 from attrs import frozen
 
 from domain.log import RecordedEvent
 
-KINDS = ("user", "recipient", "request", "message")
+KINDS = ("user", "request", "message")
 USER_STREAMS = ("reset-user:", "otp-user:")
 
 # Event attributes that name a request (a reset request or an OTP challenge) or a message.
@@ -34,11 +35,6 @@ class AuditEntry:
     global_position: int
 
 
-def recipient_digest(address: str) -> str:
-    """How a recipient is indexed and looked up."""
-    return hashlib.sha256(address.strip().casefold().encode("utf-8")).hexdigest()
-
-
 def user_of_stream(stream_id: str) -> str | None:
     for prefix in USER_STREAMS:
         if stream_id.startswith(prefix):
@@ -47,14 +43,11 @@ def user_of_stream(stream_id: str) -> str | None:
 
 
 def entries_of(recorded: RecordedEvent) -> list[AuditEntry]:
-    """The index entries of one event: every user, recipient, request and message it names."""
+    """The index entries of one event: every user, request and message it names."""
     event, found = recorded.event, set()
     user = user_of_stream(recorded.stream_id) or getattr(event, "user_id", None)
     if isinstance(user, str):
         found.add(("user", user))
-    recipient = getattr(event, "recipient", None)
-    if isinstance(recipient, str):
-        found.add(("recipient", recipient_digest(recipient)))
     for kind, fields in (("request", REQUEST_FIELDS), ("message", MESSAGE_FIELDS)):
         for name in fields:
             value = getattr(event, name, None)

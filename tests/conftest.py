@@ -8,6 +8,7 @@ milliseconds and leaves no state behind for the next test.
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import tempfile
@@ -25,6 +26,12 @@ from infra.database import Database
 from infra.services import ServiceContext
 from infra.embedded import start_embedded, stop_embedded
 from infra.schema import init_schema
+
+# Personal data is sealed under a master key from configuration (infra/subject_keys.py).
+# Engines nobody bound, and every CLI run and subprocess of the suite, read
+# it from the environment: the same test key everywhere, whatever the shell holds.
+TEST_MASTER_KEY = "test:" + base64.urlsafe_b64encode(b"m" * 32).decode()
+os.environ["AUTHLEDGER_MASTER_KEY"] = TEST_MASTER_KEY
 
 
 @pytest.fixture(scope="session")

