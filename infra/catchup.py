@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -31,6 +32,7 @@ from infra.projection_registry import Projection, catch_up_projections
 log = logging.getLogger("authledger.catchup")
 
 CHANNEL = "authledger_events"
+LOG_EVERY_SECONDS = 10.0
 
 ENSURE_CHECKPOINT = text("INSERT INTO projection_checkpoints (projection) VALUES (:name) ON CONFLICT DO NOTHING")
 LOCK_CHECKPOINT = text("""
@@ -74,7 +76,8 @@ def catch_up_batch(connection: Connection, projection: Projection, batch_size: i
     row = connection.execute(LOCK_CHECKPOINT, {"name": projection.name}).first()
     if row is None:
         return None
-    page = read_page(connection, Checkpoint(int(row.transaction_id), row.global_position), HORIZON, batch_size)
+    after = Checkpoint(int(row.transaction_id), row.global_position)
+    page = read_page(connection, after, HORIZON, batch_size, reading=projection.reading)
     if not page:
         return 0
     projection.applier.apply(connection, page)
@@ -114,11 +117,14 @@ class CatchUpRunner:
         self.held_back_poll_seconds = held_back_poll_seconds
         self.stopping = threading.Event()
         self._wake = threading.Event()
+        self._checkpoints_ensured = False
         self.applied: dict[str, int] = {p.name: 0 for p in self.projections}
 
     def run_once(self) -> dict[str, int]:
         """Catch every projection up to the current horizon; events folded per projection."""
-        ensure_checkpoints(self.engine, self.projections)
+        if not self._checkpoints_ensured:
+            ensure_checkpoints(self.engine, self.projections)
+            self._checkpoints_ensured = True
         folded = {p.name: 0 for p in self.projections}
         for projection in self.projections:
             while not self.stopping.is_set():
@@ -141,13 +147,16 @@ class CatchUpRunner:
         listener = threading.Thread(target=self._listen, name="catchup-listener", daemon=True)
         listener.start()
         log_event(log, "catch-up runner started", projections=",".join(p.name for p in self.projections))
+        logged, since_log = time.monotonic(), dict.fromkeys(self.applied, 0)
         while not self.stopping.is_set():
             self._wake.clear()
             try:
-                folded = self.run_once()
+                for name, n in self.run_once().items():
+                    since_log[name] += n
                 wait = self.held_back_poll_seconds if self._held_back() else self.poll_seconds
-                if any(folded.values()):
-                    log_event(log, "caught up", **folded)
+                if any(since_log.values()) and time.monotonic() - logged >= LOG_EVERY_SECONDS:
+                    log_event(log, "caught up", **since_log)  # one line per interval, not per wake-up
+                    logged, since_log = time.monotonic(), dict.fromkeys(self.applied, 0)
             except Exception as error:
                 log_event(log, "catch-up failed; retrying", logging.ERROR, error=str(error).splitlines()[0])
                 wait = self.poll_seconds

@@ -18,9 +18,12 @@ import sys
 from attrs import frozen
 from sqlalchemy import Table
 
+from domain import clients, decisions, otp, reset
 from domain.errors import NotFound
 from infra import tables
-from infra.inline_projections import INLINE, InlineProjection
+from infra.event_types import EVENT_TYPES
+from infra.inline_projections import EMAIL_EVENTS, INLINE, InlineProjection
+from infra.log_reader import Reading
 from infra.projection_appliers import Applier, EntriesApplier, KeyedApplier
 from projections.audit_index import entries_of
 from projections.delivery_stats import DeliveryRow, delivery_key, evolve_delivery
@@ -29,12 +32,35 @@ INLINE_KIND = "inline"
 CATCH_UP_KIND = "catch-up"
 
 
+# The event classes each inline projection folds, so that a rebuild, verify or
+# replay reads and decodes only those: a reset-token rebuild skips the three
+# quarters of the log that are email events. A property test
+# (tests/projections/test_registry.py) checks, for every other event class,
+# that the projection's key_of ignores any instance of it. A projection not
+# named here reads every event.
+FOLDED_EVENTS: dict[str, tuple[type, ...]] = {
+    "email_outbox": EMAIL_EVENTS,
+    "reset_tokens": (reset.ResetRequested, reset.ResetSuperseded, reset.ResetCompleted),
+    "otp_challenges": (otp.OtpChallengeIssued, otp.OtpChallengeSuperseded, otp.OtpVerificationFailed,
+                       otp.OtpChallengeVerified, otp.OtpChallengeLockedOut),
+    "receipts": (reset.ResetRequested, otp.OtpChallengeIssued, decisions.IdempotencyKeyBound),
+    "api_clients": (clients.ClientRegistered, clients.ClientRevoked),
+}
+
+
+def tags_of(classes: tuple[type, ...]) -> frozenset[str]:
+    return frozenset(tag for tag, (cls, _) in EVENT_TYPES.items() if cls in classes)
+
+
 @frozen
 class Projection:
     name: str
     kind: str  # "inline" or "catch-up"
     description: str
     applier: Applier  # folding into the live tables
+    # The event tags it folds (None: every event). Only inline projections use
+    # this to skip events; a catch-up projection's checkpoint counts them all.
+    event_types: frozenset[str] | None = None
 
     @property
     def tables(self) -> tuple[Table, ...]:
@@ -43,6 +69,11 @@ class Projection:
     @property
     def catches_up(self) -> bool:
         return self.kind == CATCH_UP_KIND
+
+    @property
+    def reading(self) -> Reading:
+        """What its fold needs of the log (a catch-up checkpoint counts every event, so reads them all)."""
+        return Reading(event_types=None if self.catches_up else self.event_types, details=False)
 
 
 def _summary_of(module_name: str) -> str:
@@ -54,7 +85,9 @@ def _summary_of(module_name: str) -> str:
 def _inline(projection: InlineProjection) -> Projection:
     applier = KeyedApplier(projection.table, projection.row_type, projection.key_column, projection.key_of,
                            projection.evolve)
-    return Projection(projection.name, INLINE_KIND, _summary_of(projection.evolve.__module__), applier)
+    folded = FOLDED_EVENTS.get(projection.name)
+    return Projection(projection.name, INLINE_KIND, _summary_of(projection.evolve.__module__), applier,
+                      tags_of(folded) if folded is not None else None)
 
 
 CATCH_UP: tuple[Projection, ...] = (

@@ -39,8 +39,8 @@ from sqlalchemy.exc import OperationalError
 from domain.errors import ProjectionBusy
 from domain.log import Checkpoint
 from infra.database import database_errors
-from infra.log_reader import COMMITTED, HORIZON, LogBound, count_events, read_page
-from infra.projection_appliers import Applier
+from infra.log_reader import COMMITTED, FOLDING, HORIZON, LogBound, Reading, count_events, read_page
+from infra.projection_appliers import Applier, bulk_folding
 from infra.projection_lock import projection_lock
 from infra.projection_registry import Projection
 from infra.shadow_tables import Shadow, analyze, copy_grants, create_like, drop, index_renames, shadow_of, swap
@@ -83,12 +83,12 @@ class Built:
 
 def fold_pages(
     connection: Connection, applier: Applier, after: Checkpoint, bound: LogBound, batch_size: int,
-    progress: Progress | None = None, *, commit: bool = True,
+    progress: Progress | None = None, *, commit: bool = True, reading: Reading = FOLDING,
 ) -> Built:
     """Fold pages until a short one; with ``commit`` each page is its own transaction."""
     events = 0
     while True:
-        page = read_page(connection, after, bound, batch_size)
+        page = read_page(connection, after, bound, batch_size, reading=reading)
         try:
             if page:
                 applier.apply(connection, page)
@@ -118,21 +118,24 @@ def rebuild(
     """Rebuild ``projection`` from the log into shadow tables and swap them in (see the module doc)."""
     started = time.monotonic()
     shadows = [shadow_of(table) for table in projection.tables]
-    with database_errors(), admin.connect() as connection, projection_lock(connection, projection.name, "rebuild"):
+    with database_errors(), admin.connect() as connection, projection_lock(connection, projection.name, "rebuild"), \
+            bulk_folding():
         try:
             for shadow in shadows:
                 create_like(connection, shadow)
                 copy_grants(connection, shadow)
             connection.commit()
             applier = projection.applier.on({s.live.name: s.shadow for s in shadows}, cache_rows=CACHE_ROWS)
-            built = fold_pages(connection, applier, Checkpoint(), HORIZON, batch_size, progress)
+            reading = projection.reading
+            built = fold_pages(connection, applier, Checkpoint(), HORIZON, batch_size, progress, reading=reading)
             for shadow in shadows:
                 analyze(connection, shadow)
             renames = {s.live.name: index_renames(connection, s) for s in shadows}
             connection.commit()
             for attempt in range(1, swap_attempts + 1):
                 # Catch up outside any lock first, so the locked part has little left to do.
-                more = fold_pages(connection, applier, built.checkpoint, HORIZON, batch_size, progress)
+                more = fold_pages(connection, applier, built.checkpoint, HORIZON, batch_size, progress,
+                                  reading=reading)
                 built = Built(more.checkpoint, built.events + more.events)
                 try:
                     held, final = _swap(connection, projection, shadows, renames, applier, built, batch_size,
@@ -164,12 +167,14 @@ def _swap(
     if projection.catches_up:
         connection.execute(LOCK_CHECKPOINT, {"name": projection.name})
         locked = time.monotonic()
-        rest = fold_pages(connection, applier, built.checkpoint, HORIZON, batch_size, commit=False)
+        rest = fold_pages(connection, applier, built.checkpoint, HORIZON, batch_size, commit=False,
+                          reading=projection.reading)
     else:
         names = ", ".join(connection.dialect.identifier_preparer.format_table(s.live) for s in shadows)
         connection.execute(text(f"LOCK TABLE {names} IN EXCLUSIVE MODE"))
         locked = time.monotonic()
-        rest = fold_pages(connection, applier, built.checkpoint, COMMITTED, batch_size, commit=False)
+        rest = fold_pages(connection, applier, built.checkpoint, COMMITTED, batch_size, commit=False,
+                          reading=projection.reading)
     final = Built(rest.checkpoint, built.events + rest.events)
     for shadow in shadows:
         swap(connection, shadow, renames[shadow.live.name])

@@ -24,6 +24,7 @@ from domain.errors import InvalidInput
 from domain.log import Checkpoint
 from infra.database import database_errors
 from infra.log_reader import LogBound, pages
+from infra.projection_appliers import bulk_folding
 from infra.projection_registry import Projection
 from infra.shadow_tables import create_like, shadow_of
 
@@ -76,7 +77,7 @@ def replay_into(
     """Build ``projection`` from the events within ``bound`` into tables of ``schema``."""
     schema = check_schema_name(schema)
     shadows = [shadow_of(table, table.name, schema=schema) for table in projection.tables]
-    with database_errors(), admin.connect() as connection:
+    with database_errors(), admin.connect() as connection, bulk_folding():
         owned = _owned(connection, schema)
         if owned is False:
             raise InvalidInput(f"schema {schema} exists and was not made by authledger replay; choose another name")
@@ -92,7 +93,7 @@ def replay_into(
         connection.commit()
         applier = projection.applier.on({s.live.name: s.shadow for s in shadows}, cache_rows=20_000)
         events = 0
-        for page in pages(connection, Checkpoint(), bound, batch_size):
+        for page in pages(connection, Checkpoint(), bound, batch_size, projection.reading):
             applier.apply(connection, page)
             connection.commit()
             events += len(page)

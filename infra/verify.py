@@ -26,7 +26,7 @@ from domain.log import Checkpoint
 from infra.catchup import read_checkpoint
 from infra.database import database_errors
 from infra.log_reader import COMMITTED, count_events, pages, upto
-from infra.projection_appliers import qualified_name
+from infra.projection_appliers import bulk_folding, qualified_name
 from infra.projection_lock import projection_lock
 from infra.projection_registry import Projection
 from infra.shadow_tables import Shadow, create_like, drop, shadow_of
@@ -84,7 +84,7 @@ def verify(
     # Temporary tables, named with their schema so that nothing outside it is ever touched.
     shadows = [shadow_of(table, f"verify_{table.name}", schema="pg_temp") for table in projection.tables]
     with database_errors(), admin.connect() as builder, projection_lock(builder, projection.name, "verify"), \
-            admin.connect().execution_options(isolation_level="REPEATABLE READ") as reader:
+            admin.connect().execution_options(isolation_level="REPEATABLE READ") as reader, bulk_folding():
         try:
             return _verify(builder, reader, projection, shadows, batch_size, progress, limit)
         finally:
@@ -113,7 +113,7 @@ def _verify(
         reader.execute(text(f"SELECT FROM {qualified_name(shadows[0].live)} LIMIT 0"))  # the snapshot
     applier = projection.applier.on({s.live.name: s.shadow for s in shadows}, cache_rows=20_000)
     events = 0
-    for page in pages(reader, Checkpoint(), bound, batch_size):
+    for page in pages(reader, Checkpoint(), bound, batch_size, projection.reading):
         applier.apply(builder, page)
         builder.commit()
         events += len(page)

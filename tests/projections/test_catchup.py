@@ -9,40 +9,21 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from uuid import uuid4
 
 import pytest
 from attrs import evolve
 from sqlalchemy import Connection, Engine, text
 
-from domain.email import EmailQueued, LeaseClaimed, ProviderAccepted
 from domain.log import RecordedEvent
 from infra.catchup import CatchUpRunner, catch_up, read_checkpoint
 from infra.clock import ManualClock
-from infra.inline_projections import apply_inline
-from infra.postgres_store import PostgresEventStore
 from infra.projection_registry import projection_named
 from infra.services import ServiceContext
 from tests.support.replay import assert_projections_match_log
-from tests.support.traffic import some_traffic
+from tests.support.traffic import delivered_emails, some_traffic
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
-
-
-def delivered_emails(connection: Connection, count: int) -> None:
-    """``count`` emails queued, claimed and accepted, appended (and folded inline) in one transaction."""
-    now = datetime(2024, 5, 1, 10, tzinfo=UTC)
-    batches = []
-    for n in range(count):
-        message_id, token = uuid4(), uuid4()
-        batches.append((f"email:{message_id}", 0, [
-            EmailQueued(message_id, "reset", "reset_link", f"u{n}", uuid4(), f"u{n}@example.test", now),
-            LeaseClaimed(message_id, "w1", token, now, now + timedelta(seconds=45), 1),
-            ProviderAccepted(message_id, token, 1, now + timedelta(milliseconds=n), "smtp", f"id-{n}", "k2"),
-        ]))
-    apply_inline(connection, PostgresEventStore(connection).append_many(batches))
 
 
 def checkpoint_of(engine: Engine, name: str = "delivery_stats") -> tuple[int, int]:
@@ -135,7 +116,9 @@ def test_an_event_that_commits_late_is_folded_in_its_place_not_skipped(
     some_traffic(ctx, clock, users=2)
     catch_up(engine)
     with engine.connect() as late:
-        delivered_emails(late, 1)  # appended, not yet committed: a smaller xid than what follows
+        # Appended, not yet committed: a smaller xid than what follows. (Other users: a
+        # user's first event creates their data key, which the open transaction would hold.)
+        delivered_emails(late, 1, users="late")
         with engine.begin() as connection:
             delivered_emails(connection, 2)
         catch_up(engine)

@@ -1,14 +1,19 @@
-"""Building a log with a bit of everything: requests, supersessions, retries, sends."""
+"""Building logs for projection tests: a bit of everything through the services, or many emails at once."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from uuid import uuid4
 
 from attrs import evolve
+from sqlalchemy import Connection
 
+from domain.email import EmailQueued, LeaseClaimed, ProviderAccepted
 from domain.policy import ResetPolicy
 from domain.reset import RequestReset
 from infra.clock import ManualClock
+from infra.inline_projections import apply_inline
+from infra.postgres_store import PostgresEventStore
 from infra.reset_service import request_reset
 from infra.services import ServiceContext
 from infra.worker import Worker
@@ -34,3 +39,17 @@ def some_traffic(ctx: ServiceContext, clock: ManualClock, users: int = 10) -> Re
     clock.advance(ctx.delivery_policy.backoff_base)
     Worker(ctx, mailer, sender=SENDER).drain()
     return mailer
+
+
+def delivered_emails(connection: Connection, count: int, users: str = "u") -> None:
+    """``count`` emails queued, claimed and accepted, appended (and folded inline) in one transaction."""
+    now = datetime(2024, 5, 1, 10, tzinfo=UTC)
+    batches = []
+    for n in range(count):
+        message_id, token = uuid4(), uuid4()
+        batches.append((f"email:{message_id}", 0, [
+            EmailQueued(message_id, "reset", "reset_link", f"{users}{n}", uuid4(), f"{users}{n}@example.test", now),
+            LeaseClaimed(message_id, "w1", token, now, now + timedelta(seconds=45), 1),
+            ProviderAccepted(message_id, token, 1, now + timedelta(milliseconds=n), "smtp", f"id-{n}", "k2"),
+        ]))
+    apply_inline(connection, PostgresEventStore(connection).append_many(batches))

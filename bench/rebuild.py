@@ -1,0 +1,268 @@
+"""Rebuilding the outbox and token projections, beside a raw scan of the same events (issue 6).
+
+    .venv/bin/python bench/rebuild.py [--events 1000000] [--batch-size 5000] [--quick]
+
+Starts its own embedded PostgreSQL in a temporary directory (server defaults:
+fsync and synchronous_commit stay on), creates a fresh database from
+schema.sql and fills ``events`` with COPY, 10,000 rows per transaction so
+that the log spans many transaction ids. Payloads are made by encoding
+domain events with authledger's own codec, so that they decode, recipients
+sealed under per-user data keys that are stored wrapped in ``subject_keys``
+as in production (a fixed bench master key): each reset
+request is a ``ResetRequested`` on its user's stream and an ``EmailQueued``,
+``LeaseClaimed`` and ``ProviderAccepted`` on its email's stream, and workers
+trail the requests (a claim comes 50 requests later, its acceptance 100), so
+an email's events are spread over the log as in production.
+
+Then, each in a fresh process so that its peak memory is its own:
+
+- raw: a server-side cursor over the same events in horizon order, each row
+  turned into a dict with its jsonb payload decoded (psycopg's json.loads);
+  the floor for any Python reader of the log;
+- ``infra.rebuild.rebuild`` of ``email_outbox`` and of ``reset_tokens``:
+  shadow tables, the whole log folded page by page, the swap.
+
+Peak memory is ``ru_maxrss`` of that process. To show it does not grow with
+the log, the rebuilds run twice: at a quarter of the events, and at all of
+them. ``--quick`` is a CI-size run of 40,000 events.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import hashlib
+import json
+import os
+import platform
+import resource
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from uuid import UUID, uuid4
+
+import psycopg
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from domain.email import EmailQueued, LeaseClaimed, ProviderAccepted  # noqa: E402 - after the path set-up
+from domain.reset import ResetRequested  # noqa: E402
+from infra.embedded import start_embedded, stop_embedded  # noqa: E402
+from infra.personal_data import DataKeyring  # noqa: E402
+from infra.subject_keys import MASTER_KEY_VARIABLE, MasterKeys  # noqa: E402
+from infra.schema import init_schema  # noqa: E402
+from infra.serialization import default_codec  # noqa: E402
+
+DATABASE = "authledger_bench_rebuild"
+ROWS_PER_TRANSACTION = 10_000
+CLAIM_LAG, ACCEPT_LAG = 50, 100  # requests between an email's queueing and its claim, and its acceptance
+COPY = "COPY events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata) FROM STDIN"
+COPY_KEYS = "COPY subject_keys (user_id, key_id, master_key_id, wrapped_key) FROM STDIN"
+BENCH_MASTER_KEY = "bench:" + "YmVuY2gtbWFzdGVyLWtleS0zMi1ieXRlcy1sb25nISE"  # 32 bytes, base64url
+RAW_SCAN = """
+    SELECT global_position, stream_id, stream_version, event_id, event_type, schema_version,
+           payload, metadata, recorded_at, transaction_id::text AS transaction_id
+      FROM events ORDER BY events.transaction_id, events.global_position
+"""
+
+
+class BenchKeyring(DataKeyring):
+    """One data key per user, wrapped by the master key, kept until its row is written to subject_keys."""
+
+    def __init__(self, master: MasterKeys) -> None:
+        self.master, self.keys, self.rows = master, {}, []
+
+    def writing_key(self, user_id: str) -> tuple[str, bytes]:
+        if user_id not in self.keys:
+            key_id, key = secrets.token_hex(16), AESGCM.generate_key(bit_length=256)
+            self.rows.append((user_id, key_id, *self.master.wrap(user_id, key_id, key)))
+            self.keys[user_id] = (key_id, key)
+        return self.keys[user_id]
+
+    def written(self) -> list[tuple]:
+        rows, self.rows, self.keys = self.rows, [], {}  # every user has one request: done with their key
+        return rows
+
+
+class Log:
+    """Events of reset requests and their emails, in the order a busy service appends them."""
+
+    def __init__(self) -> None:
+        self.codec, self.n, self.pending = default_codec(), 0, {}
+        self.keyring = BenchKeyring(MasterKeys.parse(os.environ[MASTER_KEY_VARIABLE]))
+        self.start = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+    def _row(self, stream: str, version: int, event: object) -> tuple:
+        tag, schema_version, payload = self.codec.encode_json(event, self.keyring)
+        return (stream, version, uuid4(), tag, schema_version, payload)
+
+    def step(self) -> list[tuple]:
+        """One new request and its email, plus the claim and the acceptance of earlier ones."""
+        n, now = self.n, self.start + timedelta(milliseconds=self.n)
+        request_id, message_id, user = uuid4(), uuid4(), f"user-{n}"
+        token_hash = hashlib.sha256(request_id.bytes).hexdigest()
+        rows = [
+            self._row(f"reset-user:{user}", 1, ResetRequested(
+                request_id, user, f"{user}@example.com", "k2", token_hash, now, now + timedelta(minutes=30),
+                message_id, None, "web")),
+            self._row(f"email:{message_id}", 1, EmailQueued(
+                message_id, "reset", "reset_link", user, request_id, f"{user}@example.com", now)),
+        ]
+        self.pending[n] = (message_id, uuid4())
+        if n - CLAIM_LAG in self.pending:
+            claimed, lease = self.pending[n - CLAIM_LAG]
+            rows.append(self._row(f"email:{claimed}", 2, LeaseClaimed(
+                claimed, "worker-7", lease, now, now + timedelta(seconds=45), 1)))
+        if n - ACCEPT_LAG in self.pending:
+            accepted, lease = self.pending.pop(n - ACCEPT_LAG)
+            rows.append(self._row(f"email:{accepted}", 3, ProviderAccepted(
+                accepted, lease, 1, now, "smtp", f"<{accepted}@mail.example.com>", "k2")))
+        self.n += 1
+        return rows
+
+
+def generate(conninfo: str, log: Log, events: int) -> float:
+    """Append until the log holds ``events`` more rows; returns seconds taken."""
+    metadata = json.dumps({"actor": "client:web", "client": "web"})
+    started, written = time.perf_counter(), 0
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        while written < events:
+            with connection.transaction(), connection.cursor().copy(COPY) as copy:
+                batch_end = min(events, written + ROWS_PER_TRANSACTION)
+                while written < batch_end:
+                    for row in log.step():
+                        copy.write_row((*row, metadata))
+                        written += 1
+            with connection.transaction(), connection.cursor().copy(COPY_KEYS) as copy:
+                for row in log.keyring.written():
+                    copy.write_row(row)
+        connection.execute("VACUUM ANALYZE events")
+        connection.execute("VACUUM ANALYZE subject_keys")
+    return time.perf_counter() - started
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(kind: str, url: str, batch_size: int) -> dict[str, float]:
+    """Run one measurement in this (fresh) process."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    if kind == "raw":
+        events = 0
+        with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1)) as connection, \
+                connection.cursor(name="raw_scan") as cursor:
+            cursor.itersize = batch_size
+            cursor.execute(RAW_SCAN)
+            columns = None
+            for row in cursor:
+                columns = columns or [c.name for c in cursor.description]
+                record = dict(zip(columns, row, strict=True))
+                events += isinstance(record["payload"], dict)
+    else:
+        from infra.database import Database
+        from infra.projection_registry import projection_named
+        from infra.rebuild import rebuild
+
+        admin = Database(url).admin_engine()
+        with admin.connect() as connection:
+            events = connection.execute(text("SELECT count(*) FROM events")).scalar_one()
+        folded = rebuild(admin, projection_named(kind), batch_size=batch_size).events
+        admin.dispose()
+        assert folded > 0
+    return {"events": events, "wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu,
+            "peak_mb": peak_mb()}
+
+
+def run_measure(kind: str, url: str, batch_size: int) -> dict[str, float]:
+    result = subprocess.run([sys.executable, __file__, "--measure", kind, "--url", url,
+                             "--batch-size", str(batch_size)], capture_output=True, text=True)
+    if result.returncode:
+        sys.exit(f"measuring {kind} failed:\n{result.stderr}")
+    return json.loads(result.stdout)
+
+
+def _code_version() -> str:
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "infra", "projections"],
+                           capture_output=True, text=True).stdout.strip()
+    return f"{head.stdout.strip() or 'unknown'}{' + uncommitted changes' if dirty else ''}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--batch-size", type=int, default=5000)
+    parser.add_argument("--quick", action="store_true", help="a CI-size run: 40,000 events")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure, args.url, args.batch_size)))
+        return
+    events = 40_000 if args.quick else args.events
+    os.environ.setdefault(MASTER_KEY_VARIABLE, BENCH_MASTER_KEY)  # the measuring processes inherit it
+
+    data_dir = Path(tempfile.mkdtemp(prefix="authledger-bench-rebuild-"))
+    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+    atexit.register(stop_embedded, data_dir)
+    server_uri = start_embedded(data_dir)
+    admin_url = make_url(server_uri.replace("postgresql://", "postgresql+psycopg://", 1))
+    server = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with server.connect() as connection:
+        connection.execute(text(f"CREATE DATABASE {DATABASE}"))
+        settings = {name: connection.execute(text(f"SHOW {name}")).scalar_one()
+                    for name in ("server_version", "fsync", "synchronous_commit", "shared_buffers")}
+    server.dispose()
+    admin = create_engine(admin_url.set(database=DATABASE))
+    init_schema(admin)
+    admin.dispose()
+    conninfo = psycopg.conninfo.make_conninfo(server_uri, dbname=DATABASE)
+    bench_url = admin_url.set(database=DATABASE).render_as_string(hide_password=False)
+
+    print(f"authledger {_code_version()}; Python {platform.python_version()}; {os.cpu_count()} CPUs; "
+          f"PostgreSQL {settings['server_version']} (embedded; fsync={settings['fsync']}, "
+          f"synchronous_commit={settings['synchronous_commit']}, shared_buffers={settings['shared_buffers']})")
+    log, rows = Log(), []
+    for size in (events // 4, events):
+        print(f"generating the log up to {size:,} events with COPY ...", flush=True)
+        print(f"  {generate(conninfo, log, size - log_size(conninfo)):.1f} s", flush=True)
+        for kind in ("raw", "email_outbox", "raw", "reset_tokens"):
+            result = run_measure(kind, bench_url, args.batch_size)
+            rows.append((size, kind, result))
+            print(f"  {kind:<13} {result['wall']:7.2f} s  {result['events'] / result['wall']:9,.0f} events/s  "
+                  f"CPU {result['cpu']:6.2f} s  peak {result['peak_mb']:6.1f} MB", flush=True)
+    report(rows)
+
+
+def log_size(conninfo: str) -> int:
+    with psycopg.connect(conninfo) as connection:
+        return connection.execute("SELECT count(*) FROM events").fetchone()[0]
+
+
+def report(rows: list[tuple[int, str, dict[str, float]]]) -> None:
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"\n(load average at the end: {load})\n")
+    print("| log size | run | wall s | events/s | × raw scan | Python CPU s | peak memory MB |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for size in sorted({size for size, _, _ in rows}):
+        runs = [(kind, r) for s, kind, r in rows if s == size]
+        raw_rate = sum(r["events"] / r["wall"] for kind, r in runs if kind == "raw") / 2
+        for kind, r in runs:
+            rate = r["events"] / r["wall"]
+            name = "raw scan (server-side cursor, rows → dicts)" if kind == "raw" else f"rebuild {kind}"
+            print(f"| {size:,} | {name} | {r['wall']:.2f} | {rate:,.0f} | {rate / raw_rate:.2f} | "
+                  f"{r['cpu']:.2f} | {r['peak_mb']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
