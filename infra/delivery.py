@@ -19,10 +19,12 @@ from collections.abc import Callable
 from urllib.parse import urlencode
 
 from attrs import frozen
+from sqlalchemy import Connection
 
 from domain import otp, reset, templates
 from domain.delivery import enough_lease_left, failure_events
 from domain.email import DeliverySkipped, ProviderAccepted
+from infra.database import database_errors
 from infra.logs import log_event
 from infra.outbox import Claim, record_outcome
 from infra.personal_data import ERASED
@@ -41,10 +43,10 @@ class Prepared:
     key_id: str | None = None
 
 
-def prepare(ctx: ServiceContext, claim: Claim, *, sender: str) -> Prepared:
+def prepare(ctx: ServiceContext, claim: Claim, *, sender: str, connection: Connection | None = None) -> Prepared:
     row, now = claim.row, ctx.clock.now()
     if row.flow == "reset":
-        state = load_state(ctx, reset.reset_stream(row.user_id), reset.fold_reset)
+        state = load_state(ctx, reset.reset_stream(row.user_id), reset.fold_reset, connection)
         reason = reset.reset_delivery_verdict(state, row.request_id, now=now, template=row.template)
         if reason:
             return Prepared(None, reason)
@@ -60,7 +62,7 @@ def prepare(ctx: ServiceContext, claim: Claim, *, sender: str) -> Prepared:
             content, key_id = templates.reset_link(link, expires_at=request.expires_at), request.key_id
         recipient = request.recipient
     elif row.flow == "otp":
-        state = load_state(ctx, otp.otp_stream(row.user_id), otp.fold_otp)
+        state = load_state(ctx, otp.otp_stream(row.user_id), otp.fold_otp, connection)
         reason = otp.otp_delivery_verdict(state, row.request_id, now=now)
         if reason:
             return Prepared(None, reason)
@@ -76,54 +78,72 @@ def prepare(ctx: ServiceContext, claim: Claim, *, sender: str) -> Prepared:
     return Prepared(email, None, key_id)
 
 
+@frozen
+class Attempt:
+    """What one delivery attempt amounts to: the events to record and how to report them."""
+
+    events: list[object]
+    outcome: str  # for the log line: "accepted", "skipped", "send_failed", ...
+    state: str  # the message's state once recorded
+    provider_message_id: str | None = None
+    error: str | None = None
+
+
+def attempt(
+    ctx: ServiceContext, claim: Claim, prepared: Prepared, mailer: Mailer, jitter: Callable[[], float]
+) -> Attempt:
+    """Send (or decide not to) and say what to record; touches no database."""
+    row, policy, now = claim.row, ctx.delivery_policy, ctx.clock.now()
+    if prepared.email is None:
+        skipped = DeliverySkipped(row.message_id, now, prepared.skip_reason, claim.lease_token)
+        return Attempt([skipped], "skipped", "skipped")
+    if not enough_lease_left(row.lease_expires_at, now=now, policy=policy):
+        # Too little lease left to finish a provider call safely: give it back.
+        events = failure_events(
+            row.message_id, lease_token=claim.lease_token, attempt=row.attempt_count,
+            error="lease margin exhausted before sending", retryable=True, outcome_unknown=False,
+            now=now, jitter=0.0, policy=policy,
+        )
+        return Attempt(events, "lease_margin_exhausted", "pending")
+    try:
+        receipt = mailer.send(prepared.email)
+    except SendFailed as error:
+        events = failure_events(
+            row.message_id, lease_token=claim.lease_token, attempt=row.attempt_count, error=error.message,
+            retryable=error.retryable, outcome_unknown=error.outcome_unknown, now=ctx.clock.now(),
+            jitter=jitter(), policy=policy,
+        )
+        state = "abandoned" if len(events) > 1 else ("pending" if error.retryable else "failed")
+        return Attempt(events, "send_failed", state, error=error.message)
+    accepted = ProviderAccepted(
+        row.message_id, claim.lease_token, row.attempt_count, ctx.clock.now(),
+        receipt.provider, receipt.provider_message_id, prepared.key_id,
+    )
+    return Attempt([accepted], "accepted", "sent", provider_message_id=receipt.provider_message_id)
+
+
 def deliver(
     ctx: ServiceContext, claim: Claim, mailer: Mailer, *, owner: str, sender: str,
     jitter: Callable[[], float] = random.random,
 ) -> str:
     """Send one claimed message and record what happened; returns the message's new state."""
     row = claim.row
+    with database_errors(), ctx.engine.connect() as connection:
+        prepared = prepare(ctx, claim, sender=sender, connection=connection)
+        # End the read before calling the provider: a transaction left open
+        # across a slow send would hold back every reader of the log.
+        connection.rollback()
+        result = attempt(ctx, claim, prepared, mailer, jitter)
+        with connection.begin():
+            recorded = record_outcome(connection, claim, result.events, owner=owner)
     fields = {
         "message_id": row.message_id, "lease_owner": owner, "lease_expires_at": row.lease_expires_at,
         "request_id": row.request_id, "attempt": row.attempt_count, "template": row.template,
+        "key_id": prepared.key_id, "outcome": result.outcome, "provider_message_id": result.provider_message_id,
+        "error": result.error,
     }
-    prepared = prepare(ctx, claim, sender=sender)
-    policy = ctx.delivery_policy
-    if prepared.email is None:
-        events = [DeliverySkipped(row.message_id, ctx.clock.now(), prepared.skip_reason, claim.lease_token)]
-        outcome, state = "skipped", "skipped"
-    elif not enough_lease_left(row.lease_expires_at, now=ctx.clock.now(), policy=policy):
-        # Too little lease left to finish a provider call safely: give it back.
-        events = failure_events(
-            row.message_id, lease_token=claim.lease_token, attempt=row.attempt_count,
-            error="lease margin exhausted before sending", retryable=True, outcome_unknown=False,
-            now=ctx.clock.now(), jitter=0.0, policy=policy,
-        )
-        outcome, state = "lease_margin_exhausted", "pending"
-    else:
-        try:
-            receipt = mailer.send(prepared.email)
-        except SendFailed as error:
-            events = failure_events(
-                row.message_id, lease_token=claim.lease_token, attempt=row.attempt_count, error=error.message,
-                retryable=error.retryable, outcome_unknown=error.outcome_unknown, now=ctx.clock.now(),
-                jitter=jitter(), policy=policy,
-            )
-            outcome = "send_failed"
-            state = "abandoned" if len(events) > 1 else ("pending" if error.retryable else "failed")
-            fields["error"] = error.message
-        else:
-            events = [ProviderAccepted(
-                row.message_id, claim.lease_token, row.attempt_count, ctx.clock.now(),
-                receipt.provider, receipt.provider_message_id, prepared.key_id,
-            )]
-            outcome, state = "accepted", "sent"
-            fields["provider_message_id"] = receipt.provider_message_id
-    with ctx.engine.begin() as connection:
-        recorded = record_outcome(connection, claim, events, owner=owner)
     if not recorded:
-        log_event(log, "lease lost; outcome not recorded", logging.WARNING, outcome=outcome,
-                  key_id=prepared.key_id, **fields)
+        log_event(log, "lease lost; outcome not recorded", logging.WARNING, **fields)
         return "lease_lost"
-    log_event(log, f"delivery {outcome}", outcome=outcome, state=state, key_id=prepared.key_id,
-              skip_reason=prepared.skip_reason, **fields)
-    return state
+    log_event(log, f"delivery {result.outcome}", state=result.state, skip_reason=prepared.skip_reason, **fields)
+    return result.state

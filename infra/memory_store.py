@@ -37,32 +37,42 @@ class InMemoryEventStore:
         events: Sequence[Any],
         metadata: Mapping[str, Any] | None = None,
     ) -> list[RecordedEvent]:
-        if not events:
-            return []
+        return self.append_many([(stream_id, expected_version, events)], metadata)
+
+    def append_many(
+        self,
+        batches: Sequence[tuple[str, int, Sequence[Any]]],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> list[RecordedEvent]:
+        """Append to several streams at once: every stream at its expected version, or nothing."""
         with self._lock:
-            actual = self._versions.get(stream_id, 0)
-            if actual != expected_version:
-                raise ConcurrencyConflict(f"stream {stream_id} is at version {actual}, not {expected_version}")
+            for stream_id, expected_version, events in batches:
+                actual = self._versions.get(stream_id, 0)
+                if events and actual != expected_version:
+                    raise ConcurrencyConflict(f"stream {stream_id} is at version {actual}, not {expected_version}")
+            # Encode first, as PostgreSQL does: an unknown class refuses the whole append.
+            encoded = [[self.codec.encode(event, self.keyring) for event in events] for _, _, events in batches]
             transaction_id = len(self._events) + 1
             recorded = []
-            for offset, event in enumerate(events, start=1):
-                tag, version, _ = self.codec.encode(event, self.keyring)  # same refusal of unknown classes as PostgreSQL
-                recorded.append(
-                    RecordedEvent(
-                        global_position=len(self._events) + offset,
-                        stream_id=stream_id,
-                        stream_version=expected_version + offset,
-                        event_id=uuid4(),
-                        event_type=tag,
-                        schema_version=version,
-                        event=event,
-                        metadata=dict(metadata or {}),
-                        recorded_at=datetime.now(UTC),
-                        transaction_id=transaction_id,
+            for (stream_id, expected_version, events), tags in zip(batches, encoded, strict=True):
+                for offset, (event, (tag, version, _)) in enumerate(zip(events, tags, strict=True), start=1):
+                    recorded.append(
+                        RecordedEvent(
+                            global_position=len(self._events) + len(recorded) + 1,
+                            stream_id=stream_id,
+                            stream_version=expected_version + offset,
+                            event_id=uuid4(),
+                            event_type=tag,
+                            schema_version=version,
+                            event=event,
+                            metadata=dict(metadata or {}),
+                            recorded_at=datetime.now(UTC),
+                            transaction_id=transaction_id,
+                        )
                     )
-                )
+                if events:
+                    self._versions[stream_id] = expected_version + len(events)
             self._events.extend(recorded)
-            self._versions[stream_id] = expected_version + len(events)
             return recorded
 
     def load(self, stream_id: str) -> list[RecordedEvent]:

@@ -15,20 +15,29 @@ from domain.log import Checkpoint, RecordedEvent
 from infra.serialization import EventCodec, default_codec
 from infra.subject_keys import PostgresKeyring
 
-# One round trip for any number of events in any number of streams. Each row
-# carries the version its stream must be at; the WHERE clause makes a stale or
-# too-high expected version insert nothing, and two writers that both saw the
-# same version collide on the unique (stream_id, stream_version) key instead.
+# One round trip for any number of events in any number of streams, all or
+# nothing. Each row carries the version its stream must be at; unless every
+# stream is there, nothing is inserted (so no savepoint is needed to undo half
+# an append). Two writers that both saw the same version collide on the unique
+# (stream_id, stream_version) key instead.
 APPEND = text("""
+    WITH new AS (
+        SELECT * FROM unnest(CAST(:stream_ids AS text[]), CAST(:expected_versions AS integer[]),
+                             CAST(:offsets AS integer[]), CAST(:event_ids AS uuid[]), CAST(:event_types AS text[]),
+                             CAST(:schema_versions AS integer[]), CAST(:payloads AS jsonb[]))
+               WITH ORDINALITY
+               AS e(stream_id, expected_version, offset_in_stream, event_id, event_type, schema_version, payload, n)
+    ), every_stream_expected AS (
+        SELECT bool_and(n.expected_version = (SELECT coalesce(max(x.stream_version), 0) FROM events x
+                                               WHERE x.stream_id = n.stream_id)) AS yes
+          FROM new n
+    )
     INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata)
-    SELECT e.stream_id, e.expected_version + e.offset_in_stream, e.event_id, e.event_type,
-           e.schema_version, e.payload, CAST(:metadata AS jsonb)
-      FROM unnest(CAST(:stream_ids AS text[]), CAST(:expected_versions AS integer[]),
-                  CAST(:offsets AS integer[]), CAST(:event_ids AS uuid[]), CAST(:event_types AS text[]),
-                  CAST(:schema_versions AS integer[]), CAST(:payloads AS jsonb[]))
-           AS e(stream_id, expected_version, offset_in_stream, event_id, event_type, schema_version, payload)
-     WHERE e.expected_version = (SELECT coalesce(max(x.stream_version), 0) FROM events x
-                                  WHERE x.stream_id = e.stream_id)
+    SELECT n.stream_id, n.expected_version + n.offset_in_stream, n.event_id, n.event_type,
+           n.schema_version, n.payload, CAST(:metadata AS jsonb)
+      FROM new n, every_stream_expected
+     WHERE every_stream_expected.yes
+     ORDER BY n.n  -- positions follow the order the caller gave
     RETURNING global_position, stream_id, stream_version, event_id, recorded_at, transaction_id::text
 """)
 
@@ -115,17 +124,14 @@ class PostgresEventStore:
         }
         streams = ", ".join(sorted({stream_id for stream_id, _, _ in batches}))
         try:
-            # A savepoint keeps the caller's transaction usable after a clash,
-            # so it can reload the stream and decide again.
-            with self.connection.begin_nested() as savepoint:
-                rows = self.connection.execute(APPEND, params).all()
-                if len(rows) != len(rows_in):
-                    savepoint.rollback()
-                    raise ConcurrencyConflict(f"stream {streams} is not at the expected version")
+            rows = self.connection.execute(APPEND, params).all()
         except IntegrityError as error:
+            # The caller's transaction is aborted: it rolls back and decides again.
             if _unique_violation_on_stream_version(error):
                 raise ConcurrencyConflict(f"stream {streams} moved on while appending") from error
             raise
+        if not rows:
+            raise ConcurrencyConflict(f"stream {streams} is not at the expected version")
         by_event_id = {row.event_id: row for row in rows}
         recorded = []
         for stream_id, _, _, event_id, event, tag, version, _ in rows_in:

@@ -142,6 +142,11 @@ def decide_on_stream(
     raise AssertionError("unreachable")
 
 
-def load_state(ctx: ServiceContext, stream_id: str, fold: Callable[[Iterable[object]], Any]) -> Any:
-    with database_errors(), ctx.engine.connect() as connection:
+def load_state(
+    ctx: ServiceContext, stream_id: str, fold: Callable[[Iterable[object]], Any], connection: Connection | None = None
+) -> Any:
+    """The folded state of one stream, on ``connection`` or a fresh one."""
+    if connection is not None:
         return fold(recorded.event for recorded in PostgresEventStore(connection).load(stream_id))
+    with database_errors(), ctx.engine.connect() as fresh:
+        return fold(recorded.event for recorded in PostgresEventStore(fresh).load(stream_id))

@@ -91,3 +91,11 @@ def test_reading_the_whole_log_pages_through_every_stream_in_order(store: Any) -
         checkpoint = page[-1].checkpoint
     assert [r.stream_id for r in seen] == [f"email:{n}" for n in range(5)]
     assert [r.checkpoint for r in seen] == sorted(r.checkpoint for r in seen)
+
+
+def test_an_append_to_several_streams_is_all_or_nothing(store: Any) -> None:
+    store.append("email:a", 0, [queued(1)])
+    with pytest.raises(ConcurrencyConflict):
+        store.append_many([("email:b", 0, [queued(2)]), ("email:a", 0, [queued(3)])])
+    assert store.load("email:b") == []
+    assert len(store.load("email:a")) == 1

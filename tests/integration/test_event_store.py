@@ -35,15 +35,15 @@ def test_eight_writers_on_one_stream_win_each_version_exactly_once(engine: Engin
         nonlocal conflicts
         start.wait()
         for _ in range(25):
-            with engine.begin() as connection:
-                store = PostgresEventStore(connection)
-                version = store.stream_version("otp-user:shared")
-                try:
+            try:
+                with engine.begin() as connection:
+                    store = PostgresEventStore(connection)
+                    version = store.stream_version("otp-user:shared")
                     store.append("otp-user:shared", version, [queued(n)])
-                except ConcurrencyConflict:
-                    with lock:
-                        conflicts += 1
-                    continue
+            except ConcurrencyConflict:
+                with lock:
+                    conflicts += 1
+                continue
             with lock:
                 wins.append(version + 1)
 
