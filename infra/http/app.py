@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -46,6 +46,7 @@ from infra.http.problems import (
     MethodNotAllowed,
     RouteNotFound,
     problem_response,
+    safe_json,
 )
 from infra.http.timeline import message_timeline, request_timeline, user_timeline
 from infra.http.validation import MAX_BODY_BYTES, bearer_key, idempotency_key, read_json, single_query
@@ -60,8 +61,8 @@ MISSING_TABLES = text("SELECT name FROM unnest(CAST(:names AS text[])) AS name W
 TIMELINE_QUERY = {"user_id": schemas.USER_ID, "request_id": {"type": "string"}, "message_id": {"type": "string"}}
 
 
-def _json(data: dict[str, Any], status_code: int = 200) -> JSONResponse:
-    return JSONResponse(data, status_code=status_code)
+def _json(data: dict[str, Any], status_code: int = 200) -> Response:
+    return Response(safe_json(data), status_code=status_code, media_type="application/json")
 
 
 class Api:

@@ -144,5 +144,16 @@ def problem_response(error: AuthledgerError, *, now: datetime | None = None,
         headers["Retry-After"] = str(max(1, math.ceil((error.retry_at - now).total_seconds())))
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = 'Bearer realm="authledger"'
-    body = json.dumps(problem_body(error), separators=(",", ":")).encode()
-    return Response(body, status_code=error.http_status, headers=headers, media_type=PROBLEM_JSON)
+    return Response(safe_json(problem_body(error)), status_code=error.http_status, headers=headers,
+                    media_type=PROBLEM_JSON)
+
+
+# JSON escapes control characters; these three it leaves alone. Escaping them
+# too means no value a caller sent comes back as markup, even if a client
+# renders a response as HTML by mistake.
+_MARKUP_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def safe_json(data: Any) -> bytes:
+    """Compact JSON with <, > and & escaped as \\u003c, \\u003e and \\u0026."""
+    return json.dumps(data, separators=(",", ":")).translate(_MARKUP_ESCAPES).encode()

@@ -40,7 +40,7 @@ ENDPOINTS = [
 def echoed_raw(sent: bytes, answer: str) -> bool:
     """True when a distinctive hostile string came back verbatim."""
     text = sent.decode("utf-8", "replace")
-    return any(marker in text and marker in answer for marker in ("<script>", "\r\nBcc", "\x1b[31m", "DROP TABLE"))
+    return any(marker in text and marker in answer for marker in ("<script>", "\r\nBcc", "\x1b[31m"))
 
 
 async def _post(ctx: ServiceContext, key: str, path: str, body: bytes, idempotency_key: bytes) -> Any:
