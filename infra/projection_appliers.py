@@ -116,7 +116,11 @@ class Applier(Protocol):
         ...
 
     def on(self, tables: Mapping[str, Table], *, cache_rows: int = 0) -> Applier:
-        """The same fold into other tables, keyed by the live table's name."""
+        """The same fold into tables of its own (shadow, temporary, side schema), keyed by the live name.
+
+        Such an applier is the only writer of its tables, may remember
+        ``cache_rows`` rows between pages, and writes large pages with COPY.
+        """
         ...
 
     def forget(self) -> None:
@@ -129,16 +133,19 @@ class KeyedApplier:
 
     With ``cache_rows`` it remembers the rows it wrote last, which is only
     right while nobody else writes the table: a rebuild's shadow tables.
+    With ``bulk`` it writes large pages through COPY and a temporary table
+    (rebuild, verify, replay, on the login role); the catch-up runner, on the
+    application role, always writes with one statement.
     """
 
     def __init__(
         self, table: Table, row_type: type, key_column: str, key_of: Callable[[object], Any],
-        evolve: Callable[[Any, object], Any], *, cache_rows: int = 0,
+        evolve: Callable[[Any, object], Any], *, cache_rows: int = 0, bulk: bool = False,
     ) -> None:
         self.table, self.row_type, self.key_column = table, row_type, key_column
         self.key_of, self.evolve = key_of, evolve
         self.tables = (table,)
-        self.cache_rows = cache_rows
+        self.cache_rows, self.bulk = cache_rows, bulk
         self._cache: OrderedDict[Any, Any] = OrderedDict()
         key = _QUOTE.quote(key_column)
         names = ", ".join(_QUOTE.quote(c.name) for c in table.columns)
@@ -154,7 +161,7 @@ class KeyedApplier:
 
     def on(self, tables: Mapping[str, Table], *, cache_rows: int = 0) -> KeyedApplier:
         return KeyedApplier(tables[self.table.name], self.row_type, self.key_column, self.key_of, self.evolve,
-                            cache_rows=cache_rows)
+                            cache_rows=cache_rows, bulk=True)
 
     def _step(self, rows: dict[Any, Any], recorded: Iterable[RecordedEvent]) -> dict[Any, Any]:
         changed = {}
@@ -182,7 +189,7 @@ class KeyedApplier:
                 rows[found._mapping[self.key_column]] = self.row_type(**found._mapping)
         try:
             changed = self._step(rows, recorded)
-            if len(changed) >= Staged.WORTH_IT:
+            if self.bulk and len(changed) >= Staged.WORTH_IT:
                 self._staged.write(connection, [attrs.astuple(row, recurse=False) for row in changed.values()])
             elif changed:
                 values = [attrs.asdict(row, recurse=False) for row in changed.values()]
