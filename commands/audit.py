@@ -1,0 +1,155 @@
+"""`authledger audit` and `authledger privacy`: proving the log intact, and erasing a person."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from commands.output import cli_metadata, emit, json_option, parse_instant, progress_bar
+from infra import audit as audit_service
+from infra import sealer
+from infra.audit_digest import (
+    check_trust,
+    configured_public_key,
+    parse_public_key,
+    read_digest_file,
+    signing_key,
+    write_digest_file,
+)
+from infra.audit_export import events_in_export, stretch_for_times, verify_export
+from infra.audit_export import export as export_log
+from infra.bootstrap import App
+from infra.privacy import forget as forget_subject
+
+
+@click.group()
+def audit() -> None:
+    """Seal the log into a hash chain, sign its head, verify and export it (docs/audit.md)."""
+
+
+@audit.command("seal")
+@click.option("--batch-size", default=5000, show_default=True, type=click.IntRange(1, 100_000))
+@json_option
+@click.pass_obj
+def audit_seal(app: App, batch_size: int, as_json: bool) -> None:
+    """Seal every committed event into the hash chain."""
+    with progress_bar(sealer.backlog(app.engine).sealable, "sealing") as bar:
+        result = sealer.seal(app.engine, batch_size=batch_size, progress=bar.update)
+    head = result.head
+    data = {
+        "sealed": result.sealed,
+        "chain_index": head.chain_index if head else None,
+        "global_position": head.global_position if head else None,
+        "link": head.link.hex() if head else None,
+        "waiting_for_older_transactions": result.backlog.waiting,
+    }
+    said = f"sealed {result.sealed} events"
+    if head is not None:
+        said += f"; chain head index {head.chain_index}, position {head.global_position}, link {head.link.hex()}"
+    if result.backlog.waiting:
+        said += f"; {result.backlog.waiting} newer events wait for older transactions to finish"
+    emit(data, as_json, said)
+
+
+@audit.command("verify")
+@click.option("--from", "from_position", type=click.IntRange(min=1), help="Check from this global position.")
+@click.option("--to", "to_position", type=click.IntRange(min=1), help="Check up to this global position.")
+@click.option("--digest", "digest_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Prove the log still extends this signed digest.")
+@click.option("--export", "export_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Check an export file offline, without a database.")
+@click.option("--public-key", help="Trusted Ed25519 public key: a PEM file, or base64 of its 32 raw bytes. "
+              "Default: the configured signing key's.")
+@json_option
+@click.pass_obj
+def audit_verify(app: App, from_position: int | None, to_position: int | None, digest_file: Path | None,
+                 export_file: Path | None, public_key: str | None, as_json: bool) -> None:
+    """Recompute the hash chain and report the first event that no longer matches."""
+    if export_file and (from_position or to_position or digest_file):
+        raise click.UsageError("--export checks a file on its own: drop --from, --to and --digest")
+    if digest_file and (from_position or to_position):
+        raise click.UsageError("--digest checks the whole chain: drop --from and --to")
+    trusted = parse_public_key(public_key) if public_key else configured_public_key(app.settings)
+    if export_file:
+        with progress_bar(events_in_export(export_file), "checking export") as bar:
+            report = verify_export(export_file, trusted, progress=bar.update)
+    else:
+        digest = read_digest_file(digest_file) if digest_file else None
+        trusted_digest = check_trust(digest, trusted, f"digest {digest_file}") if digest else False
+        stretch = audit_service.stretch_to_verify(app.engine, from_position, to_position)
+        with progress_bar(stretch.length if stretch else 0, "verifying") as bar:
+            report = audit_service.verify(app.engine, from_position=from_position, to_position=to_position,
+                                          digest=digest, progress=bar.update)
+        report = audit_service.with_trust(report, trusted_digest)
+    error = report.error()
+    if error is not None and not as_json:
+        raise error
+    emit(report.as_dict(), as_json, report.summary())
+    if error is not None:
+        sys.exit(error.exit_code)
+
+
+@audit.command("digest")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the digest to this file (keep it outside the database).")
+@click.option("--verify/--no-verify", "verify_first", default=True, show_default=True,
+              help="Check the whole chain before signing its head.")
+@json_option
+@click.pass_obj
+def audit_digest(app: App, out: Path | None, verify_first: bool, as_json: bool) -> None:
+    """Sign the chain head with the configured Ed25519 key and print (or write) the digest."""
+    key = signing_key(app.settings)
+    stretch = audit_service.stretch_to_verify(app.engine) if verify_first else None
+    with progress_bar(stretch.length if stretch else 0, "verifying" if verify_first else "signing") as bar:
+        signed = audit_service.make_digest(app.engine, key, verify_first=verify_first, progress=bar.update)
+    document = signed.document
+    if out is None:
+        click.echo(json.dumps(document, indent=2))
+        return
+    write_digest_file(out, document)
+    emit(document, as_json, f"digest of chain index {document['chain_index']} (position "
+         f"{document['global_position']}) signed by {document['key_id']}, written to {out}")
+
+
+@audit.command("export")
+@click.option("--from", "since", callback=parse_instant, help="Recorded at or after this time (ISO 8601, UTC if no offset).")
+@click.option("--to", "until", callback=parse_instant, help="Recorded before this time (ISO 8601, UTC if no offset).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The JSON Lines file.")
+@json_option
+@click.pass_obj
+def audit_export(app: App, since: datetime | None, until: datetime | None, out: Path, as_json: bool) -> None:
+    """Export sealed events with their links and a signed digest, for offline checking."""
+    key = signing_key(app.settings)
+    with progress_bar(stretch_for_times(app.engine, since, until).length, "exporting") as bar:
+        result = export_log(app.engine, key, out, since=since, until=until, progress=bar.update)
+    data = {"path": str(result.path), "events": result.events, "first_index": result.first_index,
+            "last_index": result.last_index, "key_id": result.key_id}
+    emit(data, as_json, f"exported {result.events} events (chain index {result.first_index}-{result.last_index}) "
+         f"to {result.path}, signed by {result.key_id}; check it with `authledger audit verify --export {result.path}`")
+
+
+@click.group()
+def privacy() -> None:
+    """Personal data: erase a user's (crypto-shredding; docs/operations.md)."""
+
+
+@privacy.command("forget")
+@click.option("--user-id", required=True, help="The application's id for the user.")
+@json_option
+@click.pass_obj
+def privacy_forget(app: App, user_id: str, as_json: bool) -> None:
+    """Destroy the user's data keys: their addresses in the log read [erased] from now on."""
+    erasure = forget_subject(app.engine, user_id, now=datetime.now(UTC), metadata=cli_metadata("privacy forget"))
+    if not erasure.recorded:
+        said = f"user {user_id} was already erased at {erasure.erased_at.isoformat()}; nothing changed"
+    elif not erasure.key_ids:
+        said = f"user {user_id} had no personal data key left; the erasure is recorded"
+    else:
+        said = (f"user {user_id} erased: data key {', '.join(erasure.key_ids)} destroyed; their personal data "
+                "reads [erased] from now on")
+    emit(erasure.as_dict(), as_json, said)
+

@@ -1,0 +1,75 @@
+"""`authledger db` and `authledger config`: the schema and the effective configuration."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from commands.output import emit, json_option
+from infra.bootstrap import App
+from infra.config import masked
+from infra.schema import check_schema, init_schema
+
+
+@click.group()
+def db() -> None:
+    """Create and check the database schema."""
+
+
+@db.command("init")
+@json_option
+@click.pass_obj
+def db_init(app: App, as_json: bool) -> None:
+    """Apply schema.sql (safe to run again)."""
+    result = init_schema(app.admin_engine)
+    said = "already initialised; schema re-applied, nothing changed" if result.already_initialised else "initialised"
+    emit(
+        {"version": result.version, "already_initialised": result.already_initialised,
+         "database": app.database.display_url},
+        as_json,
+        f"database {app.database.display_url}: {said} (schema version {result.version})",
+    )
+
+
+@db.command("check")
+@json_option
+@click.pass_obj
+def db_check(app: App, as_json: bool) -> None:
+    """Report schema version, append-only guards and the transaction-id horizon."""
+    report = check_schema(app.admin_engine)
+    data = {
+        "ok": report.ok,
+        "schema_version": report.schema_version,
+        "expected_version": report.expected_version,
+        "guards": report.guards,
+        "app_role_privileges": report.app_role_privileges,
+        "highest_logged_xid": report.highest_logged_xid,
+        "next_xid": report.next_xid,
+        "problems": report.problems,
+    }
+    lines = [
+        f"schema version   {report.schema_version} (expected {report.expected_version})",
+        "append-only      " + ", ".join(f"{name} {'on' if on else 'MISSING'}" for name, on in report.guards.items()),
+        "app role         " + ", ".join(f"{p} {'yes' if g else 'no'}" for p, g in report.app_role_privileges.items()),
+        f"transaction ids  next {report.next_xid}, highest in log {report.highest_logged_xid}",
+    ]
+    lines += [f"problem: {problem}" for problem in report.problems]
+    lines.append("ok" if report.ok else "NOT OK")
+    emit(data, as_json, "\n".join(lines))
+    if not report.ok:
+        sys.exit(1)
+
+
+@click.group()
+def config() -> None:
+    """Inspect the effective configuration."""
+
+
+@config.command("show")
+@json_option
+@click.pass_obj
+def config_show(app: App, as_json: bool) -> None:
+    """Print the effective configuration, secrets masked."""
+    shown = masked(app.settings)
+    emit(shown, as_json, "\n".join(f"{name}={value}" for name, value in shown.items()))

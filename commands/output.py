@@ -1,0 +1,54 @@
+"""What every command shares: JSON or text output, progress bars, times and metadata."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+
+def emit(data: Any, as_json: bool, text: str) -> None:
+    click.echo(json.dumps(data, indent=2, default=str) if as_json else text)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for tools.")
+
+
+CLI_CLIENT = "cli"
+
+
+def cli_metadata(command: str) -> dict[str, str]:
+    return {"actor": f"cli:{os.environ.get('USER', 'unknown')}", "client": CLI_CLIENT, "command": command}
+
+
+def progress_bar(length: int, label: str) -> Any:
+    """A progress bar on stderr, so that --json on stdout stays clean."""
+    return click.progressbar(length=max(length, 0), label=label, file=sys.stderr)
+
+
+def parse_instant(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an ISO 8601 date or time") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def rate_progress_bar(length: int, label: str) -> Any:
+    """A progress bar on stderr with events/s beside the ETA; returns (bar, update)."""
+    bar = click.progressbar(length=max(length, 1), label=label, file=sys.stderr, show_eta=True,
+                            item_show_func=lambda rate: rate)
+    started, done = datetime.now(UTC), [0]
+
+    def update(n: int) -> None:
+        done[0] += n
+        seconds = (datetime.now(UTC) - started).total_seconds()
+        bar.update(n, f"{done[0] / seconds:,.0f} events/s" if seconds > 0 else None)
+
+    return bar, update
