@@ -72,7 +72,7 @@ def projections_rebuild(app: App, name: str | None, every: bool, batch_size: int
     """Rebuild from the log into shadow tables while traffic runs, then swap them in."""
     results = []
     for projection in _targets(name, every):
-        bar, update = rate_progress_bar(log_length(app.engine), f"rebuilding {projection.name}")
+        bar, update = rate_progress_bar(log_length(app.engine, projection), f"rebuilding {projection.name}")
         with bar:
             result = rebuild_projection(app.admin_engine, projection, batch_size=batch_size, progress=update)
         results.append(result)
@@ -96,7 +96,7 @@ def projections_verify(app: App, name: str | None, limit: int, as_json: bool) ->
     """Rebuild to the side and compare with the live tables; exit non-zero on any difference."""
     reports = []
     for projection in _targets(name, False, default_all=True):
-        bar, update = rate_progress_bar(log_length(app.engine), f"verifying {projection.name}")
+        bar, update = rate_progress_bar(log_length(app.engine, projection), f"verifying {projection.name}")
         with bar:
             report = verify_projection(app.admin_engine, projection, progress=update, limit=limit)
         reports.append(report)

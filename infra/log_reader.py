@@ -50,6 +50,7 @@ _SELECT = """
 _COUNT = """
     SELECT count(*) FROM events
      WHERE (transaction_id, global_position) > (CAST(:tx AS text)::xid8, :pos) AND {bound}
+       AND (CAST(:event_types AS text[]) IS NULL OR event_type = ANY(CAST(:event_types AS text[])))
 """
 _BOUNDS = {
     "horizon": "transaction_id < pg_snapshot_xmin(pg_current_snapshot())",
@@ -185,8 +186,12 @@ def pages(
             return
 
 
-def count_events(connection: Connection, after: Checkpoint, bound: LogBound = HORIZON) -> int:
-    params = {"tx": str(after.transaction_id), "pos": after.global_position, **bound.params}
+def count_events(
+    connection: Connection, after: Checkpoint, bound: LogBound = HORIZON, reading: Reading = EVERYTHING,
+) -> int:
+    """How many events ``read_page`` would return from ``after`` to the bound, all pages together."""
+    types = sorted(reading.event_types) if reading.event_types is not None else None
+    params = {"tx": str(after.transaction_id), "pos": after.global_position, "event_types": types, **bound.params}
     return connection.execute(COUNTS[bound.name], params).scalar_one()
 
 

@@ -105,10 +105,10 @@ def fold_pages(
             return Built(after, events)
 
 
-def log_length(engine: Engine) -> int:
-    """Events below the horizon: what a rebuild or verify will fold, give or take new traffic."""
+def log_length(engine: Engine, projection: Projection) -> int:
+    """The events a rebuild or verify of ``projection`` will fold, give or take new traffic."""
     with database_errors(), engine.connect() as connection:
-        return count_events(connection, Checkpoint(), HORIZON)
+        return count_events(connection, Checkpoint(), HORIZON, projection.reading)
 
 
 def rebuild(
