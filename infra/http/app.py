@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from sqlalchemy import text
@@ -53,6 +53,7 @@ from infra.http.validation import MAX_BODY_BYTES, bearer_key, idempotency_key, r
 from infra.logs import FIELDS, log_event
 from infra.schema import SCHEMA_VERSION, current_version
 from infra.services import ServiceContext
+from infra.catchup import CatchUpRunner
 from infra.worker import Worker
 
 log = logging.getLogger("authledger.http")
@@ -250,9 +251,10 @@ class RequestContext:
 
 
 def create_app(
-    ctx: ServiceContext, *, worker: Worker | None = None, max_body_bytes: int = MAX_BODY_BYTES
+    ctx: ServiceContext, *, worker: Worker | None = None, catch_up: CatchUpRunner | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> Starlette:
-    """The API over ``ctx``; with ``worker``, delivery runs in a thread for the app's lifetime."""
+    """The API over ``ctx``; ``worker`` and ``catch_up`` run in threads for the app's lifetime."""
     api = Api(ctx, max_body_bytes=max_body_bytes, worker=worker)
 
     async def on_error(request: Request, error: Exception) -> Response:
@@ -288,27 +290,39 @@ def create_app(
         routes=routes,
         middleware=[Middleware(RequestContext)],
         exception_handlers={AuthledgerError: on_error, HTTPException: on_http_error},
-        lifespan=_lifespan(api, worker),
+        lifespan=_lifespan(api, [part for part in (worker, catch_up) if part is not None]),
     )
 
 
-def _lifespan(api: Api, worker: Worker | None) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
+class Background(Protocol):
+    """A loop that runs beside the API for its lifetime: the delivery worker, the catch-up runner."""
+
+    def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def _lifespan(
+    api: Api, background: list[Background]
+) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             await run_in_threadpool(api.start_metrics)
         except AuthledgerError as error:  # the database may come up later; /readyz says so meanwhile
             log_event(log, "metrics will start at the first scrape", logging.WARNING, error=error.message)
-        if worker is None:
-            yield
-            return
-        thread = threading.Thread(target=worker.run, name="authledger-delivery", daemon=True)
-        thread.start()
+        threads = [threading.Thread(target=part.run, name=f"authledger-{type(part).__name__}", daemon=True)
+                   for part in background]
+        for thread in threads:
+            thread.start()
         try:
             yield
         finally:
-            # The worker finishes the message in hand and gives back the rest of its batch.
-            worker.stop()
-            await run_in_threadpool(thread.join, 30.0)
+            # The worker finishes the message in hand and gives back the rest of
+            # its batch; the runner finishes its batch and keeps its checkpoint.
+            for part in background:
+                part.stop()
+            for thread in threads:
+                await run_in_threadpool(thread.join, 30.0)
 
     return lifespan

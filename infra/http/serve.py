@@ -25,6 +25,7 @@ from infra.http.app import create_app
 from infra.http.clients import client_of_key, create_client, revoke_client
 from infra.logs import configure_logging
 from infra.schema import init_schema
+from infra.catchup import CatchUpRunner
 from infra.worker import Worker
 
 DEV_CLIENT = "dev"
@@ -99,8 +100,9 @@ def _serve(app: App, *, host: str, port: int, workers: int, say: Callable[[str],
     if workers:
         worker = Worker(ctx, app.mailer, sender=settings.sender, concurrency=workers,
                         poll_seconds=settings.poll_seconds)
+    catch_up = CatchUpRunner(app.engine, poll_seconds=settings.poll_seconds)
     config = uvicorn.Config(
-        create_app(ctx, worker=worker), host=host, port=port, log_config=None, access_log=False,
+        create_app(ctx, worker=worker, catch_up=catch_up), host=host, port=port, log_config=None, access_log=False,
         lifespan="on", timeout_graceful_shutdown=10, server_header=False,
     )
     server = uvicorn.Server(config)
@@ -115,5 +117,6 @@ def _serve(app: App, *, host: str, port: int, workers: int, say: Callable[[str],
     try:
         server.run()
     finally:
-        if worker is not None:  # uvicorn exits without a lifespan shutdown when it cannot bind
+        catch_up.stop()  # uvicorn exits without a lifespan shutdown when it cannot bind
+        if worker is not None:
             worker.stop()

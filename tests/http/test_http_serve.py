@@ -130,6 +130,13 @@ def test_serve_takes_requests_delivers_mail_and_stops_cleanly_on_sigterm(
         metrics = api.get("/metrics").text
         assert 'authledger_outbox_messages{state="sent"} 3' in metrics
 
+        def caught_up() -> bool | None:  # serve runs the catch-up runner beside the API and the worker
+            lags = [line for line in api.get("/metrics").text.splitlines()
+                    if line.startswith("authledger_projection_lag_events{")]
+            return True if lags and all(line.endswith(" 0") for line in lags) else None
+
+        wait_for("the catch-up projections to follow the log", caught_up)
+
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=15) == 0
     log = [json.loads(line) for line in (tmp_path / "serve.err").read_text().splitlines() if line.startswith("{")]
