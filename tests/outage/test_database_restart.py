@@ -1,7 +1,8 @@
-"""The database goes away under load and comes back: nothing committed is lost, workers carry on."""
+"""The database goes away under load and comes back: 503s meanwhile, nothing committed lost, workers carry on."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 import threading
@@ -9,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
@@ -17,11 +19,13 @@ from domain.policy import ResetPolicy
 from domain.reset import RequestReset
 from infra.database import Database
 from infra.embedded import start_embedded, stop_embedded
+from infra.http.clients import create_client
 from infra.reset_service import request_reset
 from infra.schema import init_schema
 from infra.services import ServiceContext
 from infra.worker import Worker
 from tests.conftest import TEST_KEYS
+from tests.http.support import asgi_client
 from tests.support.mailers import RecordingMailer
 from tests.support.pg_control import start_server, stop_server
 from tests.support.replay import assert_projections_match_log
@@ -47,10 +51,17 @@ def own_server() -> Iterator[tuple[Path, Database]]:
     shutil.rmtree(data_dir, ignore_errors=True)
 
 
+async def post_reset(ctx: ServiceContext, api_key: str) -> httpx.Response:
+    async with asgi_client(ctx, api_key) as client:
+        return await client.post("/v1/password-resets", json={"user_id": "7", "email": "o@example.test"},
+                                 headers={"Idempotency-Key": "during-outage"})
+
+
 def test_a_restart_under_load_loses_nothing_committed(own_server: tuple[Path, Database]) -> None:
     data_dir, database = own_server
     engine = database.engine(pool_size=4)
     ctx = ServiceContext(engine=engine, keys=TEST_KEYS, reset_policy=ResetPolicy(hourly_limit=1000))
+    api_key = create_client(engine, "outage").api_key
     mailer = RecordingMailer()
     worker = Worker(ctx, mailer, sender="a@app.test", concurrency=2, poll_seconds=0.2)
     delivering = threading.Thread(target=worker.run)
@@ -82,7 +93,11 @@ def test_a_restart_under_load_loses_nothing_committed(own_server: tuple[Path, Da
         outage_started = time.monotonic()
         with pytest.raises(DatabaseUnavailable):
             request_reset(ctx, RequestReset("during-outage", "x@example.test"))
-        assert time.monotonic() - outage_started < 5, "an outage is reported quickly, not a hang"
+        response = asyncio.run(post_reset(ctx, api_key))
+        assert time.monotonic() - outage_started < 10, "an outage is reported quickly, not a hang"
+        assert response.status_code == 503, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.json()["type"] == "urn:authledger:problem:database-unavailable"
         time.sleep(1.5)
         start_server(data_dir)
         restarted.set()
