@@ -62,3 +62,32 @@ def test_token_commands_refuse_garbage_cleanly(database_url: str, engine: Engine
     assert result.exit_code in {2, 4}, result.output
     assert_clean_output(result.output)
     assert event_count(engine) == before
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(user_id=nasty_text, email=nasty_text, purpose=nasty_text)
+def test_otp_request_rejects_or_accepts_cleanly(
+    database_url: str, engine: Engine, user_id: str, email: str, purpose: str
+) -> None:
+    before = event_count(engine)
+    result = CliRunner().invoke(
+        cli, ["otp", "request", "--user-id", user_id, "--email", email, "--purpose", purpose],
+        env={"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS},
+    )
+    assert result.exit_code in EXPECTED_EXIT_CODES, result.output
+    assert_clean_output(result.output)
+    if result.exit_code != 0:
+        assert event_count(engine) == before, "a refused request wrote nothing"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(challenge_id=nasty_text, code=nasty_text)
+def test_otp_verify_refuses_garbage_cleanly(database_url: str, engine: Engine, challenge_id: str, code: str) -> None:
+    before = event_count(engine)
+    result = CliRunner().invoke(
+        cli, ["otp", "verify", "--", challenge_id, code],
+        env={"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS},
+    )
+    assert result.exit_code in {2, 4}, result.output
+    assert_clean_output(result.output)
+    assert event_count(engine) == before
