@@ -25,6 +25,7 @@ from infra.worker import Worker
 def worker(app: App, concurrency: int, batch: int, once: bool, as_json: bool) -> None:
     """Claim due emails and deliver them."""
     configure_logging(app.settings.log_format)
+    app.reserve_connections(concurrency)
     delivery = Worker(app.services, app.mailer, sender=app.settings.sender, batch=batch,
                       concurrency=concurrency, poll_seconds=app.settings.poll_seconds)
     if once:

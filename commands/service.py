@@ -23,6 +23,7 @@ def serve(app: App, host: str, port: int, workers: int) -> None:
     """
     from infra.http.serve import serve as run_server  # uvicorn and starlette load only to serve
 
+    app.reserve_connections(workers)
     run_server(app, host=host, port=port, workers=workers, say=click.echo)
 
 

@@ -46,6 +46,12 @@ class App:
             self._database = Database.locate(self.settings.database_url, self.settings.data_dir)
         return self._database
 
+    def reserve_connections(self, threads: int) -> None:
+        """Size the pool for ``threads`` delivery threads, each of which holds a connection per message."""
+        if "engine" in self.__dict__:
+            raise RuntimeError("reserve connections before the engine is first used")
+        self._pool_size = max(self._pool_size, threads + 2)
+
     @functools.cached_property
     def engine(self) -> Engine:
         return bind_master_keys(self.database.engine(pool_size=self._pool_size), lambda: self.master_keys)

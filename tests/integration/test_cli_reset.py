@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from sqlalchemy import Engine
 
 from cli import cli
+from infra.bootstrap import App
 from tests.support.log_reading import email_event_types
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
@@ -133,3 +134,14 @@ def test_a_lease_that_cannot_outlast_the_provider_timeout_is_refused_at_start(en
     code, output = run({**env, "AUTHLEDGER_LEASE_SECONDS": "10", "AUTHLEDGER_PROVIDER_TIMEOUT": "10"}, "worker", "--once")
     assert code == 78
     assert "AUTHLEDGER_LEASE_SECONDS (10) must exceed AUTHLEDGER_PROVIDER_TIMEOUT" in output
+
+
+
+def test_the_pool_grows_with_the_delivery_threads(env: dict[str, str]) -> None:
+    """Each delivery thread holds a connection across its send; 24 threads must not queue for 10."""
+    app = App.from_environment(env)
+    app.reserve_connections(24)
+    try:
+        assert app.engine.pool.size() >= 26
+    finally:
+        app.close()
