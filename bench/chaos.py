@@ -10,37 +10,20 @@ row per run (markdown, for bench/RESULTS.md).
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from infra.database import Database  # noqa: E402
-from infra.embedded import start_embedded, stop_embedded  # noqa: E402
-from infra.schema import init_schema  # noqa: E402
+from bench.bench_server import start_bench_server  # noqa: E402
 from tests.support.chaos import run_chaos  # noqa: E402
 
 HEADER = (
     "| provider | messages | kills | restarts | accepted sends | duplicates | lost | max queued→accepted (s) |\n"
     "|---|---|---|---|---|---|---|---|"
 )
-
-
-def fresh_database(server_url: str, name: str) -> str:
-    admin = create_engine(server_url.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    url = server_url.replace("/postgres?", f"/{name}?")
-    engine = Database(url.replace("postgresql://", "postgresql+psycopg://", 1)).admin_engine()
-    init_schema(engine)
-    engine.dispose()
-    return url
 
 
 def main() -> None:
@@ -53,24 +36,20 @@ def main() -> None:
     if args.quick:
         args.messages, args.kill_for = 100, 3.0
 
-    data_dir = Path(tempfile.mkdtemp(prefix="authledger-chaos-"))
-    try:
-        server_url = start_embedded(data_dir)
-        print(HEADER)
-        for n, provider in enumerate(["http", "smtp"]):
-            url = fresh_database(server_url, f"chaos_{provider}")
-            engine = Database(url.replace("postgresql://", "postgresql+psycopg://", 1)).engine()
-            report = run_chaos(
-                engine, url, provider=provider, messages=args.messages, workers=args.workers,
-                kill_for_seconds=args.kill_for, deadline_seconds=args.kill_for + 120, seed=n + 1,
-            )
-            engine.dispose()
-            print(report.row(), flush=True)
-            if report.lost or (provider == "http" and report.duplicates) or not report.duplicates_explained:
-                sys.exit(f"chaos run broke a promise: {report}")
-    finally:
-        stop_embedded(data_dir)
-        shutil.rmtree(data_dir, ignore_errors=True)
+    server = start_bench_server("authledger-chaos-")
+    print(HEADER)
+    for n, provider in enumerate(["http", "smtp"]):
+        url = server.create_database(f"chaos_{provider}")
+        engine = Database(url).engine()
+        report = run_chaos(
+            engine, url.replace("postgresql+psycopg://", "postgresql://", 1), provider=provider,
+            messages=args.messages, workers=args.workers, kill_for_seconds=args.kill_for,
+            deadline_seconds=args.kill_for + 120, seed=n + 1,
+        )
+        engine.dispose()
+        print(report.row(), flush=True)
+        if report.lost or (provider == "http" and report.duplicates) or not report.duplicates_explained:
+            sys.exit(f"chaos run broke a promise: {report}")
 
 
 if __name__ == "__main__":

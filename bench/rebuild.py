@@ -30,36 +30,31 @@ them. ``--quick`` is a CI-size run of 40,000 events.
 from __future__ import annotations
 
 import argparse
-import atexit
 import hashlib
 import json
 import os
 import platform
 import resource
 import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from uuid import UUID, uuid4
+from uuid import uuid4
 
 import psycopg
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import text
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from domain.email import EmailQueued, LeaseClaimed, ProviderAccepted  # noqa: E402 - after the path set-up
 from domain.reset import ResetRequested  # noqa: E402
-from infra.embedded import start_embedded, stop_embedded  # noqa: E402
+from bench.bench_server import start_bench_server  # noqa: E402
 from infra.personal_data import DataKeyring  # noqa: E402
 from infra.subject_keys import MASTER_KEY_VARIABLE, MasterKeys  # noqa: E402
-from infra.schema import init_schema  # noqa: E402
 from infra.serialization import default_codec  # noqa: E402
 
 DATABASE = "authledger_bench_rebuild"
@@ -212,26 +207,12 @@ def main() -> None:
     events = 40_000 if args.quick else args.events
     os.environ.setdefault(MASTER_KEY_VARIABLE, BENCH_MASTER_KEY)  # the measuring processes inherit it
 
-    data_dir = Path(tempfile.mkdtemp(prefix="authledger-bench-rebuild-"))
-    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
-    atexit.register(stop_embedded, data_dir)
-    server_uri = start_embedded(data_dir)
-    admin_url = make_url(server_uri.replace("postgresql://", "postgresql+psycopg://", 1))
-    server = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with server.connect() as connection:
-        connection.execute(text(f"CREATE DATABASE {DATABASE}"))
-        settings = {name: connection.execute(text(f"SHOW {name}")).scalar_one()
-                    for name in ("server_version", "fsync", "synchronous_commit", "shared_buffers")}
-    server.dispose()
-    admin = create_engine(admin_url.set(database=DATABASE))
-    init_schema(admin)
-    admin.dispose()
-    conninfo = psycopg.conninfo.make_conninfo(server_uri, dbname=DATABASE)
-    bench_url = admin_url.set(database=DATABASE).render_as_string(hide_password=False)
+    server = start_bench_server("authledger-bench-rebuild-")
+    bench_url = server.create_database(DATABASE)
+    conninfo = psycopg.conninfo.make_conninfo(server.uri, dbname=DATABASE)
 
     print(f"authledger {_code_version()}; Python {platform.python_version()}; {os.cpu_count()} CPUs; "
-          f"PostgreSQL {settings['server_version']} (embedded; fsync={settings['fsync']}, "
-          f"synchronous_commit={settings['synchronous_commit']}, shared_buffers={settings['shared_buffers']})")
+          f"{server.describe()}")
     log, rows = Log(), []
     for size in (events // 4, events):
         print(f"generating the log up to {size:,} events with COPY ...", flush=True)

@@ -24,30 +24,25 @@ Then, in one run and on the application role:
 from __future__ import annotations
 
 import argparse
-import atexit
 import hashlib
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from uuid import uuid4
 
 import psycopg
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from infra import audit, sealer  # noqa: E402 - after the path set-up, for a plain `python bench/seal.py`
 from infra.database import Database  # noqa: E402
-from infra.embedded import start_embedded, stop_embedded  # noqa: E402
-from infra.schema import init_schema  # noqa: E402
+from bench.bench_server import start_bench_server  # noqa: E402
 from projections.audit_chain import GENESIS, LEAF_PREFIX, LINK_PREFIX  # noqa: E402
 
 DATABASE = "authledger_bench_seal"
@@ -153,26 +148,12 @@ def main() -> None:
     args = parser.parse_args()
     events = 20_000 if args.quick else args.events
 
-    data_dir = Path(tempfile.mkdtemp(prefix="authledger-bench-seal-"))
-    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
-    atexit.register(stop_embedded, data_dir)
-    server_uri = start_embedded(data_dir)
-    admin_url = make_url(server_uri.replace("postgresql://", "postgresql+psycopg://", 1))
-    server = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with server.connect() as connection:
-        connection.execute(text(f"CREATE DATABASE {DATABASE}"))
-        settings = {name: connection.execute(text(f"SHOW {name}")).scalar_one()
-                    for name in ("server_version", "fsync", "synchronous_commit", "shared_buffers")}
-    server.dispose()
-    bench_url = admin_url.set(database=DATABASE).render_as_string(hide_password=False)
-    admin = create_engine(bench_url)
-    init_schema(admin)
-    admin.dispose()
+    server = start_bench_server("authledger-bench-seal-")
+    bench_url = server.create_database(DATABASE)
 
-    conninfo = psycopg.conninfo.make_conninfo(server_uri, dbname=DATABASE)
+    conninfo = psycopg.conninfo.make_conninfo(server.uri, dbname=DATABASE)
     print(f"authledger {_code_version()}; Python {platform.python_version()}; {os.cpu_count()} CPUs; "
-          f"PostgreSQL {settings['server_version']} (embedded; fsync={settings['fsync']}, "
-          f"synchronous_commit={settings['synchronous_commit']}, shared_buffers={settings['shared_buffers']})")
+          f"{server.describe()}")
     print(f"generating {events:,} events with COPY ...", flush=True)
     print(f"  {generate(conninfo, events):.1f} s")
 

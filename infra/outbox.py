@@ -38,7 +38,6 @@ class Claim:
     """A message this worker may send until ``row.lease_expires_at``."""
 
     row: OutboxRow
-    expired_lease_of: str | None  # the worker whose lease ran out, if any
 
     @property
     def lease_token(self) -> UUID:
@@ -62,7 +61,7 @@ def claim_due(
         claimed = row
         for event in events:
             claimed = evolve_outbox(claimed, event)
-        claims.append(Claim(claimed, row.lease_owner if row.state == "leased" else None))
+        claims.append(Claim(claimed))
     PostgresEventStore(connection).append_many(batches, {"actor": owner})
     OUTBOX.save(connection, [claim.row for claim in claims])
     return claims

@@ -1,0 +1,62 @@
+"""One embedded PostgreSQL per benchmark run, with a fresh database built from schema.sql.
+
+Shared by the benchmarks whose set-up is just that (seal, rebuild, chaos), so
+that each states only what it measures.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from attrs import frozen
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from infra.embedded import start_embedded, stop_embedded  # noqa: E402 - after the path set-up
+from infra.schema import init_schema  # noqa: E402
+
+SHOWN_SETTINGS = ("server_version", "fsync", "synchronous_commit", "shared_buffers")
+
+
+@frozen
+class BenchServer:
+    uri: str  # libpq URI of the server's maintenance database
+    settings: dict[str, str]  # the server settings a result depends on
+
+    def create_database(self, name: str) -> str:
+        """A new database with authledger's schema; its SQLAlchemy URL."""
+        admin_url = make_url(self.uri.replace("postgresql://", "postgresql+psycopg://", 1))
+        server = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+        with server.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+        server.dispose()
+        url = admin_url.set(database=name).render_as_string(hide_password=False)
+        schema = create_engine(url)
+        init_schema(schema)
+        schema.dispose()
+        return url
+
+    def describe(self) -> str:
+        s = self.settings
+        return (f"PostgreSQL {s['server_version']} (embedded; fsync={s['fsync']}, "
+                f"synchronous_commit={s['synchronous_commit']}, shared_buffers={s['shared_buffers']})")
+
+
+def start_bench_server(prefix: str) -> BenchServer:
+    """Start an embedded server in a temporary directory, stopped and removed at exit."""
+    data_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+    atexit.register(stop_embedded, data_dir)  # runs first: stop, then remove
+    uri = start_embedded(data_dir)
+    engine = create_engine(uri.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.connect() as connection:
+        settings = {name: connection.execute(text(f"SHOW {name}")).scalar_one() for name in SHOWN_SETTINGS}
+    engine.dispose()
+    return BenchServer(uri, settings)
