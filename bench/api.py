@@ -94,11 +94,15 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+MASTER_KEY = "bench:" + base64.urlsafe_b64encode(b"b" * 32).decode().rstrip("=")  # a throwaway one
+
+
 def _start_server(database_url: str, data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     env = {**os.environ, "DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": TOKEN_KEYS,
            "AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_MAILDIR": str(data_dir / "maildir"),
-           "AUTHLEDGER_LOG_FORMAT": "json", "AUTHLEDGER_OTP_HOURLY_LIMIT": "1000"}
+           "AUTHLEDGER_LOG_FORMAT": "json", "AUTHLEDGER_OTP_HOURLY_LIMIT": "1000",
+           "AUTHLEDGER_MASTER_KEY": os.environ.get("AUTHLEDGER_MASTER_KEY", MASTER_KEY)}
     with (data_dir / "serve.log").open("wb") as log:
         process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), "--workers", "0"],
                                    env=env, stdout=subprocess.DEVNULL, stderr=log)

@@ -26,6 +26,7 @@ def worker(app: App, concurrency: int, batch: int, once: bool, as_json: bool) ->
     """Claim due emails and deliver them."""
     configure_logging(app.settings.log_format)
     app.reserve_connections(concurrency)
+    app.check_keys()
     delivery = Worker(app.services, app.mailer, sender=app.settings.sender, batch=batch,
                       concurrency=concurrency, poll_seconds=app.settings.poll_seconds)
     if once:

@@ -46,6 +46,11 @@ class App:
             self._database = Database.locate(self.settings.database_url, self.settings.data_dir)
         return self._database
 
+    def check_keys(self) -> None:
+        """Load the token and master keys now, so a long-running process refuses to start without them."""
+        self.services  # noqa: B018 - token keys load with the service context
+        self.master_keys  # noqa: B018
+
     def reserve_connections(self, threads: int) -> None:
         """Size the pool for ``threads`` delivery threads, each of which holds a connection per message."""
         if "engine" in self.__dict__:

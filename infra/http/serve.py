@@ -85,6 +85,7 @@ def _serve(app: App, *, host: str, port: int, workers: int, say: Callable[[str],
         lines.append(f"database: embedded PostgreSQL in {(settings.data_dir / 'pgdata').resolve()}")
     else:
         lines.append(f"database: {app.database.display_url}")
+    app.check_keys()  # refuse to start, rather than answer every request with an error
     ctx = app.services
     if settings.provider == "maildir":
         lines.append(f"mail: delivered to the Maildir {settings.maildir_path.resolve()} (one file per email in new/)")

@@ -145,3 +145,9 @@ def test_the_pool_grows_with_the_delivery_threads(env: dict[str, str]) -> None:
         assert app.engine.pool.size() >= 26
     finally:
         app.close()
+
+
+def test_a_worker_without_a_master_key_refuses_to_start(env: dict[str, str]) -> None:
+    code, output = run({**env, "AUTHLEDGER_MASTER_KEY": ""}, "worker", "--once")
+    assert code == 78
+    assert "AUTHLEDGER_MASTER_KEY is required" in output
