@@ -127,8 +127,12 @@ def test_serve_takes_requests_delivers_mail_and_stops_cleanly_on_sigterm(
         assert verified.status_code == 200 and verified.json()["verified"] is True
 
         wait_for("the password-changed notice", lambda: emails(env, 3))
-        metrics = api.get("/metrics").text
-        assert 'authledger_outbox_messages{state="sent"} 3' in metrics
+
+        # The Maildir file lands before the worker records ProviderAccepted, so "sent" trails the mail.
+        def all_three_sent() -> bool | None:
+            return True if 'authledger_outbox_messages{state="sent"} 3' in api.get("/metrics").text else None
+
+        wait_for("the three deliveries to be recorded as sent", all_three_sent)
 
         def caught_up() -> bool | None:  # serve runs the catch-up runner beside the API and the worker
             lags = [line for line in api.get("/metrics").text.splitlines()
