@@ -50,8 +50,10 @@ def db_check(app: App, as_json: bool) -> None:
     }
     lines = [
         f"schema version   {report.schema_version} (expected {report.expected_version})",
-        "append-only      " + ", ".join(f"{name} {'on' if on else 'MISSING'}" for name, on in report.guards.items()),
-        "app role         " + ", ".join(f"{p} {'yes' if g else 'no'}" for p, g in report.app_role_privileges.items()),
+        *(f"append-only      {table}: " + ", ".join(f"{name} {'on' if on else 'MISSING'}" for name, on in found.items())
+          for table, found in report.guards.items()),
+        *(f"app role         {table}: " + ", ".join(f"{p} {'yes' if g else 'no'}" for p, g in granted.items())
+          for table, granted in report.app_role_privileges.items()),
         f"transaction ids  next {report.next_xid}, highest in log {report.highest_logged_xid}",
     ]
     lines += [f"problem: {problem}" for problem in report.problems]

@@ -18,12 +18,18 @@ SCHEMA_VERSION = 1
 INIT_LOCK = text("SELECT pg_advisory_xact_lock(hashtext('authledger db init'))")
 HAS_SCHEMA = text("SELECT to_regclass('schema_version') IS NOT NULL")
 CURRENT_VERSION = text("SELECT max(version) FROM schema_version")
+# A trigger guards the service only when it fires in an ordinary session:
+# 'O' (origin) or 'A' (always). 'D' is disabled, and 'R' fires only under
+# session_replication_role = replica, so both count as missing. to_regclass
+# lets a missing table read as missing guards instead of an error.
 GUARDS = text("""
     SELECT tgname FROM pg_trigger
-     WHERE tgrelid = 'events'::regclass AND NOT tgisinternal AND tgenabled <> 'D'
+     WHERE tgrelid = to_regclass(:table) AND NOT tgisinternal AND tgenabled IN ('O', 'A')
 """)
 APP_PRIVILEGES = text("""
-    SELECT privilege, has_table_privilege(:role, 'events', privilege) AS granted
+    SELECT privilege,
+           CASE WHEN to_regclass(:table) IS NULL THEN false
+                ELSE has_table_privilege(:role, :table, privilege) END AS granted
       FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) AS privilege
 """)
 # After a logical restore into a fresh cluster the server hands out
@@ -33,7 +39,19 @@ XID_WRAP = text("""
     SELECT (SELECT max(transaction_id) FROM events)::text AS highest_logged,
            pg_snapshot_xmax(pg_current_snapshot())::text AS next_xid
 """)
-REQUIRED_TRIGGERS = {"events_no_update_or_delete", "events_no_truncate"}
+# The append-only tables (schema.sql): trigger -> what it rejects, from every
+# role (the application role is also denied the privileges); and what a table
+# open to change would mean.
+APPEND_ONLY_GUARDS = {
+    "events": {"events_no_update_or_delete": "UPDATE and DELETE", "events_no_truncate": "TRUNCATE"},
+    "seals": {"seals_no_update_or_delete": "UPDATE and DELETE", "seals_no_truncate": "TRUNCATE"},
+}
+UNGUARDED_MEANS = {
+    "events": "the log itself can be rewritten",
+    "seals": "the hash-chain seals can be rewritten to match a changed log, and `audit verify` would prove nothing",
+}
+# The application role may read and append these tables, never change them.
+APPEND_ONLY_GRANTS = {"SELECT": True, "INSERT": True, "UPDATE": False, "DELETE": False, "TRUNCATE": False}
 
 
 def current_version(connection: Connection) -> int | None:
@@ -63,8 +81,8 @@ def init_schema(admin: Engine) -> InitResult:
 class CheckReport:
     schema_version: int | None
     expected_version: int
-    guards: dict[str, bool]
-    app_role_privileges: dict[str, bool]
+    guards: dict[str, dict[str, bool]]  # append-only table -> trigger -> in place
+    app_role_privileges: dict[str, dict[str, bool]]  # append-only table -> privilege -> granted
     highest_logged_xid: int | None
     next_xid: int
     problems: list[str]
@@ -80,21 +98,32 @@ def check_schema(admin: Engine) -> CheckReport:
         version = current_version(connection)
         if version is None:
             raise SchemaMismatch("the database is not initialised for authledger; run `authledger db init`")
-        triggers = set(connection.execute(GUARDS).scalars())
-        privileges = {row.privilege: row.granted for row in connection.execute(APP_PRIVILEGES, {"role": APP_ROLE})}
+        triggers = {table: set(connection.execute(GUARDS, {"table": table}).scalars())
+                    for table in APPEND_ONLY_GUARDS}
+        privileges = {
+            table: {row.privilege: row.granted
+                    for row in connection.execute(APP_PRIVILEGES, {"role": APP_ROLE, "table": table})}
+            for table in APPEND_ONLY_GUARDS
+        }
         xids = connection.execute(XID_WRAP).one()
     highest = int(xids.highest_logged) if xids.highest_logged is not None else None
     next_xid = int(xids.next_xid)
-    guards = {name: name in triggers for name in sorted(REQUIRED_TRIGGERS)}
+    guards = {table: {name: name in triggers[table] for name in sorted(names)}
+              for table, names in APPEND_ONLY_GUARDS.items()}
     problems = []
     if version != SCHEMA_VERSION:
         problems.append(f"schema version is {version}, this authledger expects {SCHEMA_VERSION}")
-    problems += [f"append-only trigger {name} is missing or disabled" for name, ok in guards.items() if not ok]
-    expected_grants = {"SELECT": True, "INSERT": True, "UPDATE": False, "DELETE": False, "TRUNCATE": False}
     problems += [
-        f"{APP_ROLE} {'lacks' if wanted else 'must not have'} {privilege} on events"
-        for privilege, wanted in expected_grants.items()
-        if privileges.get(privilege) != wanted
+        f"append-only trigger {name} is missing or disabled: {table} no longer rejects "
+        f"{APPEND_ONLY_GUARDS[table][name]} from its owner or a superuser, so {UNGUARDED_MEANS[table]}; "
+        "`authledger db init` puts the trigger back"
+        for table, in_place in guards.items() for name, ok in in_place.items() if not ok
+    ]
+    problems += [
+        (f"{APP_ROLE} lacks {privilege} on {table}; `authledger db init` grants it" if wanted else
+         f"{APP_ROLE} must not have {privilege} on {table}: REVOKE {privilege} ON {table} FROM {APP_ROLE}")
+        for table, granted in privileges.items() for privilege, wanted in APPEND_ONLY_GRANTS.items()
+        if granted.get(privilege) != wanted
     ]
     if highest is not None and highest >= next_xid:
         problems.append(

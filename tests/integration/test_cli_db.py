@@ -29,15 +29,21 @@ def test_db_init_twice_is_safe_and_says_so(database_url: str) -> None:
     assert code == 0 and json.loads(output)["already_initialised"] is True
 
 
-def test_db_check_reports_the_schema_and_its_guards(database_url: str) -> None:
+def test_db_check_reports_the_schema_and_the_guards_of_the_log_and_its_seals(database_url: str) -> None:
     code, output = run(database_url, "db", "check", "--json")
     report = json.loads(output)
     assert code == 0, output
-    assert report["ok"] and report["schema_version"] == 1
-    assert report["guards"] == {"events_no_truncate": True, "events_no_update_or_delete": True}
-    assert report["app_role_privileges"] == {
-        "SELECT": True, "INSERT": True, "UPDATE": False, "DELETE": False, "TRUNCATE": False,
+    assert report["ok"] and report["schema_version"] == 1 and report["problems"] == []
+    assert report["guards"] == {
+        "events": {"events_no_truncate": True, "events_no_update_or_delete": True},
+        "seals": {"seals_no_truncate": True, "seals_no_update_or_delete": True},
     }
+    read_and_append = {"SELECT": True, "INSERT": True, "UPDATE": False, "DELETE": False, "TRUNCATE": False}
+    assert report["app_role_privileges"] == {"events": read_and_append, "seals": read_and_append}
+    code, output = run(database_url, "db", "check")
+    assert code == 0, output
+    assert "append-only      seals: seals_no_truncate on, seals_no_update_or_delete on" in output
+    assert "app role         seals: SELECT yes, INSERT yes, UPDATE no, DELETE no, TRUNCATE no" in output
 
 
 def test_db_check_fails_when_a_guard_is_disabled(database_url: str, admin_engine: Engine) -> None:
@@ -46,6 +52,54 @@ def test_db_check_fails_when_a_guard_is_disabled(database_url: str, admin_engine
     code, output = run(database_url, "db", "check")
     assert code == 1
     assert "events_no_truncate is missing or disabled" in output
+
+
+@pytest.mark.parametrize(
+    ("sabotage", "trigger", "rejects"),
+    [
+        ("DROP TRIGGER seals_no_update_or_delete ON seals", "seals_no_update_or_delete", "UPDATE and DELETE"),
+        ("DROP TRIGGER seals_no_truncate ON seals", "seals_no_truncate", "TRUNCATE"),
+        # A replica trigger fires only under session_replication_role = replica: never for the service.
+        ("ALTER TABLE seals ENABLE REPLICA TRIGGER seals_no_truncate", "seals_no_truncate", "TRUNCATE"),
+    ],
+)
+def test_db_check_fails_and_says_why_when_a_guard_of_the_seals_is_gone(
+    database_url: str, admin_engine: Engine, sabotage: str, trigger: str, rejects: str
+) -> None:
+    with admin_engine.begin() as connection:
+        connection.execute(text(sabotage))
+    code, output = run(database_url, "db", "check")
+    assert code == 1
+    assert f"{trigger} MISSING" in output
+    assert (f"problem: append-only trigger {trigger} is missing or disabled: seals no longer rejects {rejects} "
+            "from its owner or a superuser, so the hash-chain seals can be rewritten") in output
+    assert "`authledger db init` puts the trigger back" in output
+    assert output.rstrip().endswith("NOT OK")
+    code, output = run(database_url, "db", "check", "--json")
+    report = json.loads(output)
+    assert code == 1 and report["ok"] is False
+    assert report["guards"]["seals"][trigger] is False
+    assert all(report["guards"]["events"].values()), "the log's own guards are untouched"
+    assert len(report["problems"]) == 1
+
+
+def test_db_init_puts_a_dropped_guard_of_the_seals_back(database_url: str, admin_engine: Engine) -> None:
+    with admin_engine.begin() as connection:
+        connection.execute(text("DROP TRIGGER seals_no_truncate ON seals"))
+    assert run(database_url, "db", "check")[0] == 1
+    assert run(database_url, "db", "init")[0] == 0
+    code, output = run(database_url, "db", "check")
+    assert code == 0, output
+
+
+def test_db_check_fails_when_the_app_role_may_change_the_seals(database_url: str, admin_engine: Engine) -> None:
+    with admin_engine.begin() as connection:
+        connection.execute(text("GRANT UPDATE ON seals TO authledger_app"))
+    code, output = run(database_url, "db", "check")
+    assert code == 1
+    assert "app role         seals: SELECT yes, INSERT yes, UPDATE yes, DELETE no, TRUNCATE no" in output
+    assert "problem: authledger_app must not have UPDATE on seals: REVOKE UPDATE ON seals FROM authledger_app" \
+        in output
 
 
 def test_db_check_fails_after_a_logical_restore_into_a_fresh_cluster(database_url: str, admin_engine: Engine) -> None:
