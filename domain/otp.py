@@ -49,6 +49,9 @@ class OtpChallengeIssued:
     user_id: str
     recipient: str
     key_id: str  # the key that derives the code; the code itself is never stored
+    # The code's length, fixed at issue: changing the policy must not change
+    # the code of a challenge already sent.
+    digits: int
     purpose: str
     issued_at: datetime
     expires_at: datetime
@@ -117,6 +120,7 @@ class OtpChallenge:
     user_id: str
     recipient: str
     key_id: str
+    digits: int
     purpose: str
     issued_at: datetime
     expires_at: datetime
@@ -161,8 +165,8 @@ def evolve_otp(state: OtpState, event: object) -> OtpState:
     challenge map not at all, so a replay never fails half-way."""
     if isinstance(event, OtpChallengeIssued):
         challenge = OtpChallenge(
-            event.challenge_id, event.user_id, event.recipient, event.key_id, event.purpose,
-            event.issued_at, event.expires_at, event.message_id, event.idempotency_key,
+            event.challenge_id, event.user_id, event.recipient, event.key_id, event.digits,
+            event.purpose, event.issued_at, event.expires_at, event.message_id, event.idempotency_key,
             event.client,
         )  # fmt: skip
         state = _with_challenge(state, challenge)
@@ -282,6 +286,7 @@ def decide_otp_request(
         user_id=cmd.user_id,
         recipient=cmd.recipient,
         key_id=keys.current_id,
+        digits=policy.digits,
         purpose=cmd.purpose,
         issued_at=now,
         expires_at=now + policy.ttl,
@@ -304,9 +309,12 @@ def decide_otp_request(
     )
 
 
-def otp_code_for(challenge: OtpChallenge, keys: TokenKeys, policy: OtpPolicy) -> str:
-    """Re-derive a challenge's code (for the worker rendering the email)."""
-    return derive_otp_code(keys.key(challenge.key_id), challenge.challenge_id, policy.digits)
+def otp_code_for(challenge: OtpChallenge, keys: TokenKeys, policy: OtpPolicy | None = None) -> str:
+    """Re-derive a challenge's code (for the worker rendering the email), of
+    the length the challenge was issued with. ``policy`` is not consulted: it
+    is accepted only because callers written before challenges recorded
+    their length still pass it."""
+    return derive_otp_code(keys.key(challenge.key_id), challenge.challenge_id, challenge.digits)
 
 
 def _usable_challenge(state: OtpState, challenge_id: UUID, now: datetime) -> OtpChallenge:
@@ -349,13 +357,17 @@ def decide_otp_verify(
     lockouts it triggers) and a ``VerifyOutcome``.
     """
     require_utc(now)
-    check_code_shape(code, policy.digits)
+    known = state.challenges.get(challenge_id)
+    # A challenge is held to the length it was issued with; an unknown one to
+    # today's, so that a malformed code is answered alike whether the id
+    # exists or not.
+    check_code_shape(code, known.digits if known is not None else policy.digits)
     # The lock comes before the code is compared, so that a locked account
     # answers the same for right and wrong codes.
     _raise_if_account_locked(state, now)
     challenge = _usable_challenge(state, challenge_id, now)
 
-    if otp_code_matches(keys.key(challenge.key_id), challenge_id, policy.digits, code):
+    if otp_code_matches(keys.key(challenge.key_id), challenge_id, challenge.digits, code):
         attempts_left = policy.max_attempts - challenge.failures
         return Decision(
             events=(OtpChallengeVerified(challenge_id, now),),

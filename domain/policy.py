@@ -71,6 +71,7 @@ class OtpPolicy:
     hourly_limit: int = 5
     # Wrong codes that lock one challenge.
     max_attempts: int = 5
+    # Length of the codes of new challenges; each challenge keeps its own.
     digits: int = 6
     # Consecutive wrong codes, across challenges, that lock the whole flow.
     account_lock_threshold: int = 100

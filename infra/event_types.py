@@ -16,7 +16,7 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "ResetSuperseded": (reset.ResetSuperseded, 1),
     "ResetRequestRefused": (reset.ResetRequestRefused, 1),
     "ResetCompleted": (reset.ResetCompleted, 1),
-    "OtpChallengeIssued": (otp.OtpChallengeIssued, 1),
+    "OtpChallengeIssued": (otp.OtpChallengeIssued, 2),  # 2: records the code's digits
     "OtpChallengeSuperseded": (otp.OtpChallengeSuperseded, 1),
     "OtpVerificationFailed": (otp.OtpVerificationFailed, 1),
     "OtpChallengeVerified": (otp.OtpChallengeVerified, 1),
@@ -34,6 +34,7 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "ClientRegistered": (clients.ClientRegistered, 1),
     "ClientRevoked": (clients.ClientRevoked, 1),
     "SubjectErased": (privacy.SubjectErased, 1),
+    "DataKeysRewrapped": (privacy.DataKeysRewrapped, 1),
 }
 
 # Personal data, encrypted under the data key of the event's ``user_id`` so

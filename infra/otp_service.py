@@ -81,13 +81,15 @@ def parse_challenge_id(value: object) -> UUID:
         raise InvalidInput("the challenge id must be a UUID like 123e4567-e89b-12d3-a456-426614174000") from None
 
 
-def _user_of_challenge(ctx: ServiceContext, challenge_id: UUID) -> str:
+def _user_of_challenge(ctx: ServiceContext, challenge_id: UUID, code: str) -> str:
     query = select(tables.otp_challenges.c.user_id).where(tables.otp_challenges.c.challenge_id == challenge_id)
     with database_errors(), ctx.engine.connect() as connection:
         user_id = connection.execute(query).scalar()
     if user_id is None:
-        # The same words as for a wrong code would leak which ids exist; the
-        # domain answers an unknown challenge the same way.
+        # Answered as the domain answers an unknown challenge: a malformed code
+        # is held to today's length, any other gets the words of a wrong code.
+        # Other words would leak which ids exist.
+        check_code_shape(code, ctx.otp_policy.digits)
         raise CodeRejected("The code is not valid.", attempts_left=0)
     return user_id
 
@@ -116,8 +118,9 @@ def verify_code(
     challenge that is unknown, expired, superseded, used or locked.
     """
     challenge_id = parse_challenge_id(challenge_id)
-    check_code_shape(code, ctx.otp_policy.digits)
-    user_id = _user_of_challenge(ctx, challenge_id)
+    # The code's shape is checked against the challenge's own length, which
+    # only its stream knows (decide_otp_verify).
+    user_id = _user_of_challenge(ctx, challenge_id, code)
     now = ctx.clock.now()
     decision = decide_on_stream(
         ctx, otp_stream(user_id), fold_otp,

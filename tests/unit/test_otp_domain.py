@@ -54,7 +54,7 @@ def issued(n: int, at: datetime, *, purpose: str = "login", recipient: str = ALI
            key_id: str = "k2", idempotency_key: str | None = None) -> OtpChallengeIssued:  # fmt: skip
     """An OtpChallengeIssued as decide_otp_request would have written it."""
     return OtpChallengeIssued(
-        cid(n), USER, recipient, key_id, purpose, at, at + POLICY.ttl, mid(n), idempotency_key, None
+        cid(n), USER, recipient, key_id, POLICY.digits, purpose, at, at + POLICY.ttl, mid(n), idempotency_key, None
     )
 
 
@@ -220,6 +220,38 @@ def test_a_code_signed_before_a_key_rotation_still_verifies() -> None:
 
     assert code == right_code(1, key_id="k1")
     assert decide_otp_verify(state, cid(1), code, now=T0, keys=KEYS, policy=POLICY).outcome.verified
+
+
+EIGHT_DIGITS = OtpPolicy(digits=8)
+
+
+def test_a_challenge_keeps_its_length_when_the_policy_changes() -> None:
+    state = fold_otp([issued(1, T0)])  # issued under the six-digit default
+    code = otp_code_for(state.challenges[cid(1)], KEYS)
+
+    assert code == right_code(1) and len(code) == 6
+    assert decide_otp_verify(state, cid(1), code, now=T0, keys=KEYS, policy=EIGHT_DIGITS).outcome.verified
+
+
+def test_a_new_challenge_records_the_length_of_the_policy_of_the_day() -> None:
+    decision = decide_otp_request(
+        fold_otp([]), RequestOtp(USER, ALICE), now=T0, challenge_id=cid(1), message_id=mid(1), keys=KEYS,
+        policy=EIGHT_DIGITS,
+    )  # fmt: skip
+
+    [event] = decision.events
+    assert isinstance(event, OtpChallengeIssued) and event.digits == 8
+    assert len(otp_code_for(fold_otp(decision.events).challenges[cid(1)], KEYS)) == 8
+
+
+def test_a_code_is_held_to_its_challenges_length_not_the_policys() -> None:
+    with pytest.raises(InvalidInput, match="the code must be 6 digits"):
+        decide_otp_verify(fold_otp([issued(1, T0)]), cid(1), "12345678", now=T0, keys=KEYS, policy=EIGHT_DIGITS)
+
+
+def test_a_code_for_an_unknown_challenge_is_held_to_the_policys_length() -> None:
+    with pytest.raises(InvalidInput, match="the code must be 8 digits"):
+        decide_otp_verify(fold_otp([]), cid(1), "123456", now=T0, keys=KEYS, policy=EIGHT_DIGITS)
 
 
 def on_the_brink_of_an_account_lock() -> list[object]:

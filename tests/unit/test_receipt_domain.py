@@ -34,7 +34,9 @@ def reset_requested(n: int, at: datetime, key: str | None = None, client: str | 
 
 
 def otp_issued(n: int, at: datetime, key: str | None = None, client: str | None = None) -> OtpChallengeIssued:
-    return OtpChallengeIssued(uid(n), USER, ALICE, "k1", "login", at, at + OTP.ttl, uid(100 + n), key, client)
+    return OtpChallengeIssued(
+        uid(n), USER, ALICE, "k1", OTP.digits, "login", at, at + OTP.ttl, uid(100 + n), key, client
+    )
 
 
 def when_reset(given: list[object], cmd: RequestReset, *, at: datetime, n: int) -> Decision:

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain.errors import UnknownEventType
+from domain.otp import OtpChallengeIssued
 from infra.event_types import EVENT_TYPES
 from infra.personal_data import MemoryKeyring
 from infra.serialization import EventCodec, default_codec
@@ -75,3 +76,28 @@ def test_uuids_and_datetimes_are_stored_as_strings() -> None:
     codec = EventCodec({"Stamp": (Stamp, 1)})
     _, _, payload = codec.encode(Stamp(UUID(int=1), datetime(2026, 1, 1, tzinfo=UTC)))
     assert payload == {"id": "00000000-0000-0000-0000-000000000001", "at": "2026-01-01T00:00:00+00:00"}
+
+
+def test_an_otp_challenge_written_before_it_recorded_its_digits_is_read_as_six_digits() -> None:
+    version_1 = {
+        "challenge_id": "00000000-0000-0000-0000-000000000001", "user_id": "42", "recipient": "a@example.test",
+        "key_id": "k1", "purpose": "login", "issued_at": "2026-01-01T00:00:00+00:00",
+        "expires_at": "2026-01-01T00:10:00+00:00", "message_id": "00000000-0000-0000-0000-000000000002",
+        "idempotency_key": None, "client": None,
+    }  # fmt: skip
+
+    event = default_codec().decode("OtpChallengeIssued", 1, version_1)
+
+    assert event == OtpChallengeIssued(
+        UUID(int=1), "42", "a@example.test", "k1", 6, "login", datetime(2026, 1, 1, tzinfo=UTC),
+        datetime(2026, 1, 1, 0, 10, tzinfo=UTC), UUID(int=2), None, None,
+    )  # fmt: skip
+
+
+def test_an_otp_challenge_is_written_with_its_digits_at_version_2() -> None:
+    event = OtpChallengeIssued(
+        UUID(int=1), "42", "a@example.test", "k1", 8, "login", datetime(2026, 1, 1, tzinfo=UTC),
+        datetime(2026, 1, 1, 0, 10, tzinfo=UTC), UUID(int=2), None, None,
+    )  # fmt: skip
+    tag, version, payload = default_codec().encode(event, MemoryKeyring())
+    assert (tag, version, payload["digits"]) == ("OtpChallengeIssued", 2, 8)
