@@ -86,6 +86,9 @@ class App:
             otp_policy=OtpPolicy(
                 ttl=timedelta(seconds=s.otp_ttl), cooldown=timedelta(seconds=s.otp_cooldown),
                 hourly_limit=s.otp_hourly_limit, max_attempts=s.otp_max_attempts, digits=s.otp_digits,
+                account_lock_threshold=s.otp_account_lock_failures,
+                account_lock_base=timedelta(seconds=s.otp_account_lock_seconds),
+                account_lock_max=timedelta(seconds=s.otp_account_lock_max_seconds),
             ),
             delivery_policy=DeliveryPolicy(
                 lease=timedelta(seconds=s.lease_seconds), margin=timedelta(seconds=s.lease_margin_seconds),

@@ -42,6 +42,9 @@ class Settings:
     otp_hourly_limit: int = 5
     otp_digits: int = 6
     otp_max_attempts: int = 5
+    otp_account_lock_failures: int = 100
+    otp_account_lock_seconds: int = 15 * 60
+    otp_account_lock_max_seconds: int = 24 * 3600
     lease_seconds: int = 45
     lease_margin_seconds: int = 5
     provider_timeout: int = 10
@@ -77,6 +80,9 @@ ENVIRONMENT = {
     "otp_hourly_limit": "AUTHLEDGER_OTP_HOURLY_LIMIT",
     "otp_digits": "AUTHLEDGER_OTP_DIGITS",
     "otp_max_attempts": "AUTHLEDGER_OTP_MAX_ATTEMPTS",
+    "otp_account_lock_failures": "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES",
+    "otp_account_lock_seconds": "AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS",
+    "otp_account_lock_max_seconds": "AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS",
     "lease_seconds": "AUTHLEDGER_LEASE_SECONDS",
     "lease_margin_seconds": "AUTHLEDGER_LEASE_MARGIN",
     "provider_timeout": "AUTHLEDGER_PROVIDER_TIMEOUT",
@@ -203,6 +209,10 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "otp_hourly_limit": _whole(1, 1000),
     "otp_digits": _whole(4, 10),
     "otp_max_attempts": _whole(1, 100),
+    "otp_account_lock_failures": _whole(1, 100_000),
+    # Up to 30 days: a lock longer than that is a typo (or an extra zero).
+    "otp_account_lock_seconds": _whole(1, 30 * 24 * 3600),
+    "otp_account_lock_max_seconds": _whole(1, 30 * 24 * 3600),
     "lease_seconds": _whole(1, 3600),
     "lease_margin_seconds": _whole(0, 600),
     "provider_timeout": _whole(1, 600),
@@ -239,6 +249,11 @@ def _cross_checks(settings: Settings) -> list[str]:
         problems.append("AUTHLEDGER_SMTP_URL is required when AUTHLEDGER_PROVIDER=smtp")
     if settings.provider == "http" and not settings.http_provider_url:
         problems.append("AUTHLEDGER_HTTP_PROVIDER_URL is required when AUTHLEDGER_PROVIDER=http")
+    if settings.otp_account_lock_max_seconds < settings.otp_account_lock_seconds:
+        problems.append(
+            f"AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS ({settings.otp_account_lock_max_seconds}) must not be shorter "
+            f"than AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS ({settings.otp_account_lock_seconds})"
+        )
     if settings.signing_key and settings.signing_key_file:
         problems.append("set AUTHLEDGER_SIGNING_KEY or AUTHLEDGER_SIGNING_KEY_FILE, not both")
     # A lease shorter than one provider call plus the margin would let a second

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import mailbox
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
 
@@ -146,3 +147,21 @@ def test_a_reset_key_reused_with_another_address_is_a_clear_mismatch(env: dict[s
     assert "idempotency key 'r-1' was already used for user 42 with a different email address" in output
     assert output.count("\n") == 1
     assert event_count(engine) == before
+
+
+def test_the_account_lock_follows_its_environment_settings(env: dict[str, str]) -> None:
+    env = {**env, "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES": "3", "AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS": "60"}
+    challenge_id = str(request(env)["challenge_id"])
+    bad = wrong(code_of(challenge_id))
+
+    said = [run(env, "otp", "verify", challenge_id, bad) for _ in range(2)]
+    before = datetime.now(UTC)
+    code, output = run(env, "otp", "verify", challenge_id, bad)
+    after = datetime.now(UTC)
+
+    assert said == [(4, f"Error: The code is wrong; {n} attempts left.\n") for n in (4, 3)]
+    assert code == 4 and "one-time codes for this account are locked until " in output, output
+    until = datetime.fromisoformat(output.rsplit("locked until ", 1)[1].strip().rstrip("."))
+    assert before + timedelta(seconds=60) <= until <= after + timedelta(seconds=60)
+    code, output = run(env, "otp", "verify", challenge_id, code_of(challenge_id))
+    assert code != 0 and "locked until" in output and code_of(challenge_id) not in output

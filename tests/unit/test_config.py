@@ -1,0 +1,110 @@
+"""Settings from the environment: parsed, checked one line per bad value, shown by `config show`."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from click.testing import CliRunner, Result
+
+from cli import cli
+from infra.bootstrap import App
+from infra.config import load_settings
+
+ACCOUNT_LOCK_DEFAULTS = {
+    "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES": 100,
+    "AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS": 900,
+    "AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS": 86400,
+}
+
+
+def config_show(env: dict[str, str], *args: str) -> Result:
+    return CliRunner().invoke(cli, ["config", "show", *args], env=env)
+
+
+def test_config_show_lists_the_otp_account_lock_defaults() -> None:
+    result = config_show({}, "--json")
+
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert {name: shown[name] for name in ACCOUNT_LOCK_DEFAULTS} == ACCOUNT_LOCK_DEFAULTS
+
+
+def test_otp_account_lock_settings_are_shown_as_set() -> None:
+    env = {
+        "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES": "3",
+        "AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS": " 60 ",
+        "AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS": "60",
+    }
+
+    result = config_show(env)
+
+    assert result.exit_code == 0, result.output
+    assert "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES=3\n" in result.output
+    assert "AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS=60\n" in result.output
+    assert "AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS=60\n" in result.output
+
+
+def test_otp_account_lock_settings_reach_the_otp_policy() -> None:
+    settings = load_settings({
+        "DATABASE_URL": "postgresql://authledger@localhost:1/never_connected",
+        "AUTHLEDGER_TOKEN_KEYS": "k1:" + "a" * 43,
+        "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES": "7",
+        "AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS": "120",
+        "AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS": "3600",
+    })  # fmt: skip
+
+    policy = App(settings).services.otp_policy  # builds the engine, connects nowhere
+
+    assert policy.account_lock_threshold == 7
+    assert (policy.account_lock_base, policy.account_lock_max) == (timedelta(minutes=2), timedelta(hours=1))
+    assert [policy.account_lock_backoff(n) for n in (1, 2, 6, 7)] == [
+        timedelta(minutes=2), timedelta(minutes=4), timedelta(hours=1), timedelta(hours=1),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES", "0", "must be between 1 and 100000, got 0"),
+        ("AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES", "many", "must be a whole number, got 'many'"),
+        ("AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS", "-1", "must be between 1 and 2592000, got -1"),
+        ("AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS", "1.5", "must be a whole number, got '1.5'"),
+        ("AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS", "2592001", "must be between 1 and 2592000, got 2592001"),
+        ("AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS", "1d", "must be a whole number, got '1d'"),
+    ],
+)
+def test_a_bad_otp_account_lock_setting_is_one_clear_line_and_a_non_zero_exit(
+    variable: str, value: str, said: str
+) -> None:
+    result = config_show({variable: value})
+
+    assert result.exit_code == 78
+    assert result.output == f"Error: invalid configuration:\n  {variable} {said}\n"
+
+
+def test_every_bad_otp_account_lock_setting_is_reported_at_once() -> None:
+    result = config_show({
+        "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES": "-3",
+        "AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS": "soon",
+        "AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS": "0",
+    })  # fmt: skip
+
+    assert result.exit_code == 78
+    lines = result.output.splitlines()
+    assert lines[0] == "Error: invalid configuration:"
+    assert [line.split()[0] for line in lines[1:]] == list(ACCOUNT_LOCK_DEFAULTS)
+    assert "Traceback" not in result.output
+
+
+def test_an_account_lock_cap_below_its_base_is_refused() -> None:
+    result = config_show({
+        "AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS": "3600", "AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS": "600",
+    })  # fmt: skip
+
+    assert result.exit_code == 78
+    assert result.output == (
+        "Error: invalid configuration:\n  AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS (600) must not be shorter "
+        "than AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS (3600)\n"
+    )
