@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from urllib.parse import urlencode
 
 from attrs import frozen
@@ -23,10 +24,10 @@ from sqlalchemy import Connection
 
 from domain import otp, reset, templates
 from domain.delivery import enough_lease_left, failure_events
-from domain.email import DeliverySkipped, ProviderAccepted
+from domain.email import DeliverySkipped, LeaseReleased, ProviderAccepted
 from infra.database import database_errors
 from infra.logs import log_event
-from infra.outbox import Claim, record_outcome
+from infra.outbox import Claim, record_outcomes
 from infra.personal_data import ERASED
 from infra.providers import Mailer, OutboundEmail, SendFailed
 from infra.services import ServiceContext, load_state
@@ -122,28 +123,85 @@ def attempt(
     return Attempt([accepted], "accepted", "sent", provider_message_id=receipt.provider_message_id)
 
 
+@frozen
+class _Sent:
+    """One message handled, its outcome not yet recorded."""
+
+    claim: Claim
+    prepared: Prepared
+    result: Attempt
+
+
+def deliver_batch(
+    ctx: ServiceContext, claims: Sequence[Claim], mailer: Mailer, *, owner: str, sender: str,
+    stopping: threading.Event | None = None, jitter: Callable[[], float] = random.random,
+) -> list[str]:
+    """Send claimed messages one by one and record what happened; the state each message ends in.
+
+    Each message is read fresh right before its own send. When the provider
+    drops a repeated message id (``mailer.idempotent``), the outcomes of the
+    batch are recorded together after the last send: a crash before that
+    re-sends them, after their leases run out, under the same idempotency
+    key, which the provider absorbs. Otherwise (SMTP) each outcome is
+    recorded right after its send, so a crash repeats at most the message in
+    flight. Once ``stopping`` is set, the messages not yet sent are given back
+    with ``LeaseReleased``.
+    """
+    states: list[str] = []
+    unrecorded: list[_Sent] = []
+    with database_errors(), ctx.engine.connect() as connection:
+        for index, claim in enumerate(claims):
+            if stopping is not None and stopping.is_set():
+                unrecorded += [_released(ctx, rest, owner) for rest in claims[index:]]
+                break
+            prepared = prepare(ctx, claim, sender=sender, connection=connection)
+            # End the read before calling the provider: a transaction left open
+            # across a slow send would hold back every reader of the log.
+            connection.rollback()
+            unrecorded.append(_Sent(claim, prepared, attempt(ctx, claim, prepared, mailer, jitter)))
+            if not mailer.idempotent:
+                states += _record(connection, unrecorded, owner)
+                unrecorded = []
+        states += _record(connection, unrecorded, owner)
+    return states
+
+
 def deliver(
     ctx: ServiceContext, claim: Claim, mailer: Mailer, *, owner: str, sender: str,
     jitter: Callable[[], float] = random.random,
 ) -> str:
     """Send one claimed message and record what happened; returns the message's new state."""
-    row = claim.row
-    with database_errors(), ctx.engine.connect() as connection:
-        prepared = prepare(ctx, claim, sender=sender, connection=connection)
-        # End the read before calling the provider: a transaction left open
-        # across a slow send would hold back every reader of the log.
-        connection.rollback()
-        result = attempt(ctx, claim, prepared, mailer, jitter)
-        with connection.begin():
-            recorded = record_outcome(connection, claim, result.events, owner=owner)
+    [state] = deliver_batch(ctx, [claim], mailer, owner=owner, sender=sender, jitter=jitter)
+    return state
+
+
+def _released(ctx: ServiceContext, claim: Claim, owner: str) -> _Sent:
+    event = LeaseReleased(claim.row.message_id, owner, claim.lease_token, ctx.clock.now())
+    return _Sent(claim, Prepared(None, None), Attempt([event], "released", "pending"))
+
+
+def _record(connection: Connection, sent: Sequence[_Sent], owner: str) -> list[str]:
+    if not sent:
+        return []
+    with connection.begin():
+        recorded = record_outcomes(connection, [(item.claim, item.result.events) for item in sent], owner=owner)
+    return [_log_outcome(item, owner, item.claim.row.message_id in recorded) for item in sent]
+
+
+def _log_outcome(sent: _Sent, owner: str, recorded: bool) -> str:
+    row, result = sent.claim.row, sent.result
     fields = {
         "message_id": row.message_id, "lease_owner": owner, "lease_expires_at": row.lease_expires_at,
         "request_id": row.request_id, "attempt": row.attempt_count, "template": row.template,
-        "key_id": prepared.key_id, "outcome": result.outcome, "provider_message_id": result.provider_message_id,
-        "error": result.error,
+        "key_id": sent.prepared.key_id, "outcome": result.outcome,
+        "provider_message_id": result.provider_message_id, "error": result.error,
     }
     if not recorded:
         log_event(log, "lease lost; outcome not recorded", logging.WARNING, **fields)
         return "lease_lost"
-    log_event(log, f"delivery {result.outcome}", state=result.state, skip_reason=prepared.skip_reason, **fields)
+    if result.outcome == "released":
+        log_event(log, "lease released on shutdown", message_id=row.message_id, lease_owner=owner)
+    else:
+        log_event(log, f"delivery {result.outcome}", state=result.state, skip_reason=sent.prepared.skip_reason,
+                  **fields)
     return result.state

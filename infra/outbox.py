@@ -67,24 +67,39 @@ def claim_due(
     return claims
 
 
-def record_outcome(connection: Connection, claim: Claim, events: Sequence[object], *, owner: str) -> bool:
-    """Append the outcome of a claimed message if our lease still stands; False when it was taken over.
+def record_outcomes(
+    connection: Connection, outcomes: Sequence[tuple[Claim, Sequence[object]]], *, owner: str
+) -> set[UUID]:
+    """Append each message's outcome whose lease still stands, all in one statement; the ids recorded.
 
-    The row lock makes this the only writer of the message for the moment;
-    the lease token tells whether the message is still ours. An expired
+    The row locks make this the only writer of these messages for the
+    moment; the lease token tells whether a message is still ours. An expired
     lease nobody claimed yet is still ours: the send happened, record it.
     """
-    current = OUTBOX.load(connection, [claim.row.message_id]).get(claim.row.message_id)
-    if current is None or current.state != "leased" or current.lease_token != claim.lease_token:
-        return False
+    current = OUTBOX.load(connection, [claim.row.message_id for claim, _ in outcomes])
+    ours = [
+        (row, events)
+        for claim, events in outcomes
+        if (row := current.get(claim.row.message_id)) is not None
+        and row.state == "leased" and row.lease_token == claim.lease_token
+    ]
+    if not ours:
+        return set()
     PostgresEventStore(connection).append_many(
-        [(email_stream(current.message_id), current.stream_version, events)], {"actor": owner}
+        [(email_stream(row.message_id), row.stream_version, events) for row, events in ours], {"actor": owner}
     )
-    row = current
-    for event in events:
-        row = evolve_outbox(row, event)
-    OUTBOX.save(connection, [row])
-    return True
+    folded = []
+    for row, events in ours:
+        for event in events:
+            row = evolve_outbox(row, event)
+        folded.append(row)
+    OUTBOX.save(connection, folded)
+    return {row.message_id for row in folded}
+
+
+def record_outcome(connection: Connection, claim: Claim, events: Sequence[object], *, owner: str) -> bool:
+    """``record_outcomes`` for one message: False when its lease was taken over."""
+    return claim.row.message_id in record_outcomes(connection, [(claim, events)], owner=owner)
 
 
 def next_due(connection: Connection) -> datetime | None:

@@ -16,11 +16,10 @@ from datetime import datetime
 
 import psycopg
 
-from domain.email import LeaseReleased
 from infra.database import database_errors
-from infra.delivery import deliver
+from infra.delivery import deliver_batch
 from infra.logs import log_event
-from infra.outbox import Claim, claim_due, next_due, record_outcome
+from infra.outbox import Claim, claim_due, next_due
 from infra.providers import Mailer
 from infra.services import ServiceContext
 
@@ -55,12 +54,11 @@ class Worker:
         """Claim one batch and deliver it; the number of messages claimed."""
         owner = owner or self.owner
         claims = self.claim(owner)
-        for index, claim in enumerate(claims):
-            if self.stopping.is_set():
-                self._release(claims[index:], owner)
-                break
-            state = deliver(self.ctx, claim, self.mailer, owner=owner, sender=self.sender)
-            with self._count_lock:
+        states = deliver_batch(
+            self.ctx, claims, self.mailer, owner=owner, sender=self.sender, stopping=self.stopping
+        )
+        with self._count_lock:
+            for state in states:
                 self.delivered[state] = self.delivered.get(state, 0) + 1
         return len(claims)
 
@@ -142,10 +140,3 @@ class Worker:
                     return  # the database went away because we are shutting down
                 log_event(log, "listener reconnecting", logging.WARNING, error=str(error).splitlines()[0])
                 self.stopping.wait(self.poll_seconds)
-
-    def _release(self, claims: list[Claim], owner: str) -> None:
-        for claim in claims:
-            event = LeaseReleased(claim.row.message_id, owner, claim.lease_token, self.ctx.clock.now())
-            with self.ctx.engine.begin() as connection:
-                record_outcome(connection, claim, [event], owner=owner)
-            log_event(log, "lease released on shutdown", message_id=claim.row.message_id, lease_owner=owner)

@@ -68,10 +68,13 @@ class Mailer(Protocol):
     ``name`` is the provider's stable name as recorded in ``ProviderAccepted``.
     ``timeout_seconds`` is the longest one ``send`` is expected to block;
     leases are sized from it (lease > timeout + safety margin).
+    ``idempotent`` says the provider itself drops a second send of a message
+    id, so a worker may send several messages before recording them.
     """
 
     name: str
     timeout_seconds: float
+    idempotent: bool
 
     def send(self, email: OutboundEmail) -> ProviderReceipt:
         """Send ``email`` once, keyed by ``email.message_id``.

@@ -38,7 +38,7 @@ class HttpMailer:
     """
 
     name = "http"
-
+    idempotent = True  # the provider honours Idempotency-Key
     def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 10.0) -> None:
         try:
             parsed = httpx.URL(url)

@@ -43,6 +43,8 @@ class MaildirMailer:
     """
 
     name = "maildir"
+    idempotent = True  # a delivered marker per message id
+
     # A local write does not hang on a remote peer; this is what leases are
     # sized from, with room for a slow disk.
     timeout_seconds = 5.0

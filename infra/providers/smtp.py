@@ -63,7 +63,7 @@ class SmtpMailer:
     """
 
     name = "smtp"
-
+    idempotent = False  # SMTP has no idempotency key
     def __init__(
         self,
         host: str,

@@ -33,6 +33,7 @@ class SmtpMailer(RecordingMailer):
     """Records like ``RecordingMailer``; answers like an SMTP relay that ignores idempotency keys."""
 
     name = "smtp"
+    idempotent = False
 
     def send(self, email: OutboundEmail) -> ProviderReceipt:
         super().send(email)

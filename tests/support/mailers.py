@@ -12,6 +12,7 @@ class RecordingMailer:
     """Accepts every email; a replay of a message id is one logical send, as with Resend."""
 
     name = "recording"
+    idempotent = True
     timeout_seconds = 1.0
 
     def __init__(self) -> None:
