@@ -18,8 +18,13 @@ figures:
 - authledger: ``Worker(ctx, NoopMailer(), batch=10, concurrency=1).drain()``
   on the application role's engine. Messages are reset links of distinct
   users, so every delivery loads a one-request stream, renders the link and
-  records ``ProviderAccepted`` fenced by its lease. Delivery log lines are
-  formatted as the worker CLI does and written to /dev/null.
+  records ``ProviderAccepted`` fenced by its lease. The no-op provider says
+  it drops repeated message ids, as Maildir and the HTTP provider do, so a
+  batch's outcomes are recorded together after its last send. Delivery log
+  lines are formatted as the worker CLI does and written to /dev/null.
+- authledger per send: the same with a provider that does not drop repeats
+  (as SMTP): each outcome is recorded in its own transaction right after its
+  send.
 - raw: one UPDATE ... WHERE id IN (SELECT ... LIMIT 10 FOR UPDATE SKIP
   LOCKED) RETURNING claims ten rows, a second UPDATE marks them sent;
   autocommit, prepared by psycopg after five runs. The technique's ceiling.
@@ -82,7 +87,8 @@ from infra.services import ServiceContext
 from infra.worker import Worker
 
 TEMPLATE = "delivery_template"
-SIDES = ("authledger", "raw", "pgqueuer")
+SIDES = ("authledger", "authledger per send", "raw", "pgqueuer")
+AUTHLEDGER_SIDES = ("authledger", "authledger per send")
 BATCH = 10
 SENDER = "bench@example.com"
 KEYS = TokenKeys("bench", {"bench": b"bench-key-0123456789abcdef-0123456"})
@@ -116,7 +122,8 @@ class NoopMailer:
     name = "noop"
     timeout_seconds = 1.0
 
-    def __init__(self) -> None:
+    def __init__(self, *, idempotent: bool = True) -> None:
+        self.idempotent = idempotent
         self.sends = 0
         self._lock = threading.Lock()
 
@@ -157,7 +164,7 @@ def _prepare_template(server: Server) -> dict[str, str]:
 
 
 def _queue(side: str, server: Server, database: str, messages: int) -> None:
-    if side == "authledger":
+    if side in AUTHLEDGER_SIDES:
         _queue_resets(Database(server.url(database, "postgresql+psycopg")).engine(pool_size=1), messages)
     elif side == "raw":
         server.execute(QUEUE_JOBS % int(messages), database)
@@ -218,14 +225,16 @@ async def _queue_pgqueuer(url: str, messages: int) -> None:
 Drain = Callable[[], dict[str, int]]
 
 
-def _authledger_setup(server: Server, database: str, index: int) -> tuple[Worker, NoopMailer]:
+def _authledger_setup(
+    server: Server, database: str, index: int, *, idempotent: bool = True
+) -> tuple[Worker, NoopMailer]:
     # Delivery lines are formatted as `authledger worker` does, then dropped:
     # the handler keeps the stream it was given, which stays open for good.
     with contextlib.redirect_stderr(open(os.devnull, "w")):  # noqa: SIM115
         configure_logging("json")
     engine = Database(server.url(database, "postgresql+psycopg")).engine(pool_size=2)
     ping(engine)
-    mailer = NoopMailer()
+    mailer = NoopMailer(idempotent=idempotent)
     worker = Worker(ServiceContext(engine=engine, keys=KEYS), mailer, sender=SENDER, owner=f"bench-{index}",
                     batch=BATCH, concurrency=1)
     return worker, mailer
@@ -237,14 +246,18 @@ def _authledger_tally(worker: Worker, mailer: NoopMailer) -> dict[str, int]:
     return {"sent": sent, "other": sum(worker.delivered.values()) - sent, "provider_calls": mailer.sends}
 
 
-def _authledger_worker(server: Server, database: str, index: int) -> Drain:
-    worker, mailer = _authledger_setup(server, database, index)
+def _authledger_worker(server: Server, database: str, index: int, *, idempotent: bool = True) -> Drain:
+    worker, mailer = _authledger_setup(server, database, index, idempotent=idempotent)
 
     def drain() -> dict[str, int]:
         worker.drain()
         return _authledger_tally(worker, mailer)
 
     return drain
+
+
+def _authledger_per_send_worker(server: Server, database: str, index: int) -> Drain:
+    return _authledger_worker(server, database, index, idempotent=False)
 
 
 def _raw_worker(server: Server, database: str, index: int) -> Drain:
@@ -300,7 +313,8 @@ def _pgqueuer_worker(server: Server, database: str, index: int) -> Drain:
 
 
 WORKERS: dict[str, Callable[[Server, str, int], Drain]] = {
-    "authledger": _authledger_worker, "raw": _raw_worker, "pgqueuer": _pgqueuer_worker,
+    "authledger": _authledger_worker, "authledger per send": _authledger_per_send_worker,
+    "raw": _raw_worker, "pgqueuer": _pgqueuer_worker,
 }
 
 
@@ -326,7 +340,7 @@ def _process(side: str, uri: str, database: str, index: int, barrier, results) -
 
 def _verify(side: str, server: Server, database: str, messages: int, tallies: list[dict[str, int]]) -> None:
     """Raise unless every message was handled exactly once."""
-    if side == "authledger":
+    if side in AUTHLEDGER_SIDES:
         accepted, streams = server.execute(
             "SELECT count(*), count(DISTINCT stream_id) FROM events WHERE event_type = 'ProviderAccepted'", database
         )[0]
@@ -388,19 +402,18 @@ def _run(side: str, workers: int, server: Server, messages: int) -> tuple[float,
 PROFILE_ROWS = [
     # (label, module path suffix, function names); cumulative time, so indented rows are part of the one above
     ("claim transaction (one per batch of 10, shared out)", "infra/worker.py", ("claim",)),
-    ("deliver, total", "infra/delivery.py", ("deliver",)),
+    ("deliver, total", "infra/delivery.py", ("deliver_batch",)),
     ("  prepare: fresh request stream load, fold, render", "infra/delivery.py", ("prepare",)),
     ("    stream load: checkout, SELECT, decode, ROLLBACK", "infra/services.py", ("load_state",)),
     ("      event decode (JSON to attrs via cattrs)", "infra/serialization.py", ("decode",)),
     ("    token derivation, link, templates", "domain/templates.py", ("reset_link",)),
     ("  provider send (no-op)", "bench/delivery.py", ("send",)),
-    ("  fenced record: SELECT FOR UPDATE, append, upsert", "infra/outbox.py", ("record_outcome",)),
-    ("    events INSERT with SAVEPOINT/RELEASE, encode", "infra/postgres_store.py", ("append_many",)),
-    ("    email_outbox upsert (statement built per call)", "infra/inline_projections.py", ("save",)),
+    ("  fenced record, one per batch: SELECT FOR UPDATE, append, upsert", "infra/outbox.py", ("record_outcomes",)),
+    ("    events INSERT, encode", "infra/postgres_store.py", ("append_many",)),
+    ("    email_outbox upsert", "infra/inline_projections.py", ("save",)),
     ("  delivery log line", "infra/logs.py", ("log_event",)),
     ("across all of the above:", "", ()),
     ("  COMMIT: waiting for the WAL flush", "psycopg/connection.py", ("commit",)),
-    ("  SAVEPOINT + RELEASE round trips", "sqlalchemy/engine/base.py", ("_savepoint_impl", "_release_savepoint_impl")),
     ("  pool checkout with pre-ping round trip", "sqlalchemy/pool/base.py", ("_checkout",)),
     ("  blocked on the server (Connection.wait, own time)", "psycopg/connection.py", ("wait",)),
 ]
@@ -498,7 +511,7 @@ def main() -> None:
             for side in order:
                 rate, cpu = _run(side, workers, server, messages)
                 samples.setdefault((side, workers), []).append((rate, cpu))
-                print(f"  round {round_ + 1}, {workers} worker(s), {side:<10} {rate:>9,.0f} msg/s", flush=True)
+                print(f"  round {round_ + 1}, {workers} worker(s), {side:<19} {rate:>9,.0f} msg/s", flush=True)
 
     print(f"\nmessages/s, median of {rounds} (worker CPU µs/msg in brackets); ratios are medians of per-round ratios")
     rows = []
@@ -506,11 +519,12 @@ def main() -> None:
         runs = {side: samples[(side, workers)] for side in SIDES}
         rate = {side: statistics.median(r for r, _ in runs[side]) for side in SIDES}
         cpu = {side: statistics.median(c for _, c in runs[side]) for side in SIDES}
-        ratio = {other: statistics.median(a[0] / b[0] for a, b in zip(runs["authledger"], runs[other]))
-                 for other in ("raw", "pgqueuer")}
+        ratios = [statistics.median(a[0] / b[0] for a, b in zip(runs[ours], runs[other]))
+                  for ours in AUTHLEDGER_SIDES for other in ("raw", "pgqueuer")]
         rows.append([str(workers)] + [f"{rate[s]:,.0f} ({cpu[s]:.0f})" for s in SIDES]
-                    + [f"{ratio['raw']:.2f}", f"{ratio['pgqueuer']:.2f}"])
-    _print_table(["workers", "authledger", "raw loop", "pgqueuer", "authledger/raw", "authledger/pgqueuer"], rows)
+                    + [f"{ratio:.2f}" for ratio in ratios])
+    _print_table(["workers", "authledger", "per send", "raw loop", "pgqueuer",
+                  "÷ raw", "÷ pgqueuer", "per send ÷ raw", "per send ÷ pgqueuer"], rows)
     if args.profile:
         _profile(server, messages)
 
