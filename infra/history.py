@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Engine, text
 
 from domain.email import EmailQueued
 from domain.otp import OtpChallengeSuperseded
+from domain.privacy import subject_stream
 from domain.reset import ResetSuperseded
 from domain.errors import NotFound
 from domain.log import RecordedEvent
@@ -64,16 +65,21 @@ def _flow_of(events: list[RecordedEvent]) -> dict[str, str]:
 
 
 def user_events(lookup: AuditLookup, user_id: str, flow: str | None = None) -> list[RecordedEvent]:
-    """The user's own streams and the email streams of the messages they queued."""
+    """The user's own streams, the email streams of the messages they queued, and their erasure.
+
+    An erasure is about the user, not one flow: it goes with the events of whichever flow is asked for.
+    """
+    subject = subject_stream(user_id)
     named = [r for r in lookup.find("user", [user_id])
-             if user_of_stream(r.stream_id) == user_id or r.stream_id.startswith("email:")]
+             if user_of_stream(r.stream_id) == user_id or r.stream_id.startswith("email:") or r.stream_id == subject]
     messages = {str(getattr(r.event, f)) for r in named for f in MESSAGE_FIELDS if getattr(r.event, f, None)}
     events = sorted({r.global_position: r for r in named + lookup.find("message", messages)}.values(),
                     key=lambda r: r.global_position)
     if flow is None:
         return events
     flows = _flow_of(events)
-    return [r for r in events if flows.get(r.stream_id) == flow]
+    in_flow = {r.global_position for r in events if flows.get(r.stream_id) == flow}
+    return [r for r in events if r.global_position in in_flow or r.stream_id == subject] if in_flow else []
 
 
 @frozen

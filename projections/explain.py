@@ -21,9 +21,9 @@ from uuid import UUID
 
 from attrs import define, field
 
-from domain import decisions, email, otp, reset
+from domain import decisions, email, otp, privacy, reset
 from domain.log import RecordedEvent
-from projections.timeline import event_times, format_time
+from projections.timeline import erased_keys, event_times, format_time
 
 T = format_time
 Said = tuple[int, str]  # (position of the event it is about, the sentence)
@@ -116,6 +116,11 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             request.status = "verified" if isinstance(e, otp.OtpChallengeVerified) else "locked"
             what = "its code was verified" if request.status == "verified" else f"it was locked ({e.scope})"
             request.said.append((pos, f"OTP challenge {e.challenge_id}: {what} at {T(at)}."))
+        case otp.OtpVerificationFailed() if e.challenge_id in story.requests:
+            request = story.requests[e.challenge_id]
+            wrong = (f"OTP challenge {e.challenge_id}: a wrong code was entered at {T(at)} by {_who(r)} (wrong code "
+                     f"{e.attempt} on this challenge, {e.consecutive_failures} in a row for the account).")
+            request.said.append((pos, wrong))
         case otp.OtpChallengeLockedOut():
             until = f" until {T(e.until)}" if e.until else ""
             story.user_notes.append((pos, f"One-time codes were locked for the whole account at {T(at)}{until}."))
@@ -127,6 +132,17 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             request = story.requests[e.request_id]
             request.said.append((pos, f"A repeat with idempotency key {e.idempotency_key!r} at {T(at)} was answered "
                                       f"with {request.kind.lower()} {e.request_id}; no new email was queued."))
+        case privacy.SubjectErased():
+            story.user_notes.append((pos, _erasure(e, r, at)))
+
+
+def _erasure(e: privacy.SubjectErased, r: RecordedEvent, at: datetime | None) -> str:
+    """Ids and times only: the sentence names no address, it says that the addresses are gone."""
+    said = f"User {e.user_id}'s personal data was erased at {T(at)} by {_who(r)}: {erased_keys(e)}."
+    if not e.key_ids:
+        return said
+    return (f"{said} From then on their email addresses in the log read [erased] wherever they are opened, and an "
+            "email still queued for them is skipped, not sent; ids, times and who did what stay in the log.")
 
 
 def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
@@ -172,8 +188,9 @@ def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             ended, message.finished, message.accepted = "sent", True, True
         case email.DeliverySkipped():
             worker = (r.metadata or {}).get("actor") or "a worker"
-            said = (f"{label} was skipped ({e.reason}) by worker {worker} at {T(at)}: it was not sent, because it "
-                    "was no longer wanted when a worker picked it up.")
+            why = ("its recipient's personal data had been erased" if e.reason == "erased"
+                   else "it was no longer wanted when a worker picked it up")
+            said = f"{label} was skipped ({e.reason}) by worker {worker} at {T(at)}: it was not sent, because {why}."
             ended, message.finished = "skipped", True
         case email.DeliveryAbandoned():
             said = (f"{label} was abandoned at {T(at)} after {e.attempts} attempts (last error: {e.last_error}): "

@@ -30,6 +30,7 @@ from infra.postgres_store import PostgresEventStore
 from infra.reset_service import consume_token, request_reset
 from infra.services import ServiceContext
 from infra.worker import Worker
+from projections.timeline import format_time
 from tests.support.dumps import dump
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
@@ -206,3 +207,28 @@ def test_replaying_an_idempotency_key_of_an_erased_user_is_refused_as_different_
     assert invoke(database_url, "privacy", "forget", "--user-id", "1").exit_code == 0
     with pytest.raises(IdempotencyMismatch):
         request_reset(ctx, RequestReset("1", ADA, idempotency_key="r-1", client="app"))
+
+
+def test_history_tells_who_erased_the_user_and_when_without_their_address(
+    ctx: ServiceContext, engine: Engine, database_url: str
+) -> None:
+    request_reset(ctx, RequestReset("1", ADA))
+    assert invoke(database_url, "privacy", "forget", "--user-id", "1", USER="dana").exit_code == 0
+    with engine.connect() as connection:
+        erased = PostgresEventStore(connection).load(subject_stream("1"))[0]
+    key_id, = erased.event.key_ids
+    said = (f"User 1's personal data was erased at {format_time(erased.event.erased_at)} by cli:dana: data key "
+            f"{key_id} destroyed. From then on their email addresses in the log read [erased]")
+
+    told = invoke(database_url, "history", "--user-id", "1")
+    assert told.exit_code == 0, told.output
+    assert said in told.output
+    erasure_line = next(line for line in told.output.splitlines() if "SubjectErased" in line)
+    assert "subject:1" in erasure_line and "cli:dana" in erasure_line
+    assert erasure_line.endswith(f"personal data erased: data key {key_id} destroyed")
+    as_json = invoke(database_url, "history", "--user-id", "1", "--flow", "reset", "--json")
+    assert as_json.exit_code == 0, as_json.output
+    assert any(line.startswith(said) for line in json.loads(as_json.stdout)["findings"]), "kept in the user's flow"
+    assert ADA not in told.output + as_json.output
+    other_flow = invoke(database_url, "history", "--user-id", "1", "--flow", "otp")
+    assert other_flow.exit_code == 3, "an erasure alone is not a flow's history"

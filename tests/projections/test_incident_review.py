@@ -96,6 +96,8 @@ def test_otp_challenges_are_explained_like_reset_requests(ctx: ServiceContext, e
     assert f"OTP challenge {first.request_id} was superseded by {second.request_id} at " \
            "2024-05-01 10:01:30.000+00:00" in text
     assert f"OTP challenge {first.request_id}'s email {first.message_id} was skipped (superseded) by worker w1" in text
+    assert (f"OTP challenge {second.request_id}: a wrong code was entered at 2024-05-01 10:02:00.000+00:00 by "
+            "client:acme-web (wrong code 1 on this challenge, 1 in a row for the account).") in text
     assert f"OTP challenge {second.request_id}: its code was verified at 2024-05-01 10:02:00.000+00:00." in text
     otp_only = history(engine, "5", flow="otp", now=later())
     assert {e.event_type for e in otp_only.timeline} >= {"OtpVerificationFailed", "OtpChallengeVerified"}
