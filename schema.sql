@@ -198,9 +198,11 @@ GRANT SELECT, INSERT ON seals TO authledger_app;
 -- configuration (master_key_id names it). Events carry personal fields
 -- encrypted under these keys; deleting a user's rows erases their personal
 -- data everywhere at once (`authledger privacy forget`). This is the one
--- table whose rows may be deleted, and rows are never updated. Usually one
--- key per user: user_id is not unique so that two writers creating a user's
--- first key at once never wait for each other's transaction.
+-- table whose rows may be deleted. A row is updated only to re-wrap its key
+-- under a newer master key (`authledger privacy rewrap`): the key and its id
+-- stay, so the application may change those two columns and no other.
+-- Usually one key per user: user_id is not unique so that two writers
+-- creating a user's first key at once never wait for each other's transaction.
 CREATE TABLE IF NOT EXISTS subject_keys (
     key_id         text PRIMARY KEY,
     user_id        text        NOT NULL,
@@ -213,6 +215,7 @@ CREATE INDEX IF NOT EXISTS subject_keys_by_user ON subject_keys (user_id);
 
 REVOKE ALL ON subject_keys FROM PUBLIC;
 GRANT SELECT, INSERT, DELETE ON subject_keys TO authledger_app;
+GRANT UPDATE (master_key_id, wrapped_key) ON subject_keys TO authledger_app;
 
 -- API clients of the HTTP API (issue 5): an inline projection of the
 -- client:<name> streams. Only the SHA-256 of a key is kept; the key is shown

@@ -1,4 +1,4 @@
-"""`authledger audit` and `authledger privacy`: proving the log intact, and erasing a person."""
+"""`authledger audit` and `authledger privacy`: proving the log intact, erasing a person, rotating master keys."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import click
 
 from commands.output import cli_metadata, emit, json_option, parse_instant, progress_bar
 from infra import audit as audit_service
-from infra import sealer
+from infra import key_rotation, sealer
 from infra.audit_digest import (
     check_trust,
     configured_public_key,
@@ -134,7 +134,7 @@ def audit_export(app: App, since: datetime | None, until: datetime | None, out: 
 
 @click.group()
 def privacy() -> None:
-    """Personal data: erase a user's (crypto-shredding; docs/operations.md)."""
+    """Personal data: erase a user's (crypto-shredding), re-wrap data keys (docs/operations.md)."""
 
 
 @privacy.command("forget")
@@ -153,3 +153,21 @@ def privacy_forget(app: App, user_id: str, as_json: bool) -> None:
                 "reads [erased] from now on")
     emit(erasure.as_dict(), as_json, said)
 
+
+@privacy.command("rewrap")
+@click.option("--batch-size", default=key_rotation.DEFAULT_BATCH_SIZE, show_default=True,
+              type=click.IntRange(1, 10_000), help="Keys per transaction.")
+@click.option("--dry-run", is_flag=True, help="Check the master keys and count what would move; change nothing.")
+@json_option
+@click.pass_obj
+def privacy_rewrap(app: App, batch_size: int, dry_run: bool, as_json: bool) -> None:
+    """Re-wrap every data key under the newest master key, so older master key ids can be retired."""
+    master, now = app.master_keys, datetime.now(UTC)
+    to_move = key_rotation.pending(app.engine, master, check=True)  # refused before a bar shows
+    if dry_run or not to_move:
+        result = key_rotation.rewrap(app.engine, master, now=now, dry_run=dry_run)
+    else:
+        with progress_bar(sum(to_move.values()), "re-wrapping") as bar:
+            result = key_rotation.rewrap(app.engine, master, now=now, batch_size=batch_size,
+                                         metadata=cli_metadata("privacy rewrap"), progress=bar.update)
+    emit(result.as_dict(), as_json, result.summary())

@@ -7,7 +7,7 @@ itself is never changed, so the erasure is recorded as a fact of its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from attrs import frozen
@@ -19,6 +19,11 @@ from domain.errors import NotFound
 def subject_stream(user_id: str) -> str:
     """The stream id holding the privacy facts of one user."""
     return f"subject:{user_id}"
+
+
+# Re-wrapping data keys under a new master key is a fact about the whole
+# service, not about one user: it goes on a stream of its own.
+MASTER_KEYS_STREAM = "master-keys"
 
 
 @frozen
@@ -60,3 +65,30 @@ def decide_erasure(
             raise NotFound(f"no user {user_id!r}: no personal data key and no events name them; nothing was changed")
     require_utc(now)
     return [SubjectErased(user_id, now, tuple(destroyed_key_ids))]
+
+
+@frozen
+class DataKeysRewrapped:
+    """Data keys wrapped under older master keys were re-wrapped under the newest; the keys did not change.
+
+    One per batch, in the transaction of the batch, so the log counts every
+    key moved even when a run stops half way. Ids only, never key material.
+    """
+
+    master_key_id: str  # the newest, which wraps them now
+    from_master_key_ids: tuple[str, ...]  # the ids they were wrapped under before
+    count: int  # how many data keys this batch re-wrapped
+    rewrapped_at: datetime
+
+
+def decide_rewrap(
+    rewrapped: Mapping[str, int], *, master_key_id: str, now: datetime
+) -> list[DataKeysRewrapped]:
+    """Record the keys of one batch moved onto ``master_key_id``, by the old ids they left; none, nothing."""
+    moved = {old: n for old, n in rewrapped.items() if n > 0}
+    if not moved:
+        return []
+    if master_key_id in moved:
+        raise ValueError(f"keys cannot be re-wrapped from master key {master_key_id!r} onto itself")
+    require_utc(now)
+    return [DataKeysRewrapped(master_key_id, tuple(sorted(moved)), sum(moved.values()), now)]

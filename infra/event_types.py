@@ -34,6 +34,7 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "ClientRegistered": (clients.ClientRegistered, 1),
     "ClientRevoked": (clients.ClientRevoked, 1),
     "SubjectErased": (privacy.SubjectErased, 1),
+    "DataKeysRewrapped": (privacy.DataKeysRewrapped, 1),
 }
 
 # Personal data, encrypted under the data key of the event's ``user_id`` so

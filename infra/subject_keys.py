@@ -90,7 +90,7 @@ class MasterKeys:
             raise ConfigError(
                 f"the data key of user {user_id!r} is wrapped by master key {master_key_id!r}, which "
                 f"{MASTER_KEY_VARIABLE} does not hold (it holds {', '.join(self.keys)}); after a rotation "
-                "keep the older ids listed after the new one"
+                "keep the older ids listed after the new one until `authledger privacy rewrap` has moved their keys"
             )
         try:
             return AESGCM(master).decrypt(wrapped[:NONCE_BYTES], wrapped[NONCE_BYTES:], _wrapping_aad(user_id, key_id))
