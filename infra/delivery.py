@@ -13,10 +13,11 @@ address, and nothing is rendered for it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from urllib.parse import urlencode
 
 from attrs import frozen
@@ -154,10 +155,8 @@ def deliver_batch(
             if stopping is not None and stopping.is_set():
                 unrecorded += [_released(ctx, rest, owner) for rest in claims[index:]]
                 break
-            prepared = prepare(ctx, claim, sender=sender, connection=connection)
-            # End the read before calling the provider: a transaction left open
-            # across a slow send would hold back every reader of the log.
-            connection.rollback()
+            with _outside_a_transaction(connection):
+                prepared = prepare(ctx, claim, sender=sender, connection=connection)
             unrecorded.append(_Sent(claim, prepared, attempt(ctx, claim, prepared, mailer, jitter)))
             if not mailer.idempotent:
                 states += _record(connection, unrecorded, owner)
@@ -173,6 +172,22 @@ def deliver(
     """Send one claimed message and record what happened; returns the message's new state."""
     [state] = deliver_batch(ctx, [claim], mailer, owner=owner, sender=sender, jitter=jitter)
     return state
+
+
+@contextlib.contextmanager
+def _outside_a_transaction(connection: Connection) -> Iterator[None]:
+    """Run the fresh read in autocommit: no transaction is left open across the provider call.
+
+    A transaction held over a slow send would hold back every reader of the
+    log. Under READ COMMITTED each statement of the read sees its own snapshot
+    either way, so autocommit only spares the BEGIN and ROLLBACK round trips.
+    """
+    connection.execution_options(isolation_level="AUTOCOMMIT")
+    try:
+        yield
+    finally:
+        connection.rollback()  # ends SQLAlchemy's own bookkeeping; nothing goes to the server
+        connection.execution_options(isolation_level=connection.default_isolation_level)
 
 
 def _released(ctx: ServiceContext, claim: Claim, owner: str) -> _Sent:
