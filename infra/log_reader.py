@@ -152,7 +152,7 @@ def decode_row(row: Any, codec: EventCodec, keyring: Keyring | None = None) -> R
 
 
 def _keyring(connection: Connection, rows: list[Any], reading: Reading) -> Keyring:
-    return keyring_for(connection, (row.payload for row in rows)) if reading.personal_data else SEALED
+    return keyring_for(connection, ((row.event_type, row.payload) for row in rows)) if reading.personal_data else SEALED
 
 
 def read_page(

@@ -62,9 +62,20 @@ def key_id_of(envelope: str) -> str:
     return key_id
 
 
-def envelope_key_ids(payloads: Iterable[Mapping[str, Any]]) -> set[str]:
-    """Every data key named by the envelopes in these payloads (personal fields are top-level)."""
-    return {key_id_of(value) for payload in payloads for value in payload.values() if is_envelope(value)}
+def envelope_key_ids(
+    rows: Iterable[tuple[str, Mapping[str, Any]]], personal_fields: Mapping[str, tuple[str, ...]]
+) -> set[str]:
+    """Every data key named by the personal fields of these (event type, payload) rows.
+
+    Only the personal fields are looked at: any other field may hold text a
+    client chose, which can start with the envelope prefix too.
+    """
+    return {
+        key_id_of(payload[name])
+        for tag, payload in rows
+        for name in personal_fields.get(tag, ())
+        if is_envelope(payload.get(name))
+    }
 
 
 def seal(key_id: str, key: bytes, context: FieldContext, plaintext: str) -> str:

@@ -187,7 +187,7 @@ class PostgresEventStore:
         return self._decode_all(rows)
 
     def _decode_all(self, rows: Sequence[Any]) -> list[RecordedEvent]:
-        self.keyring.prefetch(row.payload for row in rows)
+        self.keyring.prefetch((row.event_type, row.payload) for row in rows)
         return [self._decode(row) for row in rows]
 
     def _decode(self, row: Any) -> RecordedEvent:

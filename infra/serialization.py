@@ -92,8 +92,11 @@ class EventCodec:
             raise UnknownEventType(f"{tag} version {version} payload does not match its class: {error}") from error
 
     def _open_personal(self, tag: str, payload: Mapping[str, Any], keyring: Keyring | None) -> dict[str, Any]:
+        # Only the personal fields: any other field may hold text a client
+        # chose (an idempotency key, a user id) that starts like an envelope.
         data = dict(payload)
-        for name, value in payload.items():
+        for name in self._personal.get(tag, ()):
+            value = payload.get(name)
             if is_envelope(value):
                 if keyring is None:
                     raise PersonalDataUnreadable(f"{tag}.{name} is encrypted: decoding it needs a keyring")

@@ -34,6 +34,7 @@ from sqlalchemy import Connection, Engine, text
 
 from domain.errors import ConfigError
 from infra.config import parse_master_keys
+from infra.event_types import PERSONAL_FIELDS
 from infra.personal_data import NONCE_BYTES, DataKeyring, envelope_key_ids
 
 MASTER_KEY_VARIABLE = "AUTHLEDGER_MASTER_KEY"
@@ -146,9 +147,9 @@ class PostgresKeyring(DataKeyring):
             self._master = self._source()
         return self._master
 
-    def prefetch(self, payloads: Iterable[Mapping[str, Any]]) -> None:
-        """Load the keys a page of payloads needs in one query rather than one per user."""
-        missing = envelope_key_ids(payloads) - self._by_id.keys()
+    def prefetch(self, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
+        """Load the keys a page of (event type, payload) rows needs in one query rather than one per user."""
+        missing = envelope_key_ids(rows, PERSONAL_FIELDS) - self._by_id.keys()
         if missing:
             self._load(missing)
 
@@ -202,10 +203,10 @@ class PostgresKeyring(DataKeyring):
             self._checked_master = True
 
 
-def keyring_for(connection: Connection, payloads: Iterable[Mapping[str, Any]] = ()) -> PostgresKeyring:
-    """A keyring on ``connection``, with the keys of ``payloads`` loaded in one query."""
+def keyring_for(connection: Connection, rows: Iterable[tuple[str, Mapping[str, Any]]] = ()) -> PostgresKeyring:
+    """A keyring on ``connection``, with the keys of these (event type, payload) rows loaded in one query."""
     keyring = PostgresKeyring(connection)
-    keyring.prefetch(payloads)
+    keyring.prefetch(rows)
     return keyring
 
 

@@ -11,10 +11,13 @@ import pytest
 
 from domain.email import EmailQueued
 from domain.errors import PersonalDataUnreadable
-from domain.reset import ResetRequested
+from domain.reset import RequestReset, ResetRequested, reset_stream
 from infra.event_types import EVENT_TYPES, PERSONAL_FIELDS
 from infra.personal_data import ERASED, FieldContext, MemoryKeyring, is_envelope, key_id_of, open_envelope, seal
+from infra.postgres_store import PostgresEventStore
+from infra.reset_service import request_reset
 from infra.serialization import default_codec
+from infra.services import ServiceContext
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 # Field names that would hold personal data if an event ever carried them.
@@ -110,3 +113,22 @@ def test_no_event_carries_an_undeclared_field_that_looks_personal(tag: str) -> N
     assert names & set(PERSONAL_LOOKING) <= set(PERSONAL_FIELDS.get(tag, ())), (
         f"{tag} has a personal-looking field: declare it in infra.event_types.PERSONAL_FIELDS"
     )
+
+
+@pytest.mark.parametrize("text", ["enc:v1:", "enc:v1:abc:def", "enc:v1:k:AAAA"])
+def test_text_a_client_chose_that_looks_like_an_envelope_is_read_back_as_written(text: str) -> None:
+    codec, keyring = default_codec(), MemoryKeyring()
+    event = attrs.evolve(requested(text, "ada@example.test"), idempotency_key=text, client=text)
+    _, _, payload_json = codec.encode_json(event, keyring)
+
+    assert codec.decode("ResetRequested", EVENT_TYPES["ResetRequested"][1], json.loads(payload_json), keyring) == event
+
+
+def test_a_stream_whose_user_id_looks_like_an_envelope_stays_readable(ctx: ServiceContext) -> None:
+    tricky = "enc:v1:abc:def"
+    outcome = request_reset(ctx, RequestReset(tricky, "ada@example.test", idempotency_key=tricky))
+
+    with ctx.engine.connect() as connection:
+        [recorded] = PostgresEventStore(connection).load(reset_stream(tricky))
+    assert recorded.event.user_id == recorded.event.idempotency_key == tricky
+    assert recorded.event.request_id == outcome.request_id and recorded.event.recipient == "ada@example.test"
