@@ -309,11 +309,8 @@ def decide_otp_request(
     )
 
 
-def otp_code_for(challenge: OtpChallenge, keys: TokenKeys, policy: OtpPolicy | None = None) -> str:
-    """Re-derive a challenge's code (for the worker rendering the email), of
-    the length the challenge was issued with. ``policy`` is not consulted: it
-    is accepted only because callers written before challenges recorded
-    their length still pass it."""
+def otp_code_for(challenge: OtpChallenge, keys: TokenKeys) -> str:
+    """Re-derive a challenge's code (for the worker rendering the email), of the length it was issued with."""
     return derive_otp_code(keys.key(challenge.key_id), challenge.challenge_id, challenge.digits)
 
 

@@ -71,7 +71,7 @@ def prepare(ctx: ServiceContext, claim: Claim, *, sender: str, connection: Conne
         challenge = state.challenges[row.request_id]
         if challenge.recipient == ERASED:
             return Prepared(None, "erased")
-        code = otp.otp_code_for(challenge, ctx.keys, ctx.otp_policy)
+        code = otp.otp_code_for(challenge, ctx.keys)
         content = templates.otp_code(code, expires_at=challenge.expires_at, purpose=challenge.purpose)
         recipient, key_id = challenge.recipient, challenge.key_id
     else:

@@ -53,7 +53,7 @@ def wrong(code: str) -> str:
 def code_of(ctx: ServiceContext, user_id: str, outcome: RequestOutcome) -> str:
     """The code the worker would send, re-derived (for emails that are never sent)."""
     challenge = load_state(ctx, otp_stream(user_id), fold_otp).challenges[outcome.request_id]
-    return otp_code_for(challenge, ctx.keys, ctx.otp_policy)
+    return otp_code_for(challenge, ctx.keys)
 
 
 def event_count(engine: Engine) -> int:

@@ -216,7 +216,7 @@ def test_a_code_of_the_wrong_shape_is_invalid_input_and_counts_nothing(code: str
 
 def test_a_code_signed_before_a_key_rotation_still_verifies() -> None:
     state = fold_otp([issued(1, T0, key_id="k1")])
-    code = otp_code_for(state.challenges[cid(1)], KEYS, POLICY)
+    code = otp_code_for(state.challenges[cid(1)], KEYS)
 
     assert code == right_code(1, key_id="k1")
     assert decide_otp_verify(state, cid(1), code, now=T0, keys=KEYS, policy=POLICY).outcome.verified
