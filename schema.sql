@@ -191,6 +191,7 @@ CREATE TRIGGER seals_no_truncate
     FOR EACH STATEMENT EXECUTE FUNCTION events_are_append_only();
 
 REVOKE ALL ON seals FROM PUBLIC;
+REVOKE UPDATE, DELETE, TRUNCATE ON seals FROM authledger_app;  -- db init takes back a stray grant, as for events
 GRANT SELECT, INSERT ON seals TO authledger_app;
 
 -- Data keys of users whose events hold personal data (infra/subject_keys.py):

@@ -100,6 +100,8 @@ def test_db_check_fails_when_the_app_role_may_change_the_seals(database_url: str
     assert "app role         seals: SELECT yes, INSERT yes, UPDATE yes, DELETE no, TRUNCATE no" in output
     assert "problem: authledger_app must not have UPDATE on seals: REVOKE UPDATE ON seals FROM authledger_app" \
         in output
+    assert run(database_url, "db", "init")[0] == 0
+    assert run(database_url, "db", "check")[0] == 0, "db init took the grant back"
 
 
 def test_db_check_fails_after_a_logical_restore_into_a_fresh_cluster(database_url: str, admin_engine: Engine) -> None:
