@@ -18,6 +18,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
 from attrs import frozen
@@ -131,6 +132,13 @@ class _Sent:
     claim: Claim
     prepared: Prepared
     result: Attempt
+    handled_at: datetime
+
+
+# With a provider that drops repeats, outcomes wait for the rest of the batch
+# at most this long: a slow provider must not keep a batch unrecorded until
+# its leases run out and another worker sends it all again.
+RECORD_WITHIN = timedelta(seconds=1)
 
 
 def deliver_batch(
@@ -140,13 +148,13 @@ def deliver_batch(
     """Send claimed messages one by one and record what happened; the state each message ends in.
 
     Each message is read fresh right before its own send. When the provider
-    drops a repeated message id (``mailer.idempotent``), the outcomes of the
-    batch are recorded together after the last send: a crash before that
-    re-sends them, after their leases run out, under the same idempotency
-    key, which the provider absorbs. Otherwise (SMTP) each outcome is
-    recorded right after its send, so a crash repeats at most the message in
-    flight. Once ``stopping`` is set, the messages not yet sent are given back
-    with ``LeaseReleased``.
+    drops a repeated message id (``mailer.idempotent``), outcomes are
+    recorded together, after the last send of the batch or once the oldest
+    has waited ``RECORD_WITHIN``: a crash before that re-sends them, after
+    their leases run out, under the same idempotency key, which the provider
+    absorbs. Otherwise (SMTP) each outcome is recorded right after its send,
+    so a crash repeats at most the message in flight. Once ``stopping`` is
+    set, the messages not yet sent are given back with ``LeaseReleased``.
     """
     states: list[str] = []
     unrecorded: list[_Sent] = []
@@ -157,8 +165,9 @@ def deliver_batch(
                 break
             with _outside_a_transaction(connection):
                 prepared = prepare(ctx, claim, sender=sender, connection=connection)
-            unrecorded.append(_Sent(claim, prepared, attempt(ctx, claim, prepared, mailer, jitter)))
-            if not mailer.idempotent:
+            result = attempt(ctx, claim, prepared, mailer, jitter)
+            unrecorded.append(_Sent(claim, prepared, result, ctx.clock.now()))
+            if not mailer.idempotent or ctx.clock.now() - unrecorded[0].handled_at >= RECORD_WITHIN:
                 states += _record(connection, unrecorded, owner)
                 unrecorded = []
         states += _record(connection, unrecorded, owner)
@@ -191,8 +200,9 @@ def _outside_a_transaction(connection: Connection) -> Iterator[None]:
 
 
 def _released(ctx: ServiceContext, claim: Claim, owner: str) -> _Sent:
-    event = LeaseReleased(claim.row.message_id, owner, claim.lease_token, ctx.clock.now())
-    return _Sent(claim, Prepared(None, None), Attempt([event], "released", "pending"))
+    now = ctx.clock.now()
+    event = LeaseReleased(claim.row.message_id, owner, claim.lease_token, now)
+    return _Sent(claim, Prepared(None, None), Attempt([event], "released", "pending"), now)
 
 
 def _record(connection: Connection, sent: Sequence[_Sent], owner: str) -> list[str]:

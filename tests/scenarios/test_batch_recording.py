@@ -73,6 +73,32 @@ def test_an_idempotent_provider_has_the_whole_batch_recorded_after_its_last_send
     assert_projections_match_log(engine)
 
 
+class SlowWatchingMailer(WatchingMailer):
+    """Each send takes 0.6 s of the test's clock."""
+
+    def __init__(self, engine: Engine, clock: ManualClock) -> None:
+        super().__init__(engine, idempotent=True)
+        self.clock = clock
+
+    def send(self, email: OutboundEmail) -> ProviderReceipt:
+        receipt = super().send(email)
+        self.clock.advance(0.6)
+        return receipt
+
+
+def test_a_slow_idempotent_provider_has_outcomes_recorded_within_a_second_not_at_the_end_of_the_batch(
+    ctx: ServiceContext, engine: Engine, clock: ManualClock
+) -> None:
+    queue(ctx, 4)
+    mailer = SlowWatchingMailer(engine, clock)
+
+    assert Worker(ctx, mailer, sender=SENDER, batch=4).drain() == {"sent": 4}
+
+    # When the third send returned, the first outcome had waited 1.2 s: all three were recorded.
+    assert mailer.earlier_states == [set(), {"leased"}, {"leased"}, {"sent"}]
+    assert_projections_match_log(engine)
+
+
 def test_a_provider_without_idempotency_has_each_outcome_recorded_before_the_next_send(
     ctx: ServiceContext, engine: Engine
 ) -> None:
