@@ -277,4 +277,9 @@ CREATE TABLE IF NOT EXISTS audit_index (
 GRANT SELECT, INSERT, UPDATE, DELETE ON delivery_messages, audit_index TO authledger_app;
 GRANT SELECT, INSERT, UPDATE ON projection_checkpoints TO authledger_app;
 
-INSERT INTO schema_version (version) VALUES (1) ON CONFLICT DO NOTHING;
+-- What each version brought; `authledger db init` takes any older database to
+-- the newest by re-applying this idempotent file.
+--   1  the log, its guards, the inline and catch-up projections, seals, subject keys
+--   2  the application role may re-wrap data keys (UPDATE of two subject_keys
+--      columns, for `privacy rewrap`); stray grants on seals are revoked
+INSERT INTO schema_version (version) VALUES (1), (2) ON CONFLICT DO NOTHING;

@@ -23,9 +23,15 @@ def db() -> None:
 def db_init(app: App, as_json: bool) -> None:
     """Apply schema.sql (safe to run again)."""
     result = init_schema(app.admin_engine)
-    said = "already initialised; schema re-applied, nothing changed" if result.already_initialised else "initialised"
+    if result.already_initialised:
+        said = "already initialised; schema re-applied, nothing changed"
+    elif result.upgraded_from is not None:
+        said = f"upgraded from schema version {result.upgraded_from}"
+    else:
+        said = "initialised"
     emit(
         {"version": result.version, "already_initialised": result.already_initialised,
+         "upgraded_from": result.upgraded_from,
          "database": app.database.display_url},
         as_json,
         f"database {app.database.display_url}: {said} (schema version {result.version})",

@@ -11,7 +11,7 @@ from domain.errors import SchemaMismatch
 from infra.database import APP_ROLE, database_errors
 
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schema.sql"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # the newest version schema.sql records; see its last lines
 
 # Two `db init` at once would race on CREATE ... IF NOT EXISTS; a
 # transaction-scoped advisory lock makes the second wait for the first.
@@ -64,6 +64,7 @@ def current_version(connection: Connection) -> int | None:
 class InitResult:
     version: int
     already_initialised: bool
+    upgraded_from: int | None = None
 
 
 def init_schema(admin: Engine) -> InitResult:
@@ -74,7 +75,8 @@ def init_schema(admin: Engine) -> InitResult:
         # Straight to the driver: with no parameters psycopg sends the script
         # as is, so the '%' in PL/pgSQL messages is not read as a placeholder.
         connection.connection.driver_connection.execute(SCHEMA_FILE.read_text())
-        return InitResult(version=SCHEMA_VERSION, already_initialised=before == SCHEMA_VERSION)
+        return InitResult(version=SCHEMA_VERSION, already_initialised=before == SCHEMA_VERSION, upgraded_from=before
+                          if before is not None and before != SCHEMA_VERSION else None)
 
 
 @frozen

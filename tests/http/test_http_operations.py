@@ -45,7 +45,7 @@ async def test_healthz_needs_nothing(ctx: ServiceContext) -> None:
 
 async def test_readyz_checks_the_database_and_its_schema(api: httpx.AsyncClient, admin_engine: Engine) -> None:
     ready = await api.get("/readyz")
-    assert ready.status_code == 200 and ready.json() == {"status": "ready", "schema_version": 1}
+    assert ready.status_code == 200 and ready.json() == {"status": "ready", "schema_version": 2}
 
     with admin_engine.begin() as connection:
         connection.execute(text("DROP TABLE api_clients"))
