@@ -113,7 +113,7 @@ def check_schema(admin: Engine) -> CheckReport:
     guards = {table: {name: name in triggers[table] for name in sorted(names)}
               for table, names in APPEND_ONLY_GUARDS.items()}
     problems = []
-    if version != SCHEMA_VERSION:
+    if version is None or version < SCHEMA_VERSION:  # a newer one is fine: schema.sql only ever adds
         problems.append(f"schema version is {version}, this authledger expects {SCHEMA_VERSION}")
     problems += [
         f"append-only trigger {name} is missing or disabled: {table} no longer rejects "

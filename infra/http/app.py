@@ -171,7 +171,9 @@ class Api:
         with database_errors(), self.ctx.engine.connect() as connection:
             version = current_version(connection)
             missing = connection.execute(MISSING_TABLES, {"names": list(tables.metadata.tables)}).scalars().all()
-        problems = [] if version == SCHEMA_VERSION else [
+        # A newer schema is fine: schema.sql only ever adds, so during a rolling
+        # deploy the old release stays ready after the new one ran db init.
+        problems = [] if version is not None and version >= SCHEMA_VERSION else [
             "no authledger schema" if version is None else f"schema version {version}, not {SCHEMA_VERSION}"
         ]
         problems += [f"no table {name}" for name in missing]

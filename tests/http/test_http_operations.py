@@ -53,6 +53,17 @@ async def test_readyz_checks_the_database_and_its_schema(api: httpx.AsyncClient,
     assert "no table api_clients" in problem["detail"] and "authledger db init" in problem["detail"]
 
 
+async def test_readyz_accepts_a_newer_schema_and_refuses_an_older_one(api: httpx.AsyncClient, admin_engine: Engine) -> None:
+    with admin_engine.begin() as connection:  # a newer release ran db init: schema.sql only ever adds
+        connection.execute(text("INSERT INTO schema_version (version) VALUES (3)"))
+    assert (await api.get("/readyz")).status_code == 200
+
+    with admin_engine.begin() as connection:
+        connection.execute(text("DELETE FROM schema_version WHERE version >= 2"))
+    problem = assert_problem(await api.get("/readyz"), 503, "schema-mismatch")
+    assert "schema version 1, not 2" in problem["detail"] and "authledger db init" in problem["detail"]
+
+
 async def test_metrics_count_outbox_states_expirations_and_latencies(
     api: httpx.AsyncClient, ctx: ServiceContext, clock: ManualClock, engine: Engine
 ) -> None:

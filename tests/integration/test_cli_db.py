@@ -200,3 +200,10 @@ def test_a_database_at_an_older_schema_version_is_told_to_upgrade_and_db_init_up
             "SELECT has_column_privilege('authledger_app', 'subject_keys', 'wrapped_key', 'UPDATE')"
         )).scalar_one()
     assert may_rewrap
+
+
+def test_db_check_accepts_a_schema_a_newer_release_applied(database_url: str, admin_engine: Engine) -> None:
+    with admin_engine.begin() as connection:
+        connection.execute(text("INSERT INTO schema_version (version) VALUES (3)"))
+    code, output = run(database_url, "db", "check")
+    assert code == 0, output
