@@ -17,6 +17,7 @@ from sqlalchemy import Connection, text
 
 from domain.errors import NotFound
 from domain.otp import otp_stream
+from domain.privacy import subject_stream
 from domain.reset import reset_stream
 from infra.database import database_errors
 from infra.services import ServiceContext
@@ -86,11 +87,11 @@ def _events(connection: Connection, query: Any, params: dict[str, Any], limit: i
 
 
 def user_timeline(ctx: ServiceContext, user_id: str, *, limit: int = DEFAULT_LIMIT) -> Timeline:
-    """Every request, challenge and email of one user (the most recent ``limit`` events)."""
+    """Every request, challenge and email of one user, and their erasure (the most recent ``limit`` events)."""
     streams = [reset_stream(user_id), otp_stream(user_id)]
     with database_errors(), ctx.engine.connect() as connection:
         messages = connection.execute(USER_MESSAGES, {"streams": streams}).scalars().all()
-        streams += [f"email:{message}" for message in messages]
+        streams += [f"email:{message}" for message in messages] + [subject_stream(user_id)]
         events, truncated = _events(connection, EVENTS_OF_STREAMS, {"streams": streams}, limit)
     return Timeline(user_id, None, None, events, truncated)
 

@@ -12,6 +12,7 @@ from starlette.routing import Route
 from infra.clock import ManualClock
 from infra.http.app import create_app
 from infra.outbox import claim_due
+from infra.privacy import forget
 from infra.services import ServiceContext
 from infra.worker import Worker
 from tests.http.support import assert_problem, token_for
@@ -134,6 +135,18 @@ class TestTimeline:
             ).one()
         assert (issued["payload"], issued["metadata"]) == (stored.payload, stored.metadata), "as in the log"
         assert issued["metadata"]["client"] == "shop"
+
+    async def test_of_a_user_ends_with_their_erasure(
+        self, api: httpx.AsyncClient, ctx: ServiceContext, engine: Engine, clock: ManualClock
+    ) -> None:
+        await create_reset(api)
+        forget(engine, "42", now=clock.now(), metadata={"actor": "cli:dana"})
+
+        events = (await api.get("/v1/timeline", params={"user_id": "42"})).json()["events"]
+
+        [erased] = [e for e in events if e["type"] == "SubjectErased"]
+        assert erased["stream"] == "subject:42" and erased["metadata"]["actor"] == "cli:dana"
+        assert erased["position"] == max(e["position"] for e in events)
 
     async def test_of_a_request_holds_its_events_and_its_emails_only(
         self, api: httpx.AsyncClient, ctx: ServiceContext
