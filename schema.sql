@@ -194,7 +194,7 @@ REVOKE ALL ON seals FROM PUBLIC;
 REVOKE UPDATE, DELETE, TRUNCATE ON seals FROM authledger_app;  -- db init takes back a stray grant, as for events
 GRANT SELECT, INSERT ON seals TO authledger_app;
 
--- Data keys of users whose events hold personal data (infra/subject_keys.py):
+-- Data keys of users whose events hold personal data (infra/eventlog/subject_keys.py):
 -- 32 random bytes each, stored only wrapped by a master key from
 -- configuration (master_key_id names it). Events carry personal fields
 -- encrypted under these keys; deleting a user's rows erases their personal
@@ -231,7 +231,7 @@ CREATE TABLE IF NOT EXISTS api_clients (
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON api_clients TO authledger_app;
 
--- Catch-up projections (issue 6, see infra/projection_registry.py): they
+-- Catch-up projections (issue 6, see infra/projector/registry.py): they
 -- follow the log by the transaction-id horizon and store how far they got in
 -- projection_checkpoints, in the same transaction as the rows they write, so
 -- a reader killed mid-batch resumes without losing or counting anything twice.

@@ -55,9 +55,9 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 from domain.tokens import derive_otp_code
-from infra.embedded import start_embedded
-from infra.http.clients import create_client
-from infra.schema import init_schema
+from infra.db.embedded import start_embedded
+from infra.services.clients import create_client
+from infra.db.schema import init_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")

@@ -57,10 +57,10 @@ from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import make_url
 
 from domain.email import EmailQueued, LeaseClaimed
-from infra.database import APP_ROLE, Database
-from infra.embedded import start_embedded
-from infra.postgres_store import PostgresEventStore
-from infra.schema import init_schema
+from infra.db.engine import APP_ROLE, Database
+from infra.db.embedded import start_embedded
+from infra.eventlog.postgres import PostgresEventStore
+from infra.db.schema import init_schema
 
 DATABASE = "authledger_bench"
 CLIENTS = 4
@@ -111,7 +111,7 @@ BREAKDOWN = [
 ]
 PLAIN_TABLES = {"raw": "raw_events", "raw_into_events": "events"}
 # Whether a replay sends every statement of an append or the INSERT alone. No
-# pool ping: a connection back in use within 0.5 s is not pinged (infra.database).
+# pool ping: a connection back in use within 0.5 s is not pinged (infra.db.engine).
 REPLAYS = {"replay": False, "replay_all": True}
 
 Step = Callable[[], int]  # one transaction; returns the number of events appended
@@ -375,7 +375,7 @@ def _code_version() -> str:
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True)
     digests = ", ".join(
         f"{name} {hashlib.sha256((root / name).read_bytes()).hexdigest()[:10]}"
-        for name in ("schema.sql", "infra/postgres_store.py")
+        for name in ("schema.sql", "infra/eventlog/postgres.py")
     )
     dirty = subprocess.run([*git, "status", "--porcelain", "--", "schema.sql", "infra/"],
                            check=False, capture_output=True, text=True).stdout.strip()

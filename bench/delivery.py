@@ -76,15 +76,15 @@ from domain.email import email_stream
 from domain.policy import ResetPolicy
 from domain.reset import RequestReset, decide_reset_request, initial_reset_state, reset_stream
 from domain.tokens import TokenKeys
-from infra.database import Database, ping
-from infra.embedded import start_embedded
-from infra.inline_projections import apply_inline
+from infra.db.engine import Database, ping
+from infra.db.embedded import start_embedded
+from infra.projector.inline import apply_inline
 from infra.logs import configure_logging
-from infra.postgres_store import PostgresEventStore
-from infra.providers import OutboundEmail, ProviderReceipt
-from infra.schema import init_schema
-from infra.services import ServiceContext
-from infra.worker import Worker
+from infra.eventlog.postgres import PostgresEventStore
+from infra.delivery.providers import OutboundEmail, ProviderReceipt
+from infra.db.schema import init_schema
+from infra.services.unit_of_work import ServiceContext
+from infra.delivery.worker import Worker
 
 TEMPLATE = "delivery_template"
 SIDES = ("authledger", "authledger per send", "raw", "pgqueuer")
@@ -401,16 +401,16 @@ def _run(side: str, workers: int, server: Server, messages: int) -> tuple[float,
 
 PROFILE_ROWS = [
     # (label, module path suffix, function names); cumulative time, so indented rows are part of the one above
-    ("claim transaction (one per batch of 10, shared out)", "infra/worker.py", ("claim",)),
-    ("deliver, total", "infra/delivery.py", ("deliver_batch",)),
-    ("  prepare: fresh request stream load, fold, render", "infra/delivery.py", ("prepare",)),
-    ("    stream load: checkout, SELECT, decode, ROLLBACK", "infra/services.py", ("load_state",)),
-    ("      event decode (JSON to attrs via cattrs)", "infra/serialization.py", ("decode",)),
+    ("claim transaction (one per batch of 10, shared out)", "infra/delivery/worker.py", ("claim",)),
+    ("deliver, total", "infra/delivery/send.py", ("deliver_batch",)),
+    ("  prepare: fresh request stream load, fold, render", "infra/delivery/send.py", ("prepare",)),
+    ("    stream load: checkout, SELECT, decode, ROLLBACK", "infra/services/unit_of_work.py", ("load_state",)),
+    ("      event decode (JSON to attrs via cattrs)", "infra/eventlog/codec.py", ("decode",)),
     ("    token derivation, link, templates", "domain/templates.py", ("reset_link",)),
     ("  provider send (no-op)", "bench/delivery.py", ("send",)),
-    ("  fenced record, one per batch: SELECT FOR UPDATE, append, upsert", "infra/outbox.py", ("record_outcomes",)),
-    ("    events INSERT, encode", "infra/postgres_store.py", ("append_many",)),
-    ("    email_outbox upsert", "infra/inline_projections.py", ("save",)),
+    ("  fenced record, one per batch: SELECT FOR UPDATE, append, upsert", "infra/delivery/leases.py", ("record_outcomes",)),
+    ("    events INSERT, encode", "infra/eventlog/postgres.py", ("append_many",)),
+    ("    email_outbox upsert", "infra/projector/inline.py", ("save",)),
     ("  delivery log line", "infra/logs.py", ("log_event",)),
     ("across all of the above:", "", ()),
     ("  COMMIT: waiting for the WAL flush", "psycopg/connection.py", ("commit",)),

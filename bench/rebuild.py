@@ -19,7 +19,7 @@ Then, each in a fresh process so that its peak memory is its own:
 - raw: a server-side cursor over the same events in horizon order, each row
   turned into a dict with its jsonb payload decoded (psycopg's json.loads);
   the floor for any Python reader of the log;
-- ``infra.rebuild.rebuild`` of ``email_outbox`` and of ``reset_tokens``:
+- ``infra.projector.rebuild.rebuild`` of ``email_outbox`` and of ``reset_tokens``:
   shadow tables, the whole log folded page by page, the swap.
 
 Peak memory is ``ru_maxrss`` of that process. To show it does not grow with
@@ -53,9 +53,9 @@ sys.path.insert(0, str(ROOT))
 from domain.email import EmailQueued, LeaseClaimed, ProviderAccepted  # noqa: E402 - after the path set-up
 from domain.reset import ResetRequested  # noqa: E402
 from bench.bench_server import start_bench_server  # noqa: E402
-from infra.personal_data import DataKeyring  # noqa: E402
-from infra.subject_keys import MASTER_KEY_VARIABLE, MasterKeys  # noqa: E402
-from infra.serialization import default_codec  # noqa: E402
+from infra.eventlog.personal_data import DataKeyring  # noqa: E402
+from infra.eventlog.subject_keys import MASTER_KEY_VARIABLE, MasterKeys  # noqa: E402
+from infra.eventlog.codec import default_codec  # noqa: E402
 
 DATABASE = "authledger_bench_rebuild"
 ROWS_PER_TRANSACTION = 10_000
@@ -164,9 +164,9 @@ def measure(kind: str, url: str, batch_size: int) -> dict[str, float]:
                 record = dict(zip(columns, row, strict=True))
                 events += isinstance(record["payload"], dict)
     else:
-        from infra.database import Database
-        from infra.projection_registry import projection_named
-        from infra.rebuild import rebuild
+        from infra.db.engine import Database
+        from infra.projector.registry import projection_named
+        from infra.projector.rebuild import rebuild
 
         admin = Database(url).admin_engine()
         with admin.connect() as connection:

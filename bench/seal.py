@@ -10,9 +10,9 @@ transaction so that the log spans many transaction ids as a real one does.
 
 Then, in one run and on the application role:
 
-- seal: ``infra.sealer.seal``, every event from an empty chain (read by the
+- seal: ``infra.audit.seal.seal``, every event from an empty chain (read by the
   horizon, canonical encoding, two SHA-256 per event, INSERT of the seals);
-- verify: ``infra.audit.verify``, the whole chain recomputed from the events
+- verify: ``infra.audit.verify.verify``, the whole chain recomputed from the events
   and compared with the stored seals in one REPEATABLE READ snapshot;
 - the baselines, over exactly the same events: reading them (untimed for the
   others), encoding them canonically, and the raw chain of SHA-256 over the
@@ -40,8 +40,8 @@ from sqlalchemy import Engine
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from infra import audit, sealer  # noqa: E402 - after the path set-up, for a plain `python bench/seal.py`
-from infra.database import Database  # noqa: E402
+from infra.audit import verify as audit, seal as sealer  # noqa: E402 - after the path set-up, for a plain `python bench/seal.py`
+from infra.db.engine import Database  # noqa: E402
 from bench.bench_server import start_bench_server  # noqa: E402
 from projections.audit_chain import GENESIS, LEAF_PREFIX, LINK_PREFIX  # noqa: E402
 
@@ -135,7 +135,7 @@ def _add(total: list[float], lap: tuple[float, float]) -> None:
 def _code_version() -> str:
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "schema.sql", "infra/sealer.py", "infra/audit.py",
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "schema.sql", "infra/audit/seal.py", "infra/audit/verify.py",
          "projections/audit_chain.py"], capture_output=True, text=True).stdout.strip()
     return f"{head.stdout.strip() or 'unknown'}{' + uncommitted changes' if dirty else ''}"
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import click
 
 from commands.output import cli_metadata, emit, json_option, parse_instant, progress_bar
-from infra import audit as audit_service
-from infra import key_rotation, sealer
-from infra.audit_digest import (
+from infra.audit import verify as audit_service
+from infra.services import rewrap as key_rotation
+from infra.audit import seal as sealer
+from infra.audit.digest import (
     check_trust,
     configured_public_key,
     parse_public_key,
@@ -20,10 +21,10 @@ from infra.audit_digest import (
     signing_key,
     write_digest_file,
 )
-from infra.audit_export import events_in_export, stretch_for_times, verify_export
-from infra.audit_export import export as export_log
+from infra.audit.export import events_in_export, stretch_for_times, verify_export
+from infra.audit.export import export as export_log
 from infra.bootstrap import App
-from infra.privacy import forget as forget_subject
+from infra.services.privacy import forget as forget_subject
 
 
 @click.group()

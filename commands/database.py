@@ -9,7 +9,7 @@ import click
 from commands.output import emit, json_option
 from infra.bootstrap import App
 from infra.config import masked
-from infra.schema import check_schema, init_schema
+from infra.db.schema import check_schema, init_schema
 
 
 @click.group()

@@ -12,7 +12,7 @@ from commands.output import CLI_CLIENT, cli_metadata, emit, json_option
 from domain.errors import CodeRejected, IdempotencyMismatch
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
-from infra import otp_service, reset_service
+from infra.services import otp as otp_service, reset as reset_service
 from infra.bootstrap import App
 
 

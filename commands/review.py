@@ -10,19 +10,19 @@ import click
 
 from commands.output import emit, json_option, parse_instant, rate_progress_bar
 from domain.errors import ProjectionMismatch
-from infra import history as review_service
+from infra.review import history as review_service
 from infra.bootstrap import App
-from infra.catchup import CatchUpRunner
-from infra.embedded import stop_on_sigterm
-from infra.log_reader import as_of as log_as_of
-from infra.log_reader import to_position as log_to_position
+from infra.projector.catchup import CatchUpRunner
+from infra.db.embedded import stop_on_sigterm
+from infra.eventlog.reader import as_of as log_as_of
+from infra.eventlog.reader import to_position as log_to_position
 from infra.logs import configure_logging
-from infra.projection_registry import Projection, all_projections, projection_named
-from infra.projection_status import projection_status, render_status
-from infra.rebuild import log_length
-from infra.rebuild import rebuild as rebuild_projection
-from infra.replay_schema import drop_replay, replay_into
-from infra.verify import verify as verify_projection
+from infra.projector.registry import Projection, all_projections, projection_named
+from infra.projector.status import projection_status, render_status
+from infra.projector.rebuild import log_length
+from infra.projector.rebuild import rebuild as rebuild_projection
+from infra.projector.replay import drop_replay, replay_into
+from infra.projector.verify import verify as verify_projection
 
 
 @click.group()

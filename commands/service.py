@@ -6,7 +6,7 @@ import click
 
 from commands.output import cli_metadata, emit, json_option
 from infra.bootstrap import App
-from infra.http import clients as client_service
+from infra.services import clients as client_service
 
 
 @click.command()

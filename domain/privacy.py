@@ -1,7 +1,7 @@
 """Erasure of a user's personal data: the ``subject:<user_id>`` stream.
 
 Personal data in events (a recipient address) is encrypted per user at the
-edge (``infra.personal_data``); erasing it destroys that user's key. The log
+edge (``infra.eventlog.personal_data``); erasing it destroys that user's key. The log
 itself is never changed, so the erasure is recorded as a fact of its own.
 """
 

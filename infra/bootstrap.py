@@ -18,14 +18,14 @@ from domain.delivery import DeliveryPolicy
 from domain.policy import OtpPolicy, ResetPolicy
 from infra.clock import SystemClock
 from infra.config import Settings, load_settings
-from infra.database import Database
+from infra.db.engine import Database
 from infra.keys import load_master_keys, load_token_keys
-from infra.providers import Mailer
-from infra.providers.http import HttpMailer
-from infra.providers.maildir import MaildirMailer
-from infra.providers.smtp import SmtpMailer
-from infra.services import ServiceContext
-from infra.subject_keys import MasterKeys, bind_master_keys
+from infra.delivery.providers import Mailer
+from infra.delivery.providers.http import HttpMailer
+from infra.delivery.providers.maildir import MaildirMailer
+from infra.delivery.providers.smtp import SmtpMailer
+from infra.services.unit_of_work import ServiceContext
+from infra.eventlog.subject_keys import MasterKeys, bind_master_keys
 
 
 class App:

@@ -18,7 +18,7 @@ from domain.errors import ConfigError
 from domain.tokens import TokenKeys
 from infra.config import Settings, parse_token_keys
 from infra.logs import log_event
-from infra.subject_keys import MasterKeys
+from infra.eventlog.subject_keys import MasterKeys
 
 log = logging.getLogger("authledger.keys")
 DEV_KEY_FILE = "dev-token-key"
@@ -55,7 +55,7 @@ def load_token_keys(settings: Settings) -> TokenKeys:
 
 
 def load_master_keys(settings: Settings) -> MasterKeys:
-    """The master keys that wrap users' data keys (``infra.subject_keys``)."""
+    """The master keys that wrap users' data keys (``infra.eventlog.subject_keys``)."""
     if settings.master_key:
         return MasterKeys.parse(settings.master_key)
     if settings.database_url is None:

@@ -1,6 +1,6 @@
 """The hash chain over the log: canonical event bytes, links, and the check of a chain.
 
-Pure: no I/O. The sealer (``infra.sealer``), the exporter and the offline
+Pure: no I/O. The sealer (``infra.audit.seal``), the exporter and the offline
 verifier share these functions, so a seal written by one is checked by the
 others byte for byte. docs/audit.md is the specification for auditors.
 

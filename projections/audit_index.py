@@ -8,7 +8,7 @@ event of an email stream carries.
 
 Recipients are not indexed, not even as a digest: an address is personal
 data, encrypted in the events under its user's key so that `privacy forget`
-erases it (infra/personal_data.py). A digest here would outlive that key and
+erases it (infra/eventlog/personal_data.py). A digest here would outlive that key and
 still tie the user to the address; a look-up starts from the user id instead.
 """
 

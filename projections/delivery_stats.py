@@ -4,7 +4,7 @@ A catch-up projection. Percentiles cannot be kept exactly as running
 counters, so the fold keeps one small row per message (its outcome, its
 attempts and, once accepted, how long it took from queued to accepted) and
 ``summarise`` aggregates those rows. The SQL report in
-``infra.delivery_stats`` computes the same figures with ``percentile_disc``,
+``infra.delivery.report`` computes the same figures with ``percentile_disc``,
 so a report from the live table equals a report from a replay, exactly.
 """
 

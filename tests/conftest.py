@@ -22,12 +22,12 @@ from sqlalchemy.engine import make_url
 
 from domain.tokens import TokenKeys
 from infra.clock import ManualClock
-from infra.database import Database
-from infra.services import ServiceContext
-from infra.embedded import start_embedded, stop_embedded
-from infra.schema import init_schema
+from infra.db.engine import Database
+from infra.services.unit_of_work import ServiceContext
+from infra.db.embedded import start_embedded, stop_embedded
+from infra.db.schema import init_schema
 
-# Personal data is sealed under a master key from configuration (infra/subject_keys.py).
+# Personal data is sealed under a master key from configuration (infra/eventlog/subject_keys.py).
 # Engines nobody bound, and every CLI run and subprocess of the suite, read
 # it from the environment: the same test key everywhere, whatever the shell holds.
 TEST_MASTER_KEY = "test:" + base64.urlsafe_b64encode(b"m" * 32).decode()

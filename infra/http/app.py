@@ -32,10 +32,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from domain.errors import AuthledgerError, InvalidInput, NotFound, SchemaMismatch, Unauthorized
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
-from infra import otp_service, reset_service, tables
-from infra.database import database_errors
+from infra.services import otp as otp_service, reset as reset_service
+from infra.db import tables
+from infra.db.engine import database_errors
 from infra.http import schemas
-from infra.http.clients import client_of_key
+from infra.services.clients import client_of_key
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from infra.http.metrics import LogMetrics, render
 from infra.http.openapi import openapi_document
@@ -48,13 +49,13 @@ from infra.http.problems import (
     problem_response,
     safe_json,
 )
-from infra.http.timeline import message_timeline, request_timeline, user_timeline
+from infra.review.timeline import message_timeline, request_timeline, user_timeline
 from infra.http.validation import MAX_BODY_BYTES, bearer_key, idempotency_key, read_json, single_query
 from infra.logs import FIELDS, log_event
-from infra.schema import SCHEMA_VERSION, current_version
-from infra.services import ServiceContext
-from infra.catchup import CatchUpRunner
-from infra.worker import Worker
+from infra.db.schema import SCHEMA_VERSION, current_version
+from infra.services.unit_of_work import ServiceContext
+from infra.projector.catchup import CatchUpRunner
+from infra.delivery.worker import Worker
 
 log = logging.getLogger("authledger.http")
 REQUEST_ID = re.compile(schemas.REQUEST_ID_PATTERN.strip("^$"))

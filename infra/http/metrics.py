@@ -18,11 +18,11 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from infra.database import database_errors
-from infra.outbox_status import outbox_status
-from infra.projection_status import projection_status
-from infra.services import ServiceContext
-from infra.worker import Worker
+from infra.db.engine import database_errors
+from infra.delivery.status import outbox_status
+from infra.projector.status import projection_status
+from infra.services.unit_of_work import ServiceContext
+from infra.delivery.worker import Worker
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_EVENTS_PER_SCRAPE = 20_000

@@ -20,13 +20,13 @@ import uvicorn
 
 from domain.errors import NotFound
 from infra.bootstrap import App
-from infra.embedded import stop_on_sigterm
+from infra.db.embedded import stop_on_sigterm
 from infra.http.app import create_app
-from infra.http.clients import client_of_key, create_client, revoke_client
+from infra.services.clients import client_of_key, create_client, revoke_client
 from infra.logs import configure_logging
-from infra.schema import init_schema
-from infra.catchup import CatchUpRunner
-from infra.worker import Worker
+from infra.db.schema import init_schema
+from infra.projector.catchup import CatchUpRunner
+from infra.delivery.worker import Worker
 
 DEV_CLIENT = "dev"
 DEV_KEY_FILE = "dev-api-key"

@@ -13,8 +13,8 @@ from sqlalchemy import Engine
 from domain.email import DeliverySkipped, EmailQueued
 from domain.errors import ConcurrencyConflict, UnknownEventType
 from domain.log import Checkpoint
-from infra.memory_store import InMemoryEventStore
-from infra.postgres_store import PostgresEventStore
+from infra.eventlog.memory import InMemoryEventStore
+from infra.eventlog.postgres import PostgresEventStore
 
 
 class CommittingPostgresStore:

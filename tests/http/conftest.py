@@ -8,8 +8,8 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from infra.http.clients import create_client
-from infra.services import ServiceContext
+from infra.services.clients import create_client
+from infra.services.unit_of_work import ServiceContext
 from tests.http.support import asgi_client
 
 

@@ -10,7 +10,7 @@ from sqlalchemy import Engine, text
 
 from domain.tokens import derive_otp_code, derive_reset_token
 from infra.http.app import create_app
-from infra.services import ServiceContext
+from infra.services.unit_of_work import ServiceContext
 from tests.conftest import TEST_KEYS
 
 BASE_URL = "http://authledger.test"

@@ -21,10 +21,10 @@ from domain.otp import RequestOtp
 from domain.policy import OtpPolicy
 from domain.reset import RequestReset
 from infra.logs import configure_logging
-from infra.otp_service import request_otp, verify_code
-from infra.reset_service import consume_token, request_reset, verify_token
-from infra.services import ServiceContext
-from infra.worker import Worker
+from infra.services.otp import request_otp, verify_code
+from infra.services.reset import consume_token, request_reset, verify_token
+from infra.services.unit_of_work import ServiceContext
+from infra.delivery.worker import Worker
 from tests.support.dumps import dump
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log

@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Engine, text
 
 from cli import cli
 from domain.email import EmailQueued, LeaseExpired, email_stream
-from infra.postgres_store import PostgresEventStore
+from infra.eventlog.postgres import PostgresEventStore
 
 SIGNING_KEY = base64.b64encode(bytes(range(32))).decode()
 OTHER_KEY = base64.b64encode(bytes(range(100, 132))).decode()

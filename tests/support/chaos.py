@@ -26,9 +26,9 @@ from sqlalchemy import Engine, text
 from domain.policy import ResetPolicy
 from domain.reset import RequestReset
 from domain.tokens import TokenKeys
-from infra.reset_service import request_reset
-from infra.services import ServiceContext
-from infra.subject_keys import MASTER_KEY_VARIABLE
+from infra.services.reset import request_reset
+from infra.services.unit_of_work import ServiceContext
+from infra.eventlog.subject_keys import MASTER_KEY_VARIABLE
 from tests.support.http_provider import FakeHttpProvider
 from tests.support.smtp_relay import Relay, start_relay
 

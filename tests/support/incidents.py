@@ -17,11 +17,11 @@ from sqlalchemy import Engine
 
 from domain.reset import RequestReset
 from infra.clock import ManualClock
-from infra.delivery import deliver, prepare
-from infra.outbox import claim_due
-from infra.providers import OutboundEmail, ProviderReceipt
-from infra.reset_service import consume_token, request_reset
-from infra.services import ServiceContext
+from infra.delivery.send import deliver, prepare
+from infra.delivery.leases import claim_due
+from infra.delivery.providers import OutboundEmail, ProviderReceipt
+from infra.services.reset import consume_token, request_reset
+from infra.services.unit_of_work import ServiceContext
 from tests.support.mailers import RecordingMailer
 
 START = datetime(2024, 5, 1, 10, 0, 0, tzinfo=UTC)

@@ -7,7 +7,7 @@ from uuid import UUID
 from sqlalchemy import Engine
 
 from domain.email import email_stream
-from infra.postgres_store import PostgresEventStore
+from infra.eventlog.postgres import PostgresEventStore
 
 
 def stream_events(engine: Engine, stream_id: str) -> list[object]:

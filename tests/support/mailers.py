@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from infra.providers import OutboundEmail, ProviderReceipt, RetryableSendError
+from infra.delivery.providers import OutboundEmail, ProviderReceipt, RetryableSendError
 
 
 class RecordingMailer:

@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select
 
 from domain.log import Checkpoint, RecordedEvent
-from infra.catchup import catch_up, read_checkpoint
-from infra.log_reader import COMMITTED, pages
-from infra.projection_registry import Projection, all_projections
+from infra.projector.catchup import catch_up, read_checkpoint
+from infra.eventlog.reader import COMMITTED, pages
+from infra.projector.registry import Projection, all_projections
 from projections.row_diff import diff_rows, sorted_rows
 
 

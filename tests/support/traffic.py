@@ -12,11 +12,11 @@ from domain.email import EmailQueued, LeaseClaimed, ProviderAccepted
 from domain.policy import ResetPolicy
 from domain.reset import RequestReset
 from infra.clock import ManualClock
-from infra.inline_projections import apply_inline
-from infra.postgres_store import PostgresEventStore
-from infra.reset_service import request_reset
-from infra.services import ServiceContext
-from infra.worker import Worker
+from infra.projector.inline import apply_inline
+from infra.eventlog.postgres import PostgresEventStore
+from infra.services.reset import request_reset
+from infra.services.unit_of_work import ServiceContext
+from infra.delivery.worker import Worker
 from tests.support.mailers import RecordingMailer
 
 SENDER = "authledger <no-reply@app.test>"

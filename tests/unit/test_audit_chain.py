@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infra.audit_export import EXPORT_FORMAT, verify_export
-from infra.audit_digest import sign_digest
+from infra.audit.export import EXPORT_FORMAT, verify_export
+from infra.audit.digest import sign_digest
 from projections.audit_chain import (
     GENESIS, LoggedEvent, Seal, canonical_json, check_chain, format_time, leaf_hash, link_events, next_link,
 )

@@ -14,7 +14,7 @@ from domain.email import DeliverySkipped, EmailQueued
 from domain.log import RecordedEvent
 from domain.privacy import SubjectErased, subject_stream
 from domain.reset import ResetRequested
-from infra.event_types import EVENT_TYPES, PERSONAL_FIELDS
+from infra.eventlog.tags import EVENT_TYPES, PERSONAL_FIELDS
 from projections.explain import explain_user
 from projections.timeline import summary, timeline
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from domain.errors import UnknownEventType
 from domain.otp import OtpChallengeIssued
-from infra.event_types import EVENT_TYPES
-from infra.personal_data import MemoryKeyring
-from infra.serialization import EventCodec, default_codec
+from infra.eventlog.tags import EVENT_TYPES
+from infra.eventlog.personal_data import MemoryKeyring
+from infra.eventlog.codec import EventCodec, default_codec
 
 aware_datetimes = st.datetimes(timezones=st.just(UTC))
 st.register_type_strategy(datetime, aware_datetimes)

@@ -1,0 +1,140 @@
+"""Connections to PostgreSQL: which server, which role, and driver errors at the edge.
+
+Services run as ``authledger_app``, which may only SELECT and INSERT on the
+log; schema changes and projection rebuilds use the login role itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from attrs import frozen
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, ProgrammingError
+
+from domain.errors import ConfigError, DatabaseUnavailable, SchemaMismatch
+from infra.db.embedded import start_embedded
+
+APP_ROLE = "authledger_app"
+CONNECT_TIMEOUT_SECONDS = 5
+# A pooled connection is pinged before use only after sitting idle this long.
+# One that answered a moment ago is almost surely alive, and a ping on every
+# checkout cost each one-event append a round trip (HikariCP makes the same
+# call with its 500 ms aliveBypassWindowMs).
+PING_WHEN_IDLE_SECONDS = 0.5
+
+
+def mask_password(url: str) -> str:
+    return re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", url)
+
+
+def _sqlalchemy_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in {"postgres", "postgresql", "postgresql+psycopg"}:
+        raise ConfigError(f"database URL {mask_password(url)!r} must start with postgresql://")
+    candidate = "postgresql+psycopg://" + rest
+    try:
+        make_url(candidate)
+    except ArgumentError:
+        raise ConfigError(f"database URL {mask_password(url)!r} is malformed") from None
+    return candidate
+
+
+@frozen
+class Database:
+    """Where the data lives: an external server, or the embedded one in a data directory."""
+
+    url: str  # SQLAlchemy form, postgresql+psycopg://
+    embedded: bool = False
+
+    @classmethod
+    def locate(cls, database_url: str | None, data_dir: Path) -> Database:
+        if database_url:
+            return cls(_sqlalchemy_url(database_url))
+        return cls(_sqlalchemy_url(start_embedded(data_dir)), embedded=True)
+
+    @property
+    def display_url(self) -> str:
+        return mask_password(self.url.replace("postgresql+psycopg://", "postgresql://"))
+
+    def engine(self, *, pool_size: int = 5, as_app: bool = True) -> Engine:
+        """An engine whose sessions run as the application role (or the login role for admin work)."""
+        options = f"-c role={APP_ROLE}" if as_app else ""
+        engine = create_engine(
+            self.url,
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            connect_args={"connect_timeout": CONNECT_TIMEOUT_SECONDS, "options": options},
+        )
+        _ping_connections_that_sat_idle(engine)
+        return engine
+
+    def admin_engine(self) -> Engine:
+        return self.engine(pool_size=2, as_app=False)
+
+
+def _ping_connections_that_sat_idle(engine: Engine) -> None:
+    """``pool_pre_ping``, skipped for connections returned to the pool less than a moment ago.
+
+    A dead connection (the server restarted) is replaced before a caller sees
+    it; raising ``DisconnectionError`` on checkout makes the pool discard it
+    and hand out a fresh one.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def remember_when_idle_began(dbapi_connection, record) -> None:  # noqa: ANN001
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def ping_if_idle_for_a_while(dbapi_connection, record, proxy) -> None:  # noqa: ANN001
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < PING_WHEN_IDLE_SECONDS:
+            return  # just connected, or in use a moment ago
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as error:
+            if engine.dialect.is_disconnect(error, dbapi_connection, None):
+                raise DisconnectionError(str(error)) from error
+            raise
+
+
+def describe_connection_error(error: DBAPIError) -> str:
+    """One line for a user, without the password and without a traceback."""
+    detail = str(error.orig).strip().splitlines()[0] if error.orig else str(error)
+    return mask_password(detail)
+
+
+@contextlib.contextmanager
+def database_errors() -> Iterator[None]:
+    """Translate driver failures into authledger errors at the boundary."""
+    try:
+        yield
+    except ProgrammingError as error:
+        if getattr(error.orig, "sqlstate", None) == "42P01":  # undefined_table
+            raise SchemaMismatch(
+                f"the database schema is older than this authledger ({describe_connection_error(error)}); "
+                "run `authledger db init`"
+            ) from None
+        raise
+    except OperationalError as error:
+        message = describe_connection_error(error)
+        if f'parameter "role": "{APP_ROLE}"' in message:
+            raise SchemaMismatch(
+                "the database is not initialised for authledger; run `authledger db init`"
+            ) from None
+        if "permission denied to set role" in message:
+            raise ConfigError(
+                f"the database user is not a member of {APP_ROLE}; run `GRANT {APP_ROLE} TO <user>` as its owner"
+            ) from None
+        raise DatabaseUnavailable(f"database unavailable: {message}") from None
+
+
+def ping(engine: Engine) -> None:
+    with database_errors(), engine.connect() as connection:
+        connection.execute(text("SELECT 1"))

@@ -1,0 +1,106 @@
+"""The lease queries on ``email_outbox``: claim due messages, record outcomes fenced by lease token.
+
+Both write events and fold them into the outbox row in the same transaction,
+through the same pure ``evolve_outbox`` a replay uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from uuid import UUID, uuid4
+
+from attrs import frozen
+from sqlalchemy import Connection, text
+
+from domain.delivery import DeliveryPolicy, LeaseView, claim_events
+from domain.email import email_stream
+from infra.projector.inline import OUTBOX
+from infra.eventlog.postgres import PostgresEventStore
+from projections.outbox import OutboxRow, evolve_outbox
+
+# Due: pending and available, or leased with a lease that ran out (a leased
+# row's available_at is its lease expiry). SKIP LOCKED lets many workers
+# claim side by side without waiting on each other's rows.
+CLAIM = text("""
+    SELECT * FROM email_outbox
+     WHERE state IN ('pending', 'leased') AND available_at <= :now
+     ORDER BY available_at
+     LIMIT :limit
+       FOR UPDATE SKIP LOCKED
+""")
+
+NEXT_DUE = text("SELECT min(available_at) FROM email_outbox WHERE state IN ('pending', 'leased')")
+
+
+@frozen
+class Claim:
+    """A message this worker may send until ``row.lease_expires_at``."""
+
+    row: OutboxRow
+
+    @property
+    def lease_token(self) -> UUID:
+        assert self.row.lease_token is not None
+        return self.row.lease_token
+
+
+def claim_due(
+    connection: Connection, *, owner: str, limit: int, now: datetime, policy: DeliveryPolicy,
+    new_token: Callable[[], UUID] = uuid4,
+) -> list[Claim]:
+    """Lease up to ``limit`` due messages to ``owner``; the caller commits."""
+    due = [OutboxRow(**row._mapping) for row in connection.execute(CLAIM, {"now": now, "limit": limit})]
+    if not due:
+        return []
+    batches, claims = [], []
+    for row in due:
+        view = LeaseView(row.message_id, row.state, row.lease_owner, row.lease_token, row.attempt_count)
+        events = claim_events(view, owner=owner, lease_token=new_token(), now=now, policy=policy)
+        batches.append((email_stream(row.message_id), row.stream_version, events))
+        claimed = row
+        for event in events:
+            claimed = evolve_outbox(claimed, event)
+        claims.append(Claim(claimed))
+    PostgresEventStore(connection).append_many(batches, {"actor": owner})
+    OUTBOX.save(connection, [claim.row for claim in claims])
+    return claims
+
+
+def record_outcomes(
+    connection: Connection, outcomes: Sequence[tuple[Claim, Sequence[object]]], *, owner: str
+) -> set[UUID]:
+    """Append each message's outcome whose lease still stands, all in one statement; the ids recorded.
+
+    The row locks make this the only writer of these messages for the
+    moment; the lease token tells whether a message is still ours. An expired
+    lease nobody claimed yet is still ours: the send happened, record it.
+    """
+    current = OUTBOX.load(connection, [claim.row.message_id for claim, _ in outcomes])
+    ours = [
+        (row, events)
+        for claim, events in outcomes
+        if (row := current.get(claim.row.message_id)) is not None
+        and row.state == "leased" and row.lease_token == claim.lease_token
+    ]
+    if not ours:
+        return set()
+    PostgresEventStore(connection).append_many(
+        [(email_stream(row.message_id), row.stream_version, events) for row, events in ours], {"actor": owner}
+    )
+    folded = []
+    for row, events in ours:
+        for event in events:
+            row = evolve_outbox(row, event)
+        folded.append(row)
+    OUTBOX.save(connection, folded)
+    return {row.message_id for row in folded}
+
+
+def record_outcome(connection: Connection, claim: Claim, events: Sequence[object], *, owner: str) -> bool:
+    """``record_outcomes`` for one message: False when its lease was taken over."""
+    return claim.row.message_id in record_outcomes(connection, [(claim, events)], owner=owner)
+
+
+def next_due(connection: Connection) -> datetime | None:
+    return connection.execute(NEXT_DUE).scalar()

@@ -1,0 +1,162 @@
+"""Delivery through an HTTP JSON email API (Resend-style) with httpx."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import ssl
+from typing import Any
+
+import httpx
+
+from domain.errors import ConfigError
+from infra.delivery.providers import (
+    OutboundEmail,
+    OutcomeUnknown,
+    PermanentSendError,
+    ProviderReceipt,
+    RetryableSendError,
+    SendFailed,
+)
+
+# A provider's machine-readable error name ("validation_error") is worth
+# keeping in the error; its prose is not, as it may quote the request.
+_ERROR_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+
+class HttpMailer:
+    """POSTs each email as JSON, with the message id as ``Idempotency-Key``.
+
+    The provider deduplicates on the key, so a retry after an unknown outcome
+    is safe: it either sends the email or returns the first send's id. That
+    is also why a send that overruns ``timeout`` is harmless here: httpx
+    applies the timeout to each phase (connect, write, read) rather than to
+    the whole request, and a late duplicate is answered from the key.
+
+    One ``httpx.Client`` is kept for the mailer's life so connections are
+    reused; call ``close`` (or use it as a context manager) when done.
+    """
+
+    name = "http"
+    idempotent = True  # the provider honours Idempotency-Key
+    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 10.0) -> None:
+        try:
+            parsed = httpx.URL(url)
+        except httpx.InvalidURL:
+            raise ConfigError("HTTP provider URL is malformed") from None
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ConfigError("HTTP provider URL must be http:// or https:// with a host")
+        if api_key is not None and parsed.scheme == "http" and not _is_loopback(parsed.host):
+            raise ConfigError("HTTP provider API key needs https unless the provider is on this machine")
+        if not timeout > 0:
+            raise ConfigError("HTTP provider timeout must be positive")
+        self.url = url
+        self.timeout_seconds = float(timeout)
+        headers = {"User-Agent": "authledger", "Accept": "application/json"}
+        if api_key is not None:
+            headers["Authorization"] = f"Bearer {api_key}"
+        # A redirect means a wrong URL; following it would resend the secret
+        # body (and the key) somewhere nobody configured.
+        self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout), follow_redirects=False)
+
+    def __repr__(self) -> str:
+        return f"HttpMailer({self.url!r})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> HttpMailer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def send(self, email: OutboundEmail) -> ProviderReceipt:
+        payload = {
+            "from": email.sender,
+            "to": email.recipient,
+            "subject": email.subject,
+            "text": email.text_body,
+            "html": email.html_body,
+        }
+        try:
+            response = self._client.post(self.url, json=payload, headers={"Idempotency-Key": str(email.message_id)})
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as e:
+            # Nothing was sent: the request never left this machine.
+            raise RetryableSendError(f"http connect failed: {_reason(e)}") from e
+        except httpx.TimeoutException as e:
+            raise OutcomeUnknown(
+                f"http timed out after sending (limit {self.timeout_seconds:g}s); the provider may have accepted it"
+            ) from e
+        except httpx.RequestError as e:
+            raise OutcomeUnknown(f"http connection lost ({type(e).__name__}); the provider may have accepted it") from e
+        return self._receipt(response)
+
+    def _receipt(self, response: httpx.Response) -> ProviderReceipt:
+        status = response.status_code
+        body = _json(response)
+        provider_id = body.get("id")
+        has_id = isinstance(provider_id, str) and provider_id != ""
+        if (200 <= status < 300 or status == 409) and has_id:
+            # 409 with an id: this key was sent before, and that send stands.
+            return ProviderReceipt(provider=self.name, provider_message_id=provider_id)
+        raise _failure(status, body)
+
+
+def _failure(status: int, body: dict[str, Any]) -> SendFailed:
+    detail = f"http {status}" + _error_name(body)
+    if 200 <= status < 300:
+        # Not necessarily the provider: a proxy or a captive portal answers
+        # 200 with HTML too. Asking again with the same key settles it.
+        return OutcomeUnknown(f"{detail} without an id in the response")
+    if status == 409:
+        # The key is in flight elsewhere, or was used with another body; only
+        # a later answer for the same key says whether the email went out.
+        return OutcomeUnknown(f"{detail}: idempotency conflict")
+    if status in (408, 429) or status >= 500:
+        return RetryableSendError(detail)
+    if status in (401, 403):
+        # The account, not this email: keep the email retrying while an
+        # operator fixes the key, instead of failing every email meanwhile.
+        return RetryableSendError(f"{detail}: the provider refused the API key")
+    if 400 <= status < 500:
+        return PermanentSendError(detail)
+    return RetryableSendError(f"{detail}: unexpected status")
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _error_name(body: dict[str, Any]) -> str:
+    for field in ("name", "code", "error"):
+        value = body.get(field)
+        if isinstance(value, str) and _ERROR_NAME.fullmatch(value):
+            return f" ({value})"
+    return ""
+
+
+def _reason(error: BaseException) -> str:
+    """A short reason from the chain: the TLS failure, or the socket error's text."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            reason = getattr(seen, "verify_message", None) or getattr(seen, "reason", None)
+            return f"TLS {reason or type(seen).__name__}"
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror
+        seen = seen.__cause__ or seen.__context__
+    return type(error).__name__
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

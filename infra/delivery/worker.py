@@ -1,0 +1,142 @@
+"""The delivery worker: claim due messages in batches, deliver each, wait for more.
+
+Idle threads sleep until a NOTIFY on ``authledger_outbox`` (sent when mail
+is queued), the next retry falls due, or the poll interval passes, whichever
+comes first. On stop, a thread finishes the message in hand and gives back
+the rest of its batch with ``LeaseReleased``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from datetime import datetime
+
+import psycopg
+
+from infra.db.engine import database_errors
+from infra.delivery.send import deliver_batch
+from infra.logs import log_event
+from infra.delivery.leases import Claim, claim_due, next_due
+from infra.delivery.providers import Mailer
+from infra.services.unit_of_work import ServiceContext
+
+log = logging.getLogger("authledger.worker")
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Worker:
+    def __init__(
+        self, ctx: ServiceContext, mailer: Mailer, *, sender: str, owner: str | None = None,
+        batch: int = 10, concurrency: int = 1, poll_seconds: float = 5.0,
+    ) -> None:
+        self.ctx, self.mailer, self.sender = ctx, mailer, sender
+        self.owner = owner or default_owner()
+        self.batch, self.concurrency, self.poll_seconds = batch, concurrency, poll_seconds
+        self.stopping = threading.Event()
+        self._wake = threading.Condition()
+        self.delivered: dict[str, int] = {}
+        self._count_lock = threading.Lock()
+
+    def claim(self, owner: str) -> list[Claim]:
+        with database_errors(), self.ctx.engine.begin() as connection:
+            return claim_due(
+                connection, owner=owner, limit=self.batch, now=self.ctx.clock.now(),
+                policy=self.ctx.delivery_policy,
+            )
+
+    def run_once(self, owner: str | None = None) -> int:
+        """Claim one batch and deliver it; the number of messages claimed."""
+        owner = owner or self.owner
+        claims = self.claim(owner)
+        states = deliver_batch(
+            self.ctx, claims, self.mailer, owner=owner, sender=self.sender, stopping=self.stopping
+        )
+        with self._count_lock:
+            for state in states:
+                self.delivered[state] = self.delivered.get(state, 0) + 1
+        return len(claims)
+
+    def drain(self) -> dict[str, int]:
+        """Deliver everything due now with ``concurrency`` threads, then return the tally."""
+        threads = [
+            threading.Thread(target=self._drain_thread, args=(f"{self.owner}/{n}",), daemon=True)
+            for n in range(self.concurrency)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return dict(self.delivered)
+
+    def _drain_thread(self, owner: str) -> None:
+        while not self.stopping.is_set() and self.run_once(owner):
+            pass
+
+    def run(self) -> None:
+        """Deliver until ``stop()``: threads claiming, one connection listening."""
+        listener = threading.Thread(target=self._listen, daemon=True)
+        listener.start()
+        threads = [
+            threading.Thread(target=self._run_thread, args=(f"{self.owner}/{n}",))
+            for n in range(self.concurrency)
+        ]
+        for thread in threads:
+            thread.start()
+        log_event(log, "worker started", owner=self.owner, concurrency=self.concurrency, batch=self.batch)
+        try:
+            for thread in threads:
+                thread.join()
+        except (KeyboardInterrupt, SystemExit):
+            # SIGTERM/SIGINT: stop claiming, let each thread finish the message
+            # in hand and release the rest of its batch, then exit cleanly.
+            self.stop()
+            for thread in threads:
+                thread.join()
+        log_event(log, "worker stopped", owner=self.owner, **self.delivered)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self._wake:
+            self._wake.notify_all()
+
+    def _run_thread(self, owner: str) -> None:
+        while not self.stopping.is_set():
+            try:
+                if self.run_once(owner):
+                    continue
+                wait = self._seconds_until_next_due()
+            except Exception as error:  # a database outage must not kill the worker: back off, retry
+                log_event(log, "worker iteration failed", logging.ERROR, owner=owner, error=str(error))
+                wait = self.poll_seconds
+            with self._wake:
+                if not self.stopping.is_set():
+                    self._wake.wait(timeout=wait)
+
+    def _seconds_until_next_due(self) -> float:
+        with self.ctx.engine.connect() as connection:
+            due: datetime | None = next_due(connection)
+        if due is None:
+            return self.poll_seconds
+        return min(self.poll_seconds, max((due - self.ctx.clock.now()).total_seconds(), 0.01))
+
+    def _listen(self) -> None:
+        url = self.ctx.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        while not self.stopping.is_set():
+            try:
+                with psycopg.connect(url, autocommit=True) as connection:
+                    connection.execute("LISTEN authledger_outbox")
+                    while not self.stopping.is_set():
+                        for _ in connection.notifies(timeout=1.0, stop_after=1):
+                            with self._wake:
+                                self._wake.notify_all()
+            except psycopg.Error as error:
+                if self.stopping.is_set():
+                    return  # the database went away because we are shutting down
+                log_event(log, "listener reconnecting", logging.WARNING, error=str(error).splitlines()[0])
+                self.stopping.wait(self.poll_seconds)

@@ -1,0 +1,205 @@
+"""The event store on PostgreSQL: append and read inside the caller's transaction."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+from uuid import UUID, uuid4
+
+from sqlalchemy import Connection, text
+from sqlalchemy.exc import IntegrityError
+
+from domain.errors import ConcurrencyConflict
+from domain.log import Checkpoint, RecordedEvent
+from infra.eventlog.codec import EventCodec, default_codec
+from infra.eventlog.subject_keys import PostgresKeyring
+
+# One round trip for any number of events in any number of streams, all or
+# nothing. Each row carries the version its stream must be at; unless every
+# stream is there, nothing is inserted (so no savepoint is needed to undo half
+# an append). Two writers that both saw the same version collide on the unique
+# (stream_id, stream_version) key instead.
+APPEND = text("""
+    WITH new AS (
+        SELECT * FROM unnest(CAST(:stream_ids AS text[]), CAST(:expected_versions AS integer[]),
+                             CAST(:offsets AS integer[]), CAST(:event_ids AS uuid[]), CAST(:event_types AS text[]),
+                             CAST(:schema_versions AS integer[]), CAST(:payloads AS jsonb[]))
+               WITH ORDINALITY
+               AS e(stream_id, expected_version, offset_in_stream, event_id, event_type, schema_version, payload, n)
+    ), every_stream_expected AS (
+        SELECT bool_and(n.expected_version = (SELECT coalesce(max(x.stream_version), 0) FROM events x
+                                               WHERE x.stream_id = n.stream_id)) AS yes
+          FROM new n
+    )
+    INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata)
+    SELECT n.stream_id, n.expected_version + n.offset_in_stream, n.event_id, n.event_type,
+           n.schema_version, n.payload, CAST(:metadata AS jsonb)
+      FROM new n, every_stream_expected
+     WHERE every_stream_expected.yes
+     ORDER BY n.n  -- positions follow the order the caller gave
+    RETURNING global_position, stream_id, stream_version, event_id, recorded_at, transaction_id::text
+""")
+
+# The common case, one event, with scalar parameters: PostgreSQL caches a
+# generic plan for it, where the array form above is planned on every call
+# (bench/append.py measured 1,239 -> ~1,900 events/s for this alone).
+APPEND_ONE = text("""
+    INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata)
+    SELECT :stream_id, :expected_version + 1, :event_id, :event_type, :schema_version,
+           CAST(:payload AS jsonb), CAST(:metadata AS jsonb)
+     WHERE :expected_version = (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :stream_id)
+    RETURNING global_position, stream_id, stream_version, event_id, recorded_at, transaction_id::text
+""")
+
+LOAD_STREAM = text("""
+    SELECT global_position, stream_id, stream_version, event_id, event_type, schema_version,
+           payload, metadata, recorded_at, transaction_id::text
+      FROM events WHERE stream_id = :stream_id ORDER BY stream_version
+""")
+
+STREAM_VERSION = text("SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :stream_id")
+
+# Only transactions below the oldest one still running are certain to be
+# complete: nothing can commit later with a smaller transaction id. Reading up
+# to that horizon, in (transaction_id, global_position) order, never skips a
+# late commit, and costs writers nothing. ORDER BY names the columns with
+# their table: a bare ``transaction_id`` would mean the text output column and
+# sort "1000" before "999", so that pages skip events once xids gain a digit.
+READ_ALL = text("""
+    SELECT global_position, stream_id, stream_version, event_id, event_type, schema_version,
+           payload, metadata, recorded_at, transaction_id::text
+      FROM events
+     WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+       AND (transaction_id, global_position) > (CAST(:tx AS text)::xid8, :pos)
+     ORDER BY events.transaction_id, events.global_position
+     LIMIT :limit
+""")
+
+
+def _unique_violation_on_stream_version(error: IntegrityError) -> bool:
+    diag = getattr(error.orig, "diag", None)
+    return getattr(diag, "constraint_name", None) == "events_stream_version_key"
+
+
+class PostgresEventStore:
+    """``EventStore`` on one SQLAlchemy connection; the caller owns the transaction.
+
+    Personal fields are sealed and opened with the data keys of
+    ``subject_keys`` on the same connection, so a user's key is created in
+    the transaction of their first event. Build one store per unit of work:
+    its keyring caches the keys it unwrapped.
+    """
+
+    def __init__(self, connection: Connection, codec: EventCodec | None = None) -> None:
+        self.connection = connection
+        self.codec = codec or default_codec()
+        self.keyring = PostgresKeyring(connection)
+
+    def append(
+        self,
+        stream_id: str,
+        expected_version: int,
+        events: Sequence[Any],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> list[RecordedEvent]:
+        return self.append_many([(stream_id, expected_version, events)], metadata)
+
+    def append_many(
+        self,
+        batches: Sequence[tuple[str, int, Sequence[Any]]],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> list[RecordedEvent]:
+        """Append to several streams in one statement: all or nothing.
+
+        ``batches`` holds (stream_id, expected_version, events); every stream
+        must be at its expected version, else ``ConcurrencyConflict``.
+        """
+        rows_in = [
+            (stream_id, expected, offset, uuid4(), event, *self.codec.encode_json(event, self.keyring))
+            for stream_id, expected, events in batches
+            for offset, event in enumerate(events, start=1)
+        ]
+        if not rows_in:
+            return []
+        statement, params = self._append_statement(rows_in, metadata)
+        streams = ", ".join(sorted({stream_id for stream_id, _, _ in batches}))
+        try:
+            rows = self.connection.execute(statement, params).all()
+        except IntegrityError as error:
+            # The caller's transaction is aborted: it rolls back and decides again.
+            if _unique_violation_on_stream_version(error):
+                raise ConcurrencyConflict(f"stream {streams} moved on while appending") from error
+            raise
+        if not rows:
+            raise ConcurrencyConflict(f"stream {streams} is not at the expected version")
+        by_event_id = {row.event_id: row for row in rows}
+        recorded = []
+        for stream_id, _, _, event_id, event, tag, version, _ in rows_in:
+            row = by_event_id[event_id]
+            recorded.append(
+                RecordedEvent(
+                    global_position=row.global_position,
+                    stream_id=stream_id,
+                    stream_version=row.stream_version,
+                    event_id=event_id,
+                    event_type=tag,
+                    schema_version=version,
+                    event=event,
+                    metadata=dict(metadata or {}),
+                    recorded_at=row.recorded_at,
+                    transaction_id=int(row.transaction_id),
+                )
+            )
+        return recorded
+
+    @staticmethod
+    def _append_statement(rows_in: list[tuple[Any, ...]], metadata: Mapping[str, Any] | None) -> tuple[Any, dict]:
+        encoded_metadata = json.dumps(dict(metadata or {}), separators=(",", ":"))
+        if len(rows_in) == 1:
+            stream_id, expected, _, event_id, _, tag, version, payload = rows_in[0]
+            return APPEND_ONE, {
+                "stream_id": stream_id, "expected_version": expected, "event_id": event_id, "event_type": tag,
+                "schema_version": version, "payload": payload, "metadata": encoded_metadata,
+            }
+        columns = list(zip(*rows_in, strict=True))
+        return APPEND, {
+            "metadata": encoded_metadata,
+            "stream_ids": list(columns[0]),
+            "expected_versions": list(columns[1]),
+            "offsets": list(columns[2]),
+            "event_ids": list(columns[3]),
+            "event_types": list(columns[5]),
+            "schema_versions": list(columns[6]),
+            "payloads": list(columns[7]),
+        }
+
+    def load(self, stream_id: str) -> list[RecordedEvent]:
+        return self._decode_all(self.connection.execute(LOAD_STREAM, {"stream_id": stream_id}).all())
+
+    def stream_version(self, stream_id: str) -> int:
+        return self.connection.execute(STREAM_VERSION, {"stream_id": stream_id}).scalar_one()
+
+    def read_all(self, after: Checkpoint = Checkpoint(), limit: int = 1000) -> list[RecordedEvent]:
+        rows = self.connection.execute(
+            READ_ALL, {"tx": str(after.transaction_id), "pos": after.global_position, "limit": limit}
+        ).all()
+        return self._decode_all(rows)
+
+    def _decode_all(self, rows: Sequence[Any]) -> list[RecordedEvent]:
+        self.keyring.prefetch((row.event_type, row.payload) for row in rows)
+        return [self._decode(row) for row in rows]
+
+    def _decode(self, row: Any) -> RecordedEvent:
+        return RecordedEvent(
+            global_position=row.global_position,
+            stream_id=row.stream_id,
+            stream_version=row.stream_version,
+            event_id=row.event_id if isinstance(row.event_id, UUID) else UUID(str(row.event_id)),
+            event_type=row.event_type,
+            schema_version=row.schema_version,
+            event=self.codec.decode(row.event_type, row.schema_version, row.payload, self.keyring),
+            metadata=row.metadata,
+            recorded_at=row.recorded_at,
+            transaction_id=int(row.transaction_id),
+        )

@@ -1,0 +1,215 @@
+"""Per-user data keys in ``subject_keys``, wrapped by a master key from configuration.
+
+Each user whose events hold personal data has a random 32-byte data key,
+created on the first write, in the transaction of that write. It is stored
+only wrapped (AES-256-GCM under the newest master key of
+``AUTHLEDGER_MASTER_KEY``, bound to the user and key id), so a dump of the
+database alone reads nothing. ``subject_keys`` is the one table whose rows
+may be deleted: deleting a row is what erases a user (``infra.services.privacy``).
+
+Master keys come from configuration, never the database. The composition
+root binds them to its engines (``bind_master_keys``); an engine nobody
+bound reads ``AUTHLEDGER_MASTER_KEY`` from the environment. They are only
+needed when a key is wrapped or unwrapped, so commands that touch no
+personal data run without one.
+
+Unwrapped keys are cached by one ``PostgresKeyring``, which lives as long as
+the event store of one unit of work: a key destroyed by ``privacy forget``
+is never used again by a later transaction.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import secrets
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from attrs import frozen
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from sqlalchemy import Connection, Engine, text
+
+from domain.errors import ConfigError
+from infra.config import parse_master_keys
+from infra.eventlog.tags import PERSONAL_FIELDS
+from infra.eventlog.personal_data import NONCE_BYTES, DataKeyring, envelope_key_ids
+
+MASTER_KEY_VARIABLE = "AUTHLEDGER_MASTER_KEY"
+MASTER_KEYS_OPTION = "authledger_master_keys"  # an execution option of bound engines
+
+# The oldest key the transaction sees: two writers that created a user's
+# first key at once each kept theirs, and from then on everyone uses one.
+SELECT_BY_USER = text("""
+    SELECT key_id, master_key_id, wrapped_key FROM subject_keys WHERE user_id = :user_id
+     ORDER BY created_at, key_id LIMIT 1
+""")
+SELECT_BY_KEY_IDS = text("""
+    SELECT user_id, key_id, master_key_id, wrapped_key FROM subject_keys WHERE key_id = ANY(:key_ids)
+""")
+SAMPLE_UNDER_MASTER = text("""
+    SELECT user_id, key_id, master_key_id, wrapped_key FROM subject_keys WHERE master_key_id = :master_key_id LIMIT 1
+""")
+INSERT_KEY = text("""
+    INSERT INTO subject_keys (key_id, user_id, master_key_id, wrapped_key)
+    VALUES (:key_id, :user_id, :master_key_id, :wrapped_key)
+""")
+DELETE_KEYS = text("DELETE FROM subject_keys WHERE user_id = :user_id RETURNING key_id")
+
+
+def _wrapping_aad(user_id: str, key_id: str) -> bytes:
+    return json.dumps(["authledger-subject-key-v1", user_id, key_id], separators=(",", ":")).encode("utf-8")
+
+
+@frozen
+class MasterKeys:
+    """Master keys by id, newest first: the newest wraps new data keys, every one still unwraps."""
+
+    keys: Mapping[str, bytes]
+
+    @classmethod
+    def parse(cls, raw: str) -> MasterKeys:
+        try:
+            return cls(parse_master_keys(raw))
+        except ValueError as error:
+            raise ConfigError(f"{MASTER_KEY_VARIABLE} {error}") from None
+
+    @property
+    def current_id(self) -> str:
+        return next(iter(self.keys))
+
+    def wrap(self, user_id: str, key_id: str, data_key: bytes) -> tuple[str, bytes]:
+        nonce = os.urandom(NONCE_BYTES)
+        wrapped = AESGCM(self.keys[self.current_id]).encrypt(nonce, data_key, _wrapping_aad(user_id, key_id))
+        return self.current_id, nonce + wrapped
+
+    def unwrap(self, user_id: str, key_id: str, master_key_id: str, wrapped: bytes) -> bytes:
+        master = self.keys.get(master_key_id)
+        if master is None:
+            raise ConfigError(
+                f"the data key of user {user_id!r} is wrapped by master key {master_key_id!r}, which "
+                f"{MASTER_KEY_VARIABLE} does not hold (it holds {', '.join(self.keys)}); after a rotation "
+                "keep the older ids listed after the new one until `authledger privacy rewrap` has moved their keys"
+            )
+        try:
+            return AESGCM(master).decrypt(wrapped[:NONCE_BYTES], wrapped[NONCE_BYTES:], _wrapping_aad(user_id, key_id))
+        except InvalidTag:
+            raise ConfigError(
+                f"master key {master_key_id!r} does not unwrap the data key of user {user_id!r}: "
+                f"{MASTER_KEY_VARIABLE} holds a different key under that id (or the row was altered)"
+            ) from None
+
+
+MasterKeySource = Callable[[], MasterKeys]
+
+
+@functools.cache
+def _parsed(raw: str) -> MasterKeys:
+    return MasterKeys.parse(raw)
+
+
+def master_keys_from_environment() -> MasterKeys:
+    raw = os.environ.get(MASTER_KEY_VARIABLE, "")
+    if not raw:
+        raise ConfigError(
+            f"{MASTER_KEY_VARIABLE} is not set: personal data is encrypted under a master key "
+            f"({MASTER_KEY_VARIABLE}=id:base64key, 32 bytes; see docs/operations.md)"
+        )
+    return _parsed(raw)
+
+
+def bind_master_keys(engine: Engine, source: MasterKeySource) -> Engine:
+    """The same engine (and pool), its connections carrying where their master keys come from."""
+    return engine.execution_options(**{MASTER_KEYS_OPTION: source})
+
+
+def master_keys_for(connection: Connection) -> MasterKeys:
+    source = connection.get_execution_options().get(MASTER_KEYS_OPTION)
+    return source() if source is not None else master_keys_from_environment()
+
+
+class PostgresKeyring(DataKeyring):
+    """Data keys of ``subject_keys`` on one connection, inside the caller's transaction."""
+
+    def __init__(self, connection: Connection, master: MasterKeySource | None = None) -> None:
+        self.connection = connection
+        self._source = master or functools.partial(master_keys_for, connection)
+        self._master: MasterKeys | None = None
+        self._checked_master = False
+        self._by_id: dict[str, bytes | None] = {}  # None: the key was destroyed
+        self._by_user: dict[str, str] = {}
+
+    @property
+    def master(self) -> MasterKeys:
+        if self._master is None:
+            self._master = self._source()
+        return self._master
+
+    def prefetch(self, rows: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
+        """Load the keys a page of (event type, payload) rows needs in one query rather than one per user."""
+        missing = envelope_key_ids(rows, PERSONAL_FIELDS) - self._by_id.keys()
+        if missing:
+            self._load(missing)
+
+    def reading_key(self, key_id: str) -> bytes | None:
+        if key_id not in self._by_id:
+            self._load({key_id})
+        return self._by_id[key_id]
+
+    def writing_key(self, user_id: str) -> tuple[str, bytes]:
+        key_id = self._by_user.get(user_id) or self._find_or_create(user_id)
+        key = self._by_id[key_id]
+        assert key is not None
+        return key_id, key
+
+    def _remember(self, user_id: str, key_id: str, master_key_id: str, wrapped: bytes) -> str:
+        self._by_id[key_id] = self.master.unwrap(user_id, key_id, master_key_id, bytes(wrapped))
+        self._by_user[user_id] = key_id
+        return key_id
+
+    def _load(self, key_ids: set[str]) -> None:
+        rows = self.connection.execute(SELECT_BY_KEY_IDS, {"key_ids": sorted(key_ids)})
+        for row in rows:
+            self._remember(row.user_id, row.key_id, row.master_key_id, row.wrapped_key)
+        for key_id in key_ids - self._by_id.keys():
+            self._by_id[key_id] = None
+
+    def _find_or_create(self, user_id: str) -> str:
+        row = self.connection.execute(SELECT_BY_USER, {"user_id": user_id}).first()
+        if row is not None:
+            return self._remember(user_id, row.key_id, row.master_key_id, row.wrapped_key)
+        # Created in the caller's transaction, so a write that rolls back
+        # leaves no key behind. user_id is deliberately not unique: with a
+        # unique key, a second writer's insert would wait for the first
+        # writer's whole transaction (and two that each hold one user's new
+        # key and want the other's would deadlock); here each keeps its own.
+        self._check_master()
+        key_id, key = secrets.token_hex(16), AESGCM.generate_key(bit_length=256)
+        master_key_id, wrapped = self.master.wrap(user_id, key_id, key)
+        self.connection.execute(
+            INSERT_KEY, {"key_id": key_id, "user_id": user_id, "master_key_id": master_key_id, "wrapped_key": wrapped}
+        )
+        self._by_id[key_id], self._by_user[user_id] = key, key_id
+        return key_id
+
+    def _check_master(self) -> None:
+        """Refuse a wrong master key before it wraps anything: unwrap one key it wrapped before."""
+        if not self._checked_master:
+            row = self.connection.execute(SAMPLE_UNDER_MASTER, {"master_key_id": self.master.current_id}).first()
+            if row is not None:
+                self.master.unwrap(row.user_id, row.key_id, row.master_key_id, bytes(row.wrapped_key))
+            self._checked_master = True
+
+
+def keyring_for(connection: Connection, rows: Iterable[tuple[str, Mapping[str, Any]]] = ()) -> PostgresKeyring:
+    """A keyring on ``connection``, with the keys of these (event type, payload) rows loaded in one query."""
+    keyring = PostgresKeyring(connection)
+    keyring.prefetch(rows)
+    return keyring
+
+
+def destroy_keys(connection: Connection, user_id: str) -> list[str]:
+    """Delete the user's data keys; the ids of the keys destroyed (none when there were none)."""
+    return sorted(connection.execute(DELETE_KEYS, {"user_id": user_id}).scalars())

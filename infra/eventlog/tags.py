@@ -1,0 +1,48 @@
+"""The stable tag and schema version of every event class.
+
+Tags are names chosen once and kept forever: stored data must not depend on
+where a class lives in the code. Changing an event's shape means bumping its
+version here and registering an upcaster in ``infra.eventlog.upcasters``.
+"""
+
+from __future__ import annotations
+
+from domain import decisions, email, otp, privacy, reset
+from domain import clients
+
+# tag -> (class, current schema version)
+EVENT_TYPES: dict[str, tuple[type, int]] = {
+    "ResetRequested": (reset.ResetRequested, 1),
+    "ResetSuperseded": (reset.ResetSuperseded, 1),
+    "ResetRequestRefused": (reset.ResetRequestRefused, 1),
+    "ResetCompleted": (reset.ResetCompleted, 1),
+    "OtpChallengeIssued": (otp.OtpChallengeIssued, 2),  # 2: records the code's digits
+    "OtpChallengeSuperseded": (otp.OtpChallengeSuperseded, 1),
+    "OtpVerificationFailed": (otp.OtpVerificationFailed, 1),
+    "OtpChallengeVerified": (otp.OtpChallengeVerified, 1),
+    "OtpChallengeLockedOut": (otp.OtpChallengeLockedOut, 1),
+    "OtpRequestRefused": (otp.OtpRequestRefused, 1),
+    "IdempotencyKeyBound": (decisions.IdempotencyKeyBound, 1),
+    "EmailQueued": (email.EmailQueued, 1),
+    "LeaseClaimed": (email.LeaseClaimed, 1),
+    "LeaseExpired": (email.LeaseExpired, 1),
+    "LeaseReleased": (email.LeaseReleased, 1),
+    "SendAttemptFailed": (email.SendAttemptFailed, 1),
+    "ProviderAccepted": (email.ProviderAccepted, 1),
+    "DeliverySkipped": (email.DeliverySkipped, 1),
+    "DeliveryAbandoned": (email.DeliveryAbandoned, 1),
+    "ClientRegistered": (clients.ClientRegistered, 1),
+    "ClientRevoked": (clients.ClientRevoked, 1),
+    "SubjectErased": (privacy.SubjectErased, 1),
+    "DataKeysRewrapped": (privacy.DataKeysRewrapped, 1),
+}
+
+# Personal data, encrypted under the data key of the event's ``user_id`` so
+# that `authledger privacy forget` can erase it (infra/eventlog/personal_data.py).
+# tag -> fields. A new event with an address (or a client IP) belongs here;
+# tests/eventlog/test_personal_fields.py fails for a field named like one that is missing.
+PERSONAL_FIELDS: dict[str, tuple[str, ...]] = {
+    "ResetRequested": ("recipient",),
+    "OtpChallengeIssued": ("recipient",),
+    "EmailQueued": ("recipient",),
+}

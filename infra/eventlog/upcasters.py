@@ -1,0 +1,29 @@
+"""Upcasters: (tag, version) -> function turning that payload into version + 1.
+
+The mechanism itself is tested with a made-up event type in
+tests/unit/test_serialization.py; each real upcaster with a stored payload of
+the old shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.eventlog.codec import Upcaster
+
+
+def otp_challenge_issued_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 did not record the code's length: delivery and verification
+    took it from the policy of the moment. Read it as 6: the default of
+    ``OtpPolicy.digits`` and ``AUTHLEDGER_OTP_DIGITS`` (and of DESIGN.md)
+    while version 1 was written, so the length nearly every version-1 code
+    was sent with. The log does not say what an operator had configured; an
+    installation that ran with another length should upgrade once no
+    challenge is open (AUTHLEDGER_OTP_TTL is at most an hour), or the ones
+    open then stop accepting their codes."""
+    return {**payload, "digits": 6}
+
+
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("OtpChallengeIssued", 1): otp_challenge_issued_v1_to_v2,
+}

@@ -1,0 +1,194 @@
+"""The catch-up runner: folds the log into the catch-up projections, batch by batch.
+
+Each batch is one transaction: lock the projection's checkpoint row, read the
+next events below the transaction-id horizon, fold them into the tables,
+move the checkpoint. A runner killed mid-batch leaves nothing behind, and the
+next one resumes from the last committed checkpoint: nothing is lost and
+nothing is counted twice. Two runners never fold the same batch: the
+checkpoint row is locked with SKIP LOCKED, so the second one moves on.
+
+``authledger serve`` starts one in a thread (``CatchUpRunner(engine).run()``
+and ``.stop()``); ``authledger projections run`` runs one alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from datetime import datetime
+
+import psycopg
+from attrs import frozen
+from sqlalchemy import Connection, Engine, text
+
+from domain.log import Checkpoint
+from infra.db.engine import database_errors
+from infra.eventlog.reader import COMMITTED, HORIZON, count_events, read_page
+from infra.logs import log_event
+from infra.projector.registry import Projection, catch_up_projections
+
+log = logging.getLogger("authledger.catchup")
+
+CHANNEL = "authledger_events"
+LOG_EVERY_SECONDS = 10.0
+
+ENSURE_CHECKPOINT = text("INSERT INTO projection_checkpoints (projection) VALUES (:name) ON CONFLICT DO NOTHING")
+LOCK_CHECKPOINT = text("""
+    SELECT transaction_id::text AS transaction_id, global_position, events_applied
+      FROM projection_checkpoints WHERE projection = :name
+       FOR UPDATE SKIP LOCKED
+""")
+READ_CHECKPOINT = text("""
+    SELECT transaction_id::text AS transaction_id, global_position, events_applied, updated_at
+      FROM projection_checkpoints WHERE projection = :name
+""")
+ADVANCE = text("""
+    UPDATE projection_checkpoints
+       SET transaction_id = CAST(:tx AS text)::xid8, global_position = :pos,
+           events_applied = events_applied + :applied, updated_at = now()
+     WHERE projection = :name
+""")
+
+
+@frozen
+class StoredCheckpoint:
+    checkpoint: Checkpoint
+    events_applied: int
+    updated_at: datetime | None = None
+
+
+def read_checkpoint(connection: Connection, name: str) -> StoredCheckpoint:
+    row = connection.execute(READ_CHECKPOINT, {"name": name}).first()
+    if row is None:
+        return StoredCheckpoint(Checkpoint(), 0)
+    return StoredCheckpoint(Checkpoint(int(row.transaction_id), row.global_position), row.events_applied,
+                            row.updated_at)
+
+
+def catch_up_batch(connection: Connection, projection: Projection, batch_size: int) -> int | None:
+    """Fold one batch into ``projection`` inside the caller's transaction.
+
+    Returns the number of events folded, or None when another runner (or a
+    rebuild's swap) holds the checkpoint.
+    """
+    row = connection.execute(LOCK_CHECKPOINT, {"name": projection.name}).first()
+    if row is None:
+        return None
+    after = Checkpoint(int(row.transaction_id), row.global_position)
+    page = read_page(connection, after, HORIZON, batch_size, reading=projection.reading)
+    if not page:
+        return 0
+    projection.applier.apply(connection, page)
+    last = page[-1].checkpoint
+    connection.execute(ADVANCE, {"name": projection.name, "tx": str(last.transaction_id),
+                                 "pos": last.global_position, "applied": len(page)})
+    return len(page)
+
+
+def ensure_checkpoints(engine: Engine, projections: Sequence[Projection]) -> None:
+    with database_errors(), engine.begin() as connection:
+        for projection in projections:
+            connection.execute(ENSURE_CHECKPOINT, {"name": projection.name})
+
+
+def catch_up(engine: Engine, projections: Sequence[Projection] | None = None, *, batch_size: int = 1000) -> dict[str, int]:
+    """Fold every event below the horizon into each catch-up projection; events folded per projection."""
+    return CatchUpRunner(engine, projections, batch_size=batch_size).run_once()
+
+
+class CatchUpRunner:
+    """Keeps the catch-up projections up with the log until ``stop()``.
+
+    Wakes on NOTIFY ``authledger_events`` (sent when a transaction that
+    appended events commits), and polls as a fallback: a notification can be
+    missed while reconnecting, and events held back by an older open
+    transaction become readable when that transaction ends, which sends none.
+    """
+
+    def __init__(
+        self, engine: Engine, projections: Sequence[Projection] | None = None, *, batch_size: int = 1000,
+        poll_seconds: float = 5.0, held_back_poll_seconds: float = 0.25,
+    ) -> None:
+        self.engine = engine
+        self.projections = list(projections) if projections is not None else catch_up_projections()
+        self.batch_size, self.poll_seconds = batch_size, poll_seconds
+        self.held_back_poll_seconds = held_back_poll_seconds
+        self.stopping = threading.Event()
+        self._wake = threading.Event()
+        self._checkpoints_ensured = False
+        self.applied: dict[str, int] = {p.name: 0 for p in self.projections}
+
+    def run_once(self) -> dict[str, int]:
+        """Catch every projection up to the current horizon; events folded per projection."""
+        if not self._checkpoints_ensured:
+            ensure_checkpoints(self.engine, self.projections)
+            self._checkpoints_ensured = True
+        folded = {p.name: 0 for p in self.projections}
+        for projection in self.projections:
+            while not self.stopping.is_set():
+                with database_errors(), self.engine.begin() as connection:
+                    try:
+                        n = catch_up_batch(connection, projection, self.batch_size)
+                    except BaseException:
+                        projection.applier.forget()
+                        raise
+                if not n:
+                    break
+                folded[projection.name] += n
+                self.applied[projection.name] += n
+                if n < self.batch_size:
+                    break
+        return folded
+
+    def run(self) -> None:
+        """Fold until ``stop()``; a database outage is logged and retried, never fatal."""
+        listener = threading.Thread(target=self._listen, name="catchup-listener", daemon=True)
+        listener.start()
+        log_event(log, "catch-up runner started", projections=",".join(p.name for p in self.projections))
+        logged, since_log = time.monotonic(), dict.fromkeys(self.applied, 0)
+        while not self.stopping.is_set():
+            self._wake.clear()
+            try:
+                for name, n in self.run_once().items():
+                    since_log[name] += n
+                wait = self.held_back_poll_seconds if self._held_back() else self.poll_seconds
+                if any(since_log.values()) and time.monotonic() - logged >= LOG_EVERY_SECONDS:
+                    log_event(log, "caught up", **since_log)  # one line per interval, not per wake-up
+                    logged, since_log = time.monotonic(), dict.fromkeys(self.applied, 0)
+            except Exception as error:
+                log_event(log, "catch-up failed; retrying", logging.ERROR, error=str(error).splitlines()[0])
+                wait = self.poll_seconds
+            self._wake.wait(timeout=wait)
+        listener.join(timeout=2)
+        log_event(log, "catch-up runner stopped", **self.applied)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._wake.set()
+
+    def _held_back(self) -> bool:
+        """True when committed events wait behind an older open transaction: poll soon."""
+        with database_errors(), self.engine.connect() as connection:
+            for projection in self.projections:
+                stored = read_checkpoint(connection, projection.name)
+                visible = count_events(connection, stored.checkpoint, COMMITTED)
+                if visible:
+                    return True
+        return False
+
+    def _listen(self) -> None:
+        url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        while not self.stopping.is_set():
+            try:
+                with psycopg.connect(url, autocommit=True) as connection:
+                    connection.execute(f"LISTEN {CHANNEL}")
+                    self._wake.set()  # events may have committed while not listening
+                    while not self.stopping.is_set():
+                        for _ in connection.notifies(timeout=1.0, stop_after=1):
+                            self._wake.set()
+            except psycopg.Error as error:
+                log_event(log, "listener reconnecting", logging.WARNING, error=str(error).splitlines()[0])
+                self.stopping.wait(self.poll_seconds)
+

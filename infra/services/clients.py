@@ -1,0 +1,92 @@
+"""API clients: create (the key is shown once), list, revoke, and authenticate a presented key.
+
+Registrations and revocations are events on ``client:<name>``, folded inline
+into ``api_clients``; a request is authenticated by looking up the SHA-256 of
+its key there, so a revocation takes effect on the next request.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from attrs import frozen
+from sqlalchemy import Engine, select
+
+from domain.clients import (
+    check_client_name,
+    client_stream,
+    decide_register,
+    decide_revoke,
+    fold_client,
+)
+from domain.tokens import hash_token
+from infra.db import tables
+from infra.clock import Clock, SystemClock
+from infra.db.engine import database_errors
+from infra.projector.inline import apply_inline
+from infra.eventlog.postgres import PostgresEventStore
+from projections.api_clients import ApiClientRow
+
+KEY_PREFIX = "alk_"  # lets secret scanners recognise a leaked key
+SYSTEM_CLOCK = SystemClock()
+
+
+def new_api_key() -> str:
+    """A fresh key: the prefix and 256 random bits in base64url (43 characters)."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+@frozen
+class CreatedClient:
+    name: str
+    api_key: str  # shown once, never stored
+
+
+def _decide_on_client(
+    engine: Engine, name: str, decide: Callable[[Any], list[object]], metadata: Mapping[str, Any] | None
+) -> list[object]:
+    stream = client_stream(name)
+    with database_errors(), engine.begin() as connection:
+        store = PostgresEventStore(connection)
+        history = store.load(stream)
+        events = decide(fold_client(r.event for r in history))
+        version = history[-1].stream_version if history else 0
+        apply_inline(connection, store.append(stream, version, events, metadata))
+    return events
+
+
+def create_client(
+    engine: Engine, name: str, *, clock: Clock = SYSTEM_CLOCK, metadata: Mapping[str, Any] | None = None
+) -> CreatedClient:
+    """Register a client and return its key; ``InvalidInput`` for a bad or taken name.
+
+    Needs no token keys: clients can be managed before the service is configured.
+    """
+    check_client_name(name)
+    api_key, now = new_api_key(), clock.now()
+    _decide_on_client(engine, name, lambda state: decide_register(state, name, hash_token(api_key), now=now), metadata)
+    return CreatedClient(name, api_key)
+
+
+def revoke_client(
+    engine: Engine, name: str, *, clock: Clock = SYSTEM_CLOCK, metadata: Mapping[str, Any] | None = None
+) -> bool:
+    """Revoke a client's key; False when it was already revoked, ``NotFound`` when it never existed."""
+    now = clock.now()
+    return bool(_decide_on_client(engine, name, lambda state: decide_revoke(state, name, now=now), metadata))
+
+
+def list_clients(engine: Engine) -> list[ApiClientRow]:
+    query = select(tables.api_clients).order_by(tables.api_clients.c.name)
+    with database_errors(), engine.connect() as connection:
+        return [ApiClientRow(**row._mapping) for row in connection.execute(query)]
+
+
+def client_of_key(engine: Engine, api_key: str) -> str | None:
+    """The name of the active client holding ``api_key``, or None."""
+    c = tables.api_clients.c
+    query = select(c.name).where(c.key_hash == hash_token(api_key), c.status == "active")
+    with database_errors(), engine.connect() as connection:
+        return connection.execute(query).scalar()

@@ -1,0 +1,136 @@
+"""Email one-time codes: request a challenge, verify a code.
+
+A code is checked on the user's stream; the ``otp_challenges`` projection
+only says which user a challenge id belongs to. A wrong code is recorded
+(committed) before ``CodeRejected`` is raised, so that the count of wrong
+codes cannot be reset by a caller that stops listening.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import select
+
+from domain.decisions import Decision, Refused, RequestOutcome, VerifyOutcome
+from domain.errors import CodeRejected, InvalidInput, RateLimited
+from domain.otp import (
+    OtpChallengeLockedOut,
+    RequestOtp,
+    check_code_shape,
+    decide_otp_request,
+    decide_otp_verify,
+    fold_otp,
+    otp_stream,
+)
+from infra.db import tables
+from infra.db.engine import database_errors
+from infra.logs import log_event
+from infra.services.unit_of_work import IdempotencyLock, InFlight, ServiceContext, decide_on_stream
+
+log = logging.getLogger("authledger.otp")
+
+
+def request_otp(
+    ctx: ServiceContext, cmd: RequestOtp, metadata: Mapping[str, Any] | None = None, *,
+    in_flight: InFlight = "wait",
+) -> RequestOutcome:
+    """Issue (or reuse) a challenge and queue its code email.
+
+    ``RateLimited`` past the hourly limit, ``LockedOut`` while the account's
+    OTP flow is locked, ``IdempotencyMismatch`` for a key used with another
+    recipient or purpose. While a request with the same key runs,
+    ``in_flight`` says whether to "wait" for it or "refuse" with
+    ``RequestInFlight``.
+    """
+    now = ctx.clock.now()
+    challenge_id, message_id = ctx.new_id(), ctx.new_id()
+    lock = IdempotencyLock.for_request("otp", cmd.client, cmd.user_id, cmd.idempotency_key, in_flight)
+    decision = decide_on_stream(
+        ctx, otp_stream(cmd.user_id), fold_otp,
+        lambda state: decide_otp_request(
+            state, cmd, now=now, challenge_id=challenge_id, message_id=message_id,
+            keys=ctx.keys, policy=ctx.otp_policy,
+        ),
+        metadata,
+        idempotency_lock=lock,
+    )  # fmt: skip
+    if isinstance(decision.outcome, Refused):
+        log_event(log, "otp request refused", user_id=cmd.user_id, reason=decision.outcome.reason,
+                  retry_at=decision.outcome.retry_at)
+        raise RateLimited(
+            f"too many one-time codes for this user; retry after {decision.outcome.retry_at.isoformat()}",
+            retry_at=decision.outcome.retry_at,
+        )
+    outcome = decision.outcome
+    log_event(log, "otp challenge requested", user_id=cmd.user_id, challenge_id=outcome.request_id,
+              message_id=outcome.message_id, reused=outcome.reused)
+    return outcome
+
+
+def parse_challenge_id(value: object) -> UUID:
+    """A challenge id from user input; ``InvalidInput`` unless it is a UUID."""
+    if isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value))
+    except ValueError:
+        raise InvalidInput("the challenge id must be a UUID like 123e4567-e89b-12d3-a456-426614174000") from None
+
+
+def _user_of_challenge(ctx: ServiceContext, challenge_id: UUID, code: str) -> str:
+    query = select(tables.otp_challenges.c.user_id).where(tables.otp_challenges.c.challenge_id == challenge_id)
+    with database_errors(), ctx.engine.connect() as connection:
+        user_id = connection.execute(query).scalar()
+    if user_id is None:
+        # Answered as the domain answers an unknown challenge: a malformed code
+        # is held to today's length, any other gets the words of a wrong code.
+        # Other words would leak which ids exist.
+        check_code_shape(code, ctx.otp_policy.digits)
+        raise CodeRejected("The code is not valid.", attempts_left=0)
+    return user_id
+
+
+def _rejection(decision: Decision, outcome: VerifyOutcome) -> str:
+    account_lock = next(
+        (e for e in decision.events if isinstance(e, OtpChallengeLockedOut) and e.scope == "account"), None
+    )
+    if account_lock is not None and account_lock.until is not None:
+        return ("The code is wrong. Too many wrong codes in a row: one-time codes for this account are "
+                f"locked until {account_lock.until.isoformat()}.")
+    if outcome.locked:
+        return "The code is wrong and no attempts are left: this code is locked; request a new one."
+    plural = "attempt" if outcome.attempts_left == 1 else "attempts"
+    return f"The code is wrong; {outcome.attempts_left} {plural} left."
+
+
+def verify_code(
+    ctx: ServiceContext, challenge_id: UUID, code: str, metadata: Mapping[str, Any] | None = None
+) -> VerifyOutcome:
+    """Accept the right code once; record a wrong one and raise ``CodeRejected``.
+
+    ``InvalidInput`` (nothing written) for a malformed challenge id or code;
+    ``LockedOut`` while the account's OTP flow is locked; ``CodeRejected``
+    with ``attempts_left`` for a wrong code (recorded first) and for a
+    challenge that is unknown, expired, superseded, used or locked.
+    """
+    challenge_id = parse_challenge_id(challenge_id)
+    # The code's shape is checked against the challenge's own length, which
+    # only its stream knows (decide_otp_verify).
+    user_id = _user_of_challenge(ctx, challenge_id, code)
+    now = ctx.clock.now()
+    decision = decide_on_stream(
+        ctx, otp_stream(user_id), fold_otp,
+        lambda state: decide_otp_verify(state, challenge_id, code, now=now, keys=ctx.keys, policy=ctx.otp_policy),
+        metadata,
+    )
+    outcome = decision.outcome
+    assert isinstance(outcome, VerifyOutcome)
+    log_event(log, "otp code verified" if outcome.verified else "otp code rejected", user_id=user_id,
+              challenge_id=challenge_id, attempts_left=outcome.attempts_left, locked=outcome.locked)
+    if not outcome.verified:
+        raise CodeRejected(_rejection(decision, outcome), attempts_left=outcome.attempts_left)
+    return outcome

@@ -1,0 +1,188 @@
+"""Signed digests and auditor exports through the CLI, and the clear errors around them."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy import Engine
+
+from infra.audit import seal as sealer
+from tests.support.audit_log import OTHER_KEY, SIGNING_KEY, invoke, seed
+
+AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
+
+
+@pytest.fixture
+def sealed(engine: Engine) -> list[str]:
+    streams = seed(engine, 4)
+    sealer.seal(engine)
+    return streams
+
+
+@pytest.fixture
+def export_file(sealed: list[str], database_url: str, tmp_path: Path) -> Path:
+    out = tmp_path / "audit.jsonl"
+    outcome = invoke(database_url, "audit", "export", "--out", str(out), "--json")
+    assert outcome.exit_code == 0, outcome.output
+    assert json.loads(outcome.stdout)["events"] == 12
+    return out
+
+
+def public_key_b64(private_b64: str) -> str:
+    key = Ed25519PrivateKey.from_private_bytes(base64.b64decode(private_b64))
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return base64.b64encode(raw).decode()
+
+
+def test_a_digest_is_printed_signed_and_never_shows_the_key(sealed: list[str], database_url: str) -> None:
+    outcome = invoke(database_url, "audit", "digest")
+    assert outcome.exit_code == 0, outcome.output
+    digest = json.loads(outcome.stdout)
+    assert digest["format"] == "authledger-digest/1" and digest["chain_index"] == 11
+    assert digest["public_key"] == public_key_b64(SIGNING_KEY)
+    assert SIGNING_KEY not in outcome.output
+
+
+def test_a_digest_can_be_signed_with_a_pem_key_file(sealed: list[str], database_url: str, tmp_path: Path) -> None:
+    pem = tmp_path / "signing.pem"
+    pem.write_bytes(Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    digest = tmp_path / "digest.json"
+    env = {"AUTHLEDGER_SIGNING_KEY": None, "AUTHLEDGER_SIGNING_KEY_FILE": str(pem)}
+    assert invoke(database_url, "audit", "digest", "--out", str(digest), **env).exit_code == 0
+    outcome = invoke(database_url, "audit", "verify", "--digest", str(digest), **env)
+    assert outcome.exit_code == 0 and "signed by the trusted key" in outcome.output
+
+
+def test_without_a_signing_key_digest_and_export_refuse_clearly(
+    sealed: list[str], database_url: str, tmp_path: Path
+) -> None:
+    for args in (["digest"], ["export", "--out", str(tmp_path / "x.jsonl")]):
+        outcome = invoke(database_url, "audit", *args, AUTHLEDGER_SIGNING_KEY=None)
+        assert outcome.exit_code == 78
+        assert "no signing key: set AUTHLEDGER_SIGNING_KEY" in outcome.output
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_a_malformed_signing_key_is_refused_without_repeating_it(database_url: str) -> None:
+    secret = base64.b64encode(b"s3cret-but-too-short").decode()
+    outcome = invoke(database_url, "audit", "digest", AUTHLEDGER_SIGNING_KEY=secret)
+    assert outcome.exit_code == 78
+    assert "AUTHLEDGER_SIGNING_KEY must be the base64 of a raw 32-byte Ed25519 private key" in outcome.output
+    assert secret not in outcome.output
+
+
+def test_a_key_and_a_key_file_at_once_are_refused(database_url: str, tmp_path: Path) -> None:
+    outcome = invoke(database_url, "audit", "digest", AUTHLEDGER_SIGNING_KEY_FILE=str(tmp_path / "k.pem"))
+    assert outcome.exit_code == 78 and "not both" in outcome.output
+
+
+def test_an_unreadable_key_file_is_named(database_url: str, tmp_path: Path) -> None:
+    outcome = invoke(database_url, "audit", "digest", AUTHLEDGER_SIGNING_KEY=None,
+                     AUTHLEDGER_SIGNING_KEY_FILE=str(tmp_path / "missing.pem"))
+    assert outcome.exit_code == 78 and "missing.pem: No such file or directory" in outcome.output
+
+
+def test_a_digest_signed_by_another_key_is_rejected(sealed: list[str], database_url: str, tmp_path: Path) -> None:
+    digest = tmp_path / "digest.json"
+    assert invoke(database_url, "audit", "digest", "--out", str(digest)).exit_code == 0
+    outcome = invoke(database_url, "audit", "verify", "--digest", str(digest), AUTHLEDGER_SIGNING_KEY=OTHER_KEY)
+    assert outcome.exit_code == 65
+    assert "was signed by key ed25519:" in outcome.output and "not by the trusted key" in outcome.output
+    outcome = invoke(database_url, "audit", "verify", "--digest", str(digest), "--public-key",
+                     public_key_b64(OTHER_KEY), AUTHLEDGER_SIGNING_KEY=None)
+    assert outcome.exit_code == 65
+
+
+@pytest.mark.parametrize("corrupt", [
+    "not json at all",
+    json.dumps({"format": "something-else"}),
+    "{}",
+])
+def test_a_corrupt_digest_file_is_a_one_line_error(
+    sealed: list[str], database_url: str, tmp_path: Path, corrupt: str
+) -> None:
+    digest = tmp_path / "digest.json"
+    digest.write_text(corrupt)
+    outcome = invoke(database_url, "audit", "verify", "--digest", str(digest))
+    assert outcome.exit_code == 65
+    assert outcome.output.count("\n") == 1 and outcome.output.startswith("Error: digest ")
+
+
+def test_a_digest_changed_after_signing_fails_its_signature(sealed: list[str], database_url: str, tmp_path: Path) -> None:
+    digest = tmp_path / "digest.json"
+    assert invoke(database_url, "audit", "digest", "--out", str(digest)).exit_code == 0
+    document = json.loads(digest.read_text())
+    document["chain_index"] = 5
+    digest.write_text(json.dumps(document))
+    outcome = invoke(database_url, "audit", "verify", "--digest", str(digest))
+    assert outcome.exit_code == 65 and "the signature does not verify" in outcome.output
+
+
+def test_a_missing_digest_file_is_named(database_url: str, tmp_path: Path) -> None:
+    outcome = invoke(database_url, "audit", "verify", "--digest", str(tmp_path / "nope.json"))
+    assert outcome.exit_code == 2 and "cannot read digest" in outcome.output
+
+
+def test_an_export_verifies_offline_with_no_database_at_all(export_file: Path, tmp_path: Path) -> None:
+    """A separate process, pointed at a server that does not exist and an empty data directory."""
+    env = {**os.environ, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/nothing",
+           "AUTHLEDGER_DATA_DIR": str(tmp_path / "no-data"), "AUTHLEDGER_SIGNING_KEY": ""}
+    result = subprocess.run(
+        [AUTHLEDGER, "audit", "verify", "--export", str(export_file), "--public-key", public_key_b64(SIGNING_KEY)],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ok: export" in result.stdout and "12 events" in result.stdout and "trusted key" in result.stdout
+    assert not (tmp_path / "no-data").exists()
+
+
+def test_a_changed_line_in_an_export_fails(export_file: Path) -> None:
+    lines = export_file.read_text().splitlines(keepends=True)
+    lines[5] = lines[5].replace("worker-1", "worker-9")
+    export_file.write_text("".join(lines))
+    outcome = invoke(None, "audit", "verify", "--export", str(export_file))
+    assert outcome.exit_code == 8
+    assert "line 6 does not match its link" in outcome.output
+
+
+def test_an_export_cut_short_or_spliced_fails(export_file: Path) -> None:
+    lines = export_file.read_text().splitlines(keepends=True)
+    export_file.write_text("".join(lines[:-1]))
+    outcome = invoke(None, "audit", "verify", "--export", str(export_file))
+    assert outcome.exit_code == 65 and "cut short" in outcome.output
+    # Drop the first event and move the anchor on to its link: the chain still closes, the signature does not.
+    header = json.loads(lines[0])
+    header["first_index"], header["anchor"] = 1, json.loads(lines[1])["link"]
+    export_file.write_text(json.dumps(header) + "\n" + "".join(lines[2:]))
+    outcome = invoke(None, "audit", "verify", "--export", str(export_file))
+    assert outcome.exit_code == 8 and "cut or spliced" in outcome.output
+
+
+def test_an_export_of_a_time_range_holds_only_the_chain_around_it(
+    engine: Engine, sealed: list[str], database_url: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "none.jsonl"
+    outcome = invoke(database_url, "audit", "export", "--from", "1999-01-01", "--to", "2000-01-01", "--out", str(out))
+    assert outcome.exit_code == 3 and "no sealed events were recorded in that time range" in outcome.output
+    outcome = invoke(database_url, "audit", "export", "--from", "2000-01-01T00:00:00Z", "--out", str(out))
+    assert outcome.exit_code == 0, outcome.output
+    outcome = invoke(database_url, "audit", "export", "--from", "yesterday", "--out", str(out))
+    assert outcome.exit_code == 2 and "is not an ISO 8601 date or time" in outcome.output
+
+
+def test_an_unreadable_export_is_a_one_line_error(tmp_path: Path) -> None:
+    outcome = invoke(None, "audit", "verify", "--export", str(tmp_path / "missing.jsonl"))
+    assert outcome.exit_code == 2 and "cannot read export" in outcome.output
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text("{not json\n")
+    outcome = invoke(None, "audit", "verify", "--export", str(garbage))
+    assert outcome.exit_code == 65 and "line 1 is not JSON" in outcome.output

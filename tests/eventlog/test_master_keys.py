@@ -1,0 +1,134 @@
+"""Master keys come from configuration: rotation by key id, and clear errors that change nothing."""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from sqlalchemy import Engine, text
+
+from cli import cli
+from domain.errors import ConfigError
+from domain.reset import RequestReset
+from infra.config import Settings
+from infra.keys import DEV_MASTER_KEY_FILE, load_master_keys
+from infra.eventlog.postgres import PostgresEventStore
+from infra.services.reset import request_reset
+from infra.services.unit_of_work import ServiceContext
+from infra.eventlog.subject_keys import MASTER_KEY_VARIABLE, MasterKeys, PostgresKeyring, bind_master_keys
+
+TOKEN_KEYS = "k1:" + base64.urlsafe_b64encode(b"s" * 32).decode()
+NEW_MASTER_KEY = "m2:" + base64.urlsafe_b64encode(b"n" * 32).decode()
+WRONG_MASTER_KEY = "test:" + base64.urlsafe_b64encode(b"w" * 32).decode()  # the test key's id, other bytes
+TEST_MASTER_KEY = os.environ[MASTER_KEY_VARIABLE]  # set for the whole suite by tests/conftest.py
+
+
+def invoke(database_url: str, master_key: str, *args: str) -> Result:
+    env = {"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": TOKEN_KEYS, MASTER_KEY_VARIABLE: master_key}
+    return CliRunner().invoke(cli, list(args), env=env)
+
+
+def request(database_url: str, master_key: str, user_id: str) -> Result:
+    return invoke(database_url, master_key, "reset", "request", "--user-id", user_id, "--email", "a@example.test")
+
+
+def snapshot(engine: Engine) -> tuple[int, list[tuple[object, ...]]]:
+    with engine.connect() as connection:
+        events = connection.execute(text("SELECT count(*) FROM events")).scalar_one()
+        keys = [tuple(r) for r in connection.execute(text("SELECT * FROM subject_keys ORDER BY user_id"))]
+    return events, keys
+
+
+def master_key_ids(engine: Engine) -> dict[str, str]:
+    with engine.connect() as connection:
+        return dict(connection.execute(text("SELECT user_id, master_key_id FROM subject_keys")).all())
+
+
+def test_without_a_master_key_a_request_is_refused_clearly_and_writes_nothing(
+    engine: Engine, database_url: str
+) -> None:
+    result = request(database_url, "", "1")
+    assert result.exit_code == 78, result.output
+    assert "AUTHLEDGER_MASTER_KEY is required when DATABASE_URL is set" in result.output
+    assert snapshot(engine) == (0, [])
+
+
+def test_a_wrong_master_key_is_refused_before_it_wraps_or_reads_anything(
+    ctx: ServiceContext, engine: Engine, database_url: str
+) -> None:
+    request_reset(ctx, RequestReset("1", "ada@example.test"))
+    before = snapshot(engine)
+    for user_id in ("1", "2"):  # a user with a key, and one who would get a new key
+        result = request(database_url, WRONG_MASTER_KEY, user_id)
+        assert result.exit_code == 78, result.output
+        assert "master key 'test' does not unwrap the data key of user '1'" in result.output
+        assert "Traceback" not in result.output
+    assert "holds a different key under that id" in result.output
+    assert snapshot(engine) == before
+
+
+def test_a_malformed_master_key_is_refused_at_start(database_url: str) -> None:
+    result = request(database_url, "test:dG9vIHNob3J0", "1")
+    assert result.exit_code == 78
+    assert "AUTHLEDGER_MASTER_KEY key 'test' is 9 bytes; a master key is exactly 32" in result.output
+
+
+def test_rotation_wraps_new_keys_under_the_new_id_and_old_ids_still_unwrap(
+    ctx: ServiceContext, engine: Engine, database_url: str
+) -> None:
+    request_reset(ctx, RequestReset("1", "ada@example.test"))
+    rotated = f"{NEW_MASTER_KEY},{TEST_MASTER_KEY}"
+    assert request(database_url, rotated, "2").exit_code == 0
+    assert master_key_ids(engine) == {"1": "test", "2": "m2"}
+    assert request(database_url, rotated, "1").exit_code == 0, "user 1's key, wrapped by the old id, still opens"
+    with bind_master_keys(engine, lambda: MasterKeys.parse(rotated)).connect() as connection:
+        store = PostgresEventStore(connection)
+        recipients = {user_id: {r.event.recipient for r in store.load(f"reset-user:{user_id}")
+                                if hasattr(r.event, "recipient")} for user_id in ("1", "2")}
+    assert recipients == {"1": {"ada@example.test", "a@example.test"}, "2": {"a@example.test"}}
+
+
+def test_a_master_key_id_dropped_too_early_is_named_in_the_error(
+    ctx: ServiceContext, engine: Engine, database_url: str
+) -> None:
+    request_reset(ctx, RequestReset("1", "ada@example.test"))
+    result = request(database_url, NEW_MASTER_KEY, "1")
+    assert result.exit_code == 78
+    assert "wrapped by master key 'test', which AUTHLEDGER_MASTER_KEY does not hold (it holds m2)" in result.output
+    assert "keep the older ids listed" in result.output
+
+
+def test_forget_needs_no_master_key_so_a_lost_one_never_blocks_an_erasure(
+    ctx: ServiceContext, engine: Engine, database_url: str
+) -> None:
+    request_reset(ctx, RequestReset("1", "ada@example.test"))
+    result = invoke(database_url, "", "privacy", "forget", "--user-id", "1")
+    assert result.exit_code == 0, result.output
+    assert snapshot(engine)[1] == []
+
+
+def test_an_engine_bound_to_other_master_keys_uses_them(ctx: ServiceContext, engine: Engine) -> None:
+    request_reset(ctx, RequestReset("1", "ada@example.test"))
+    wrong = bind_master_keys(engine, lambda: MasterKeys.parse(WRONG_MASTER_KEY))
+    with wrong.connect() as connection, pytest.raises(ConfigError, match="does not unwrap"):
+        PostgresKeyring(connection).writing_key("1")
+
+
+def test_an_unbound_engine_without_the_variable_is_a_clear_error(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(MASTER_KEY_VARIABLE)
+    with engine.connect() as connection, pytest.raises(ConfigError, match="AUTHLEDGER_MASTER_KEY is not set"):
+        PostgresKeyring(connection).writing_key("1")
+
+
+def test_the_embedded_default_generates_a_private_development_master_key_once(tmp_path: Path) -> None:
+    first = load_master_keys(Settings(data_dir=tmp_path))
+    assert load_master_keys(Settings(data_dir=tmp_path)) == first and first.current_id == "dev"
+    assert stat.S_IMODE((tmp_path / DEV_MASTER_KEY_FILE).stat().st_mode) == 0o600
+    with pytest.raises(ConfigError, match="required when DATABASE_URL is set"):
+        load_master_keys(Settings(data_dir=tmp_path, database_url="postgresql://x/y"))

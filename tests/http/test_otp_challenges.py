@@ -1,0 +1,107 @@
+"""POST /v1/otp/challenges and /v1/otp/challenges/{id}/verify: one-time codes over HTTP."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import uuid4
+
+import httpx
+import pytest
+from attrs import evolve
+from sqlalchemy import Engine
+
+from domain.policy import OtpPolicy
+from infra.services.unit_of_work import ServiceContext
+from tests.http.support import asgi_client, assert_problem, code_for, log_size, wrong_code
+from tests.support.log_reading import stream_events
+from tests.support.replay import assert_projections_match_log
+
+pytestmark = pytest.mark.anyio
+ADA = {"user_id": "42", "email": "ada@example.com"}
+
+
+async def challenge(api: httpx.AsyncClient, body: dict[str, str] = ADA, key: str = "otp-1") -> httpx.Response:
+    return await api.post("/v1/otp/challenges", json=body, headers={"Idempotency-Key": key})
+
+
+async def verify(api: httpx.AsyncClient, challenge_id: str, code: str) -> httpx.Response:
+    return await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code})
+
+
+async def test_a_challenge_is_accepted_and_its_code_verifies_once(api: httpx.AsyncClient, engine: Engine) -> None:
+    created = await challenge(api, {**ADA, "purpose": "sign-in"})
+    assert created.status_code == 202
+    answer = created.json()
+    assert set(answer) == {"challenge_id", "message_id", "expires_at"}
+    [issued] = [e for e in stream_events(engine, "otp-user:42") if type(e).__name__ == "OtpChallengeIssued"]
+    assert issued.purpose == "sign-in" and issued.client == "shop"
+
+    ok = await verify(api, answer["challenge_id"], code_for(answer["challenge_id"]))
+    assert ok.status_code == 200 and ok.json() == {"verified": True, "challenge_id": answer["challenge_id"]}
+
+    again = await verify(api, answer["challenge_id"], code_for(answer["challenge_id"]))
+    problem = assert_problem(again, 400, "code-rejected")
+    assert problem["attempts_left"] == 0 and "already used" in problem["detail"]
+    assert_projections_match_log(engine)
+
+
+async def test_the_purpose_defaults_to_login(api: httpx.AsyncClient, engine: Engine) -> None:
+    assert (await challenge(api)).status_code == 202
+    assert stream_events(engine, "otp-user:42")[-1].purpose == "login"
+
+
+async def test_a_replay_returns_the_first_response_and_another_body_is_422(
+    api: httpx.AsyncClient, engine: Engine
+) -> None:
+    first = await challenge(api)
+    written = log_size(engine)
+    again = await challenge(api)
+    assert (again.status_code, again.content) == (first.status_code, first.content)
+    mismatch = await challenge(api, {**ADA, "purpose": "payment"})
+    assert_problem(mismatch, 422, "idempotency-key-mismatch")
+    assert log_size(engine) == written
+
+
+async def test_a_wrong_code_says_how_many_attempts_are_left_until_the_challenge_locks(
+    api: httpx.AsyncClient,
+) -> None:
+    challenge_id = (await challenge(api)).json()["challenge_id"]
+    left = []
+    for _ in range(5):
+        problem = assert_problem(await verify(api, challenge_id, wrong_code(challenge_id)), 400, "code-rejected")
+        left.append(problem["attempts_left"])
+    assert left == [4, 3, 2, 1, 0]
+    locked = await verify(api, challenge_id, code_for(challenge_id))
+    assert_problem(locked, 400, "code-rejected")
+
+
+async def test_a_locked_account_is_429_with_retry_after(ctx: ServiceContext, api_key: str) -> None:
+    strict = evolve(ctx, otp_policy=OtpPolicy(account_lock_threshold=2, account_lock_base=timedelta(minutes=15)))
+    async with asgi_client(strict, api_key) as api:
+        challenge_id = (await challenge(api)).json()["challenge_id"]
+        for _ in range(2):
+            await verify(api, challenge_id, wrong_code(challenge_id))
+        response = await verify(api, challenge_id, code_for(challenge_id))
+        problem = assert_problem(response, 429, "locked-out")
+        assert int(response.headers["Retry-After"]) == 15 * 60 and problem["retry_at"]
+        refused = await challenge(api, key="otp-2")
+        assert_problem(refused, 429, "locked-out")
+
+
+async def test_an_unknown_challenge_is_rejected_like_a_wrong_code(api: httpx.AsyncClient) -> None:
+    assert_problem(await verify(api, str(uuid4()), "123456"), 400, "code-rejected")
+
+
+async def test_a_challenge_id_that_is_not_a_uuid_is_404(api: httpx.AsyncClient) -> None:
+    assert_problem(await verify(api, "not-a-uuid", "123456"), 404, "not-found")
+
+
+@pytest.mark.parametrize("code", ["12345", "1234567", "12a456", 123456])
+async def test_a_code_of_the_wrong_shape_is_400_and_writes_nothing(
+    api: httpx.AsyncClient, engine: Engine, code: object
+) -> None:
+    challenge_id = (await challenge(api)).json()["challenge_id"]
+    written = log_size(engine)
+    response = await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code})
+    assert response.status_code == 400 and response.json()["type"].endswith(("invalid-input", "invalid-body"))
+    assert log_size(engine) == written

@@ -1,0 +1,208 @@
+"""`authledger serve` as a real process: HTTP in, email out, the secret back in, clean shutdown."""
+
+from __future__ import annotations
+
+import base64
+import json
+import mailbox
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from email.message import Message
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+from sqlalchemy import Engine
+
+from infra.bootstrap import App
+from infra.config import Settings
+from infra.db.engine import Database
+from infra.services.clients import client_of_key, revoke_client
+from infra.http.serve import ensure_dev_key
+from tests.support.log_reading import stream_events
+
+AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
+KEYS = "e2e:" + base64.urlsafe_b64encode(b"e" * 32).decode().rstrip("=")
+T = TypeVar("T")
+
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (found := probe()) is not None:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def env(database_url: str, tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "AUTHLEDGER_TOKEN_KEYS": KEYS,
+        "AUTHLEDGER_DATA_DIR": str(tmp_path / "data"),
+        "AUTHLEDGER_MAILDIR": str(tmp_path / "maildir"),
+        "AUTHLEDGER_RESET_URL": "https://app.test/reset",
+        "AUTHLEDGER_LOG_FORMAT": "json",
+        "AUTHLEDGER_POLL_SECONDS": "1",
+    }
+
+
+@pytest.fixture
+def server(env: dict[str, str], tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    port = free_port()
+    with (tmp_path / "serve.out").open("wb") as out, (tmp_path / "serve.err").open("wb") as err:
+        process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), "--workers", "2"],
+                                   env=env, stdout=out, stderr=err)
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool | None:
+        assert process.poll() is None, (tmp_path / "serve.err").read_text()
+        try:
+            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200 or None
+        except httpx.TransportError:
+            return None
+
+    wait_for("the server to answer", up)
+    yield process, base
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def emails(env: dict[str, str], count: int) -> list[Message] | None:
+    box = Path(env["AUTHLEDGER_MAILDIR"])
+    found = list(mailbox.Maildir(box, create=False)) if (box / "new").exists() else []
+    return found if len(found) >= count else None
+
+
+def text_of(message: Message) -> str:
+    part = next(p for p in message.walk() if p.get_content_type() == "text/plain")
+    return part.get_payload(decode=True).decode()
+
+
+@pytest.mark.slow
+def test_serve_takes_requests_delivers_mail_and_stops_cleanly_on_sigterm(
+    env: dict[str, str], server: tuple[subprocess.Popen[bytes], str], tmp_path: Path
+) -> None:
+    process, base = server
+    created = subprocess.run([AUTHLEDGER, "clients", "create", "e2e", "--json"], env=env,
+                             capture_output=True, text=True, check=True)
+    headers = {"Authorization": f"Bearer {json.loads(created.stdout)['api_key']}"}
+
+    with httpx.Client(base_url=base, headers=headers, timeout=10) as api:
+        reset = api.post("/v1/password-resets", json={"user_id": "42", "email": "ada@example.com"},
+                         headers={"Idempotency-Key": "e2e-reset"})
+        challenge = api.post("/v1/otp/challenges", json={"user_id": "42", "email": "ada@example.com"},
+                             headers={"Idempotency-Key": "e2e-otp"})
+        assert (reset.status_code, challenge.status_code) == (202, 202), reset.text + challenge.text
+
+        by_id = {m["Message-ID"]: m for m in wait_for("two emails", lambda: emails(env, 2))}
+        link_mail = by_id[f"<{reset.json()['message_id']}@authledger>"]
+        code_mail = by_id[f"<{challenge.json()['message_id']}@authledger>"]
+        assert link_mail["To"] == code_mail["To"] == "ada@example.com"
+        link = next(line for line in text_of(link_mail).splitlines() if line.startswith("https://app.test/reset?"))
+        token = parse_qs(urlsplit(link).query)["token"][0]
+        code = next(line.strip() for line in text_of(code_mail).splitlines() if line.strip().isdigit())
+
+        assert api.post("/v1/password-resets/verify", json={"token": token}).json()["valid"] is True
+        consumed = api.post("/v1/password-resets/consume", json={"token": token})
+        assert consumed.status_code == 200 and consumed.json()["request_id"] == reset.json()["request_id"]
+        verified = api.post(f"/v1/otp/challenges/{challenge.json()['challenge_id']}/verify", json={"code": code})
+        assert verified.status_code == 200 and verified.json()["verified"] is True
+
+        wait_for("the password-changed notice", lambda: emails(env, 3))
+
+        # The Maildir file lands before the worker records ProviderAccepted, so "sent" trails the mail.
+        def all_three_sent() -> bool | None:
+            return True if 'authledger_outbox_messages{state="sent"} 3' in api.get("/metrics").text else None
+
+        wait_for("the three deliveries to be recorded as sent", all_three_sent)
+
+        def caught_up() -> bool | None:  # serve runs the catch-up runner beside the API and the worker
+            lags = [line for line in api.get("/metrics").text.splitlines()
+                    if line.startswith("authledger_projection_lag_events{")]
+            return True if lags and all(line.endswith(" 0") for line in lags) else None
+
+        wait_for("the catch-up projections to follow the log", caught_up)
+
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=15) == 0
+    log = [json.loads(line) for line in (tmp_path / "serve.err").read_text().splitlines() if line.startswith("{")]
+    events = [line["event"] for line in log]
+    assert "worker stopped" in events and events.index("worker stopped") > events.index("Shutting down")
+    assert token not in (tmp_path / "serve.err").read_text()
+    said = (tmp_path / "serve.out").read_text()
+    assert f"mail: delivered to the Maildir {Path(env['AUTHLEDGER_MAILDIR']).resolve()}" in said
+    assert "development API key" not in said, "only the embedded default makes a development key"
+
+
+@pytest.mark.slow
+def test_on_the_embedded_default_serve_initialises_the_database_and_prints_a_development_key(
+    tmp_path: Path,
+) -> None:
+    port, data_dir = free_port(), tmp_path / "data"
+    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "AUTHLEDGER_TOKEN_KEYS")}
+    env.update({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "json"})
+    with (tmp_path / "serve.out").open("wb") as out, (tmp_path / "serve.err").open("wb") as err:
+        process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port)], env=env, stdout=out, stderr=err)
+    try:
+        base = f"http://127.0.0.1:{port}"
+
+        def up() -> bool | None:
+            assert process.poll() is None, (tmp_path / "serve.err").read_text()
+            try:
+                return httpx.get(f"{base}/readyz", timeout=1).status_code == 200 or None
+            except httpx.TransportError:
+                return None
+
+        wait_for("the embedded server", up, timeout=90)
+        key_file = data_dir / "dev-api-key"
+        key = key_file.read_text().strip()
+        assert key_file.stat().st_mode & 0o777 == 0o600
+        said = (tmp_path / "serve.out").read_text()
+        assert key in said and "for local use only" in said
+        assert f"Maildir {(data_dir / 'maildir').resolve()}" in said
+
+        answer = httpx.post(f"{base}/v1/otp/challenges", json={"user_id": "1", "email": "dev@example.com"},
+                            headers={"Authorization": f"Bearer {key}", "Idempotency-Key": "dev-1"})
+        assert answer.status_code == 202, answer.text
+        wait_for("the code's email", lambda: list((data_dir / "maildir" / "new").glob("*")) or None)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+
+
+def test_the_development_key_is_kept_and_replaced_once_it_stops_working(
+    database: Database, engine: Engine, tmp_path: Path
+) -> None:
+    app = App(Settings(data_dir=tmp_path), database=database)
+    try:
+        key, path = ensure_dev_key(app)
+        assert ensure_dev_key(app) == (key, path), "the same key on every start"
+        revoke_client(engine, "dev")
+        new_key, _ = ensure_dev_key(app)
+        path.write_text("alk_lost")
+        newest, _ = ensure_dev_key(app)
+    finally:
+        app.close()
+    assert len({key, new_key, newest}) == 3
+    assert client_of_key(engine, newest) == "dev" and client_of_key(engine, new_key) is None
+    assert path.read_text().strip() == newest and path.stat().st_mode & 0o777 == 0o600
+    kinds = [type(e).__name__ for e in stream_events(engine, "client:dev")]
+    assert kinds == ["ClientRegistered", "ClientRevoked", "ClientRegistered", "ClientRevoked", "ClientRegistered"]

@@ -1,0 +1,148 @@
+"""The catch-up runner: wakes on NOTIFY, waits for late commits, and survives being killed mid-batch."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from attrs import evolve
+from sqlalchemy import Connection, Engine, text
+
+from domain.log import RecordedEvent
+from infra.projector.catchup import CatchUpRunner, catch_up, read_checkpoint
+from infra.clock import ManualClock
+from infra.projector.registry import projection_named
+from infra.services.unit_of_work import ServiceContext
+from tests.support.replay import assert_projections_match_log
+from tests.support.traffic import delivered_emails, some_traffic
+
+AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
+
+
+def checkpoint_of(engine: Engine, name: str = "delivery_stats") -> tuple[int, int]:
+    with engine.connect() as connection:
+        stored = read_checkpoint(connection, name)
+    return stored.checkpoint.global_position, stored.events_applied
+
+
+def wait_until_gone(engine: Engine, application_name: str) -> None:
+    query = text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with engine.connect() as connection:
+            if not connection.execute(query, {"name": application_name}).scalar_one():
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"the sessions of {application_name} outlived it")
+
+
+class FailsOnThirdBatch:
+    """An applier that writes its rows, then dies before the batch's checkpoint moves."""
+
+    def __init__(self, applier: object) -> None:
+        self.applier, self.tables, self.batches = applier, applier.tables, 0  # type: ignore[attr-defined]
+
+    def apply(self, connection: Connection, recorded: Sequence[RecordedEvent]) -> int:
+        written = self.applier.apply(connection, recorded)  # type: ignore[attr-defined]
+        self.batches += 1
+        if self.batches == 3:
+            raise RuntimeError("killed mid-batch")
+        return written
+
+    def forget(self) -> None:
+        self.applier.forget()  # type: ignore[attr-defined]
+
+
+def test_a_runner_failing_mid_batch_resumes_without_loss_or_double_counting(engine: Engine) -> None:
+    with engine.begin() as connection:
+        delivered_emails(connection, 20)
+    stats = projection_named("delivery_stats")
+    failing = evolve(stats, applier=FailsOnThirdBatch(stats.applier))
+
+    with pytest.raises(RuntimeError, match="killed mid-batch"):
+        CatchUpRunner(engine, [failing], batch_size=7).run_once()
+
+    assert checkpoint_of(engine) == (14, 14), "the two committed batches, not the third"
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT sum(attempts) FROM delivery_messages")).scalar_one() == 5
+    assert catch_up(engine)["delivery_stats"] == 46
+    assert checkpoint_of(engine) == (60, 60)
+    assert_projections_match_log(engine, run_catch_up=False)
+
+
+@pytest.mark.slow
+def test_a_runner_process_killed_with_sigkill_resumes_without_loss_or_double_counting(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    with engine.begin() as connection:
+        delivered_emails(connection, 1500)
+    command = [AUTHLEDGER, "projections", "run", "--batch-size", "10", "--poll-seconds", "0.2"]
+    environment = {**os.environ, "DATABASE_URL": database_url, "PGAPPNAME": "runner-to-kill"}
+    with (tmp_path / "runner.log").open("w+") as output:
+        runner = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 60
+            while checkpoint_of(engine)[1] < 500 and time.monotonic() < deadline and runner.poll() is None:
+                time.sleep(0.05)
+        finally:
+            runner.send_signal(signal.SIGKILL)
+            runner.wait()
+        output.seek(0)
+        said = output.read()
+    wait_until_gone(engine, "runner-to-kill")  # a COMMIT it sent before dying may still be landing
+    killed_at = checkpoint_of(engine)
+    assert 500 <= killed_at[1] < 4500, f"killed part of the way through; the runner said:\n{said}"
+    assert_projections_match_log(engine, run_catch_up=False)  # what it committed is whole
+
+    resumed = subprocess.run([AUTHLEDGER, "projections", "run", "--once"], env=environment,
+                             capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"delivery_stats: {4500 - killed_at[1]} events" in resumed.stdout
+    assert checkpoint_of(engine) == (4500, 4500)
+    assert_projections_match_log(engine, run_catch_up=False)
+
+
+def test_the_runner_wakes_on_notify_rather_than_the_poll(engine: Engine) -> None:
+    runner = CatchUpRunner(engine, poll_seconds=60)
+    thread = threading.Thread(target=runner.run)
+    thread.start()
+    try:
+        time.sleep(0.5)  # listening, caught up, asleep for a minute
+        with engine.begin() as connection:
+            delivered_emails(connection, 3)
+        deadline = time.monotonic() + 5
+        while checkpoint_of(engine)[1] < 9 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert checkpoint_of(engine)[1] == 9
+    finally:
+        runner.stop()
+        thread.join()
+
+
+def test_an_event_that_commits_late_is_folded_in_its_place_not_skipped(
+    engine: Engine, ctx: ServiceContext, clock: ManualClock
+) -> None:
+    some_traffic(ctx, clock, users=2)
+    catch_up(engine)
+    with engine.connect() as late:
+        # Appended, not yet committed: a smaller xid than what follows. (Other users: a
+        # user's first event creates their data key, which the open transaction would hold.)
+        delivered_emails(late, 1, users="late")
+        with engine.begin() as connection:
+            delivered_emails(connection, 2)
+        catch_up(engine)
+        held = checkpoint_of(engine)
+        with engine.connect() as connection:
+            committed = connection.execute(text("SELECT max(global_position) FROM events")).scalar_one()
+        assert held[0] < committed, "the runner waits behind the open transaction"
+        late.commit()
+    catch_up(engine)
+    assert checkpoint_of(engine)[1] == held[1] + 9
+    assert_projections_match_log(engine, run_catch_up=False)

@@ -1,0 +1,49 @@
+"""The registry: every read model is registered, and an inline projection's declared events are all it folds."""
+
+from __future__ import annotations
+
+import typing
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infra.eventlog.tags import EVENT_TYPES
+from infra.projector.inline import INLINE
+from infra.projector.appliers import KeyedApplier
+from infra.projector.registry import all_projections, catch_up_projections
+
+FILTERED = [p for p in all_projections() if p.event_types is not None]
+
+
+def instances_of(cls: type) -> st.SearchStrategy[object]:
+    """Any instance of an event class (its annotations are strings: resolve them first)."""
+    hints = typing.get_type_hints(cls)
+    return st.builds(cls, **{field.name: st.from_type(hints[field.name]) for field in attrs.fields(cls)})
+
+
+def test_every_inline_projection_and_both_catch_up_ones_are_registered() -> None:
+    names = [p.name for p in all_projections()]
+    assert names == [p.name for p in INLINE] + ["delivery_stats", "audit_index"]
+    assert {p.kind for p in catch_up_projections()} == {"catch-up"}
+    assert all(p.description for p in all_projections()), "each describes itself in one line"
+
+
+def test_every_known_inline_projection_declares_the_events_it_folds() -> None:
+    assert {p.name for p in FILTERED} == {p.name for p in all_projections() if p.kind == "inline"}
+    for projection in FILTERED:
+        assert projection.event_types <= set(EVENT_TYPES), projection.name
+
+
+@pytest.mark.parametrize("tag", sorted(EVENT_TYPES))
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_no_undeclared_event_ever_touches_a_filtered_projection(tag: str, data: st.DataObject) -> None:
+    event = data.draw(instances_of(EVENT_TYPES[tag][0]))
+    for projection in FILTERED:
+        if tag in projection.event_types:
+            continue
+        applier = projection.applier
+        assert isinstance(applier, KeyedApplier)
+        assert applier.key_of(event) is None, f"{projection.name} folds {tag} but does not declare it"

@@ -1,0 +1,124 @@
+"""The database goes away under load and comes back: 503s meanwhile, nothing committed lost, workers carry on."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+
+from domain.errors import DatabaseUnavailable
+from domain.policy import ResetPolicy
+from domain.reset import RequestReset
+from infra.db.engine import Database
+from infra.db.embedded import start_embedded, stop_embedded
+from infra.services.clients import create_client
+from infra.services.reset import request_reset
+from infra.db.schema import init_schema
+from infra.services.unit_of_work import ServiceContext
+from infra.delivery.worker import Worker
+from tests.conftest import TEST_KEYS
+from tests.http.support import asgi_client
+from tests.support.mailers import RecordingMailer
+from tests.support.pg_control import start_server, stop_server
+from tests.support.replay import assert_projections_match_log
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def own_server() -> Iterator[tuple[Path, Database]]:
+    """A server of this test's own, so that stopping it disturbs no other test."""
+    data_dir = Path(tempfile.mkdtemp(prefix="authledger-outage-"))
+    url = start_embedded(data_dir).replace("postgresql://", "postgresql+psycopg://", 1)
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text("CREATE DATABASE outage"))
+    admin.dispose()
+    database = Database(url.replace("/postgres?", "/outage?"))
+    engine = database.admin_engine()
+    init_schema(engine)
+    engine.dispose()
+    yield data_dir, database
+    stop_embedded(data_dir)
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def post_reset(ctx: ServiceContext, api_key: str) -> httpx.Response:
+    async with asgi_client(ctx, api_key) as client:
+        return await client.post("/v1/password-resets", json={"user_id": "7", "email": "o@example.test"},
+                                 headers={"Idempotency-Key": "during-outage"})
+
+
+def test_a_restart_under_load_loses_nothing_committed(own_server: tuple[Path, Database]) -> None:
+    data_dir, database = own_server
+    engine = database.engine(pool_size=4)
+    ctx = ServiceContext(engine=engine, keys=TEST_KEYS, reset_policy=ResetPolicy(hourly_limit=1000))
+    api_key = create_client(engine, "outage").api_key
+    mailer = RecordingMailer()
+    worker = Worker(ctx, mailer, sender="a@app.test", concurrency=2, poll_seconds=0.2)
+    delivering = threading.Thread(target=worker.run)
+    delivering.start()
+
+    accepted, refused = [], []
+    restarted = threading.Event()
+    accepted_after_restart = []
+    stop_load = threading.Event()
+
+    def load() -> None:
+        n = 0
+        while not stop_load.is_set():
+            n += 1
+            try:
+                outcome = request_reset(ctx, RequestReset(f"u{n}", f"u{n}@example.test"))
+                accepted.append(outcome)
+                if restarted.is_set():
+                    accepted_after_restart.append(outcome)
+            except DatabaseUnavailable:
+                refused.append(n)
+            time.sleep(0.01)
+
+    producer = threading.Thread(target=load)
+    producer.start()
+    try:
+        time.sleep(1.0)
+        stop_server(data_dir)
+        outage_started = time.monotonic()
+        with pytest.raises(DatabaseUnavailable):
+            request_reset(ctx, RequestReset("during-outage", "x@example.test"))
+        response = asyncio.run(post_reset(ctx, api_key))
+        assert time.monotonic() - outage_started < 10, "an outage is reported quickly, not a hang"
+        assert response.status_code == 503, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.json()["type"] == "urn:authledger:problem:database-unavailable"
+        time.sleep(1.5)
+        start_server(data_dir)
+        restarted.set()
+        time.sleep(1.5)
+    finally:
+        stop_load.set()
+        producer.join()
+
+    deadline = time.monotonic() + 30
+    while len(mailer.emails) < len(accepted) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    worker.stop()
+    delivering.join(timeout=15)
+
+    engine.dispose()
+
+    assert refused, "some requests met the outage"
+    assert accepted_after_restart, "requests succeed again once the server is back"
+    assert sorted(str(e.message_id) for e in mailer.emails) == sorted(str(a.message_id) for a in accepted)
+    admin = database.admin_engine()
+    try:
+        assert_projections_match_log(admin)
+    finally:
+        admin.dispose()
