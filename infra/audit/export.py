@@ -28,7 +28,6 @@ from sqlalchemy import Connection, Engine, text
 from domain.errors import DigestInvalid, InvalidInput, NotFound, TamperDetected
 from infra.audit.verify import finding_dict, now_text, signed_by
 from infra.audit.digest import Digest, check_trust, parse_digest, sign_digest
-from infra.db.engine import database_errors
 from infra.audit.seal import ChainRange, chain_range, check_stretch, seal_at, snapshot
 from projections.audit_chain import PROGRESS_STEP, Finding, LoggedEvent, Seal, canonical_json, format_time, leaf_hash, next_link
 
@@ -69,7 +68,7 @@ def export(
     The events are checked against their seals while they are written; a log
     that no longer matches is not exported. The file appears whole or not at all.
     """
-    with database_errors(), snapshot(engine) as connection, connection.begin():
+    with snapshot(engine) as connection, connection.begin():
         stretch = _time_stretch(connection, since, until)
         head = seal_at(connection, stretch.last)
         assert head is not None
@@ -91,7 +90,7 @@ def export(
 
 def stretch_for_times(engine: Engine, since: datetime | None, until: datetime | None) -> ChainRange:
     """The stretch of the chain an export of [since, until) covers (for a progress bar)."""
-    with database_errors(), engine.connect() as connection:
+    with engine.connect() as connection:
         return _time_stretch(connection, since, until)
 
 

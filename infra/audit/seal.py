@@ -15,7 +15,6 @@ from attrs import frozen
 from sqlalchemy import Connection, Engine, text
 
 from domain.errors import NotFound
-from infra.db.engine import database_errors
 from projections.audit_chain import GENESIS, ChainCheck, LoggedEvent, Seal, check_chain, format_time, link_events
 
 # Two sealers at once would both extend the same head and fork the chain (the
@@ -138,7 +137,7 @@ class Backlog:
 
 
 def backlog(engine: Engine) -> Backlog:
-    with database_errors(), engine.connect() as connection:
+    with engine.connect() as connection:
         head = chain_head(connection)
         row = connection.execute(COUNTS, _after(head)).one()
     return Backlog(row.sealable, row.waiting)
@@ -155,7 +154,7 @@ def seal(engine: Engine, *, batch_size: int = BATCH, progress: Callable[[int], N
     """Seal every event committed below the horizon; one transaction per batch."""
     sealed = 0
     while True:
-        with database_errors(), engine.begin() as connection:
+        with engine.begin() as connection:
             connection.execute(SEAL_LOCK)
             head = chain_head(connection)
             rows = connection.execute(TO_SEAL, {**_after(head), "limit": batch_size}).all()
@@ -166,7 +165,7 @@ def seal(engine: Engine, *, batch_size: int = BATCH, progress: Callable[[int], N
             progress(len(rows))
         if len(rows) < batch_size:
             break
-    with database_errors(), engine.connect() as connection:
+    with engine.connect() as connection:
         head = chain_head(connection)
     return SealResult(sealed, head, backlog(engine))
 

@@ -16,7 +16,6 @@ from sqlalchemy import Engine
 
 from domain.errors import NotFound, TamperDetected
 from infra.audit.digest import Digest, sign_digest
-from infra.db.engine import database_errors
 from infra.audit.seal import (
     Backlog, ChainRange, backlog, chain_head, chain_range, check_stretch, position_range, seal_at, snapshot,
 )
@@ -100,7 +99,7 @@ def finding_dict(finding: Finding | None) -> dict[str, Any] | None:
 
 def stretch_to_verify(engine: Engine, from_position: int | None = None, to_position: int | None = None) -> ChainRange | None:
     """What a verify would cover (for a progress bar)."""
-    with database_errors(), engine.connect() as connection:
+    with engine.connect() as connection:
         if from_position is None and to_position is None:
             return chain_range(connection)
         return position_range(connection, from_position, to_position)
@@ -124,7 +123,7 @@ def verify(
     whole = from_position is None and to_position is None
     if digest is not None and not whole:
         raise ValueError("a digest is checked against the whole chain")
-    with database_errors(), snapshot(engine) as connection, connection.begin():
+    with snapshot(engine) as connection, connection.begin():
         stretch = chain_range(connection) if whole else position_range(connection, from_position, to_position)
         if stretch is None:
             finding = _digest_beyond(digest, None) if digest else None
@@ -170,7 +169,7 @@ def make_digest(
     report = verify(engine, progress=progress) if verify_first else None
     if report is not None and report.finding is not None:
         raise TamperDetected(f"not signing a broken chain: {report.finding.describe()}")
-    with database_errors(), engine.connect() as connection:
+    with engine.connect() as connection:
         # Sign what was checked, even if the sealer moved on meanwhile.
         checked = report is not None and report.stretch is not None
         head = seal_at(connection, report.stretch.last) if checked else chain_head(connection)

@@ -6,17 +6,14 @@ log; schema changes and projection rebuilds use the login role itself.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from attrs import frozen
 from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.exc import DisconnectionError
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, ProgrammingError
+from sqlalchemy.engine import ExceptionContext, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, OperationalError, ProgrammingError
 
 from domain.errors import ConfigError, DatabaseUnavailable, SchemaMismatch
 from infra.db.embedded import start_embedded
@@ -73,6 +70,7 @@ class Database:
             connect_args={"connect_timeout": CONNECT_TIMEOUT_SECONDS, "options": options},
         )
         _ping_connections_that_sat_idle(engine)
+        event.listen(engine, "handle_error", _translate_driver_error)
         return engine
 
     def admin_engine(self) -> Engine:
@@ -110,31 +108,48 @@ def describe_connection_error(error: DBAPIError) -> str:
     return mask_password(detail)
 
 
-@contextlib.contextmanager
-def database_errors() -> Iterator[None]:
-    """Translate driver failures into authledger errors at the boundary."""
-    try:
-        yield
-    except ProgrammingError as error:
-        if getattr(error.orig, "sqlstate", None) == "42P01":  # undefined_table
-            raise SchemaMismatch(
-                f"the database schema is older than this authledger ({describe_connection_error(error)}); "
-                "run `authledger db init`"
-            ) from None
-        raise
-    except OperationalError as error:
-        message = describe_connection_error(error)
-        if f'parameter "role": "{APP_ROLE}"' in message:
-            raise SchemaMismatch(
-                "the database is not initialised for authledger; run `authledger db init`"
-            ) from None
-        if "permission denied to set role" in message:
-            raise ConfigError(
-                f"the database user is not a member of {APP_ROLE}; run `GRANT {APP_ROLE} TO <user>` as its owner"
-            ) from None
-        raise DatabaseUnavailable(f"database unavailable: {message}") from None
+UNDEFINED_TABLE = "42P01"
+# SQLSTATE classes that mean "the server is not there for us": connection
+# exceptions, insufficient resources (too many connections) and operator
+# intervention (shutdown, crash recovery). Other operational errors, such as
+# a lock timeout, are answers the calling code handles itself.
+UNAVAILABLE_CLASSES = ("08", "53", "57P")
+
+
+def _translate_driver_error(context: ExceptionContext) -> Exception | None:
+    """The one place a driver failure becomes an authledger error (SQLAlchemy's ``handle_error``).
+
+    Every statement, commit and connect of an engine made here passes
+    through it, so no call site wraps its own; what is not translated here
+    reaches the caller as SQLAlchemy raised it.
+    """
+    error = context.sqlalchemy_exception
+    if not isinstance(error, DBAPIError):
+        return None
+    sqlstate = getattr(context.original_exception, "sqlstate", None) or ""
+    if isinstance(error, ProgrammingError) and sqlstate == UNDEFINED_TABLE:
+        return SchemaMismatch(
+            f"the database schema is older than this authledger ({describe_connection_error(error)}); "
+            "run `authledger db init`"
+        )
+    connecting = context.connection is None
+    if isinstance(error, OperationalError) and (
+        connecting or context.is_disconnect or sqlstate.startswith(UNAVAILABLE_CLASSES)
+    ):
+        return _unavailable(describe_connection_error(error))
+    return None
+
+
+def _unavailable(message: str) -> Exception:
+    if f'parameter "role": "{APP_ROLE}"' in message:
+        return SchemaMismatch("the database is not initialised for authledger; run `authledger db init`")
+    if "permission denied to set role" in message:
+        return ConfigError(
+            f"the database user is not a member of {APP_ROLE}; run `GRANT {APP_ROLE} TO <user>` as its owner"
+        )
+    return DatabaseUnavailable(f"database unavailable: {message}")
 
 
 def ping(engine: Engine) -> None:
-    with database_errors(), engine.connect() as connection:
+    with engine.connect() as connection:
         connection.execute(text("SELECT 1"))

@@ -8,7 +8,7 @@ from attrs import frozen
 from sqlalchemy import Connection, Engine, text
 
 from domain.errors import SchemaMismatch
-from infra.db.engine import APP_ROLE, database_errors
+from infra.db.engine import APP_ROLE
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schema.sql"
 SCHEMA_VERSION = 2  # the newest version schema.sql records; see its last lines
@@ -69,7 +69,7 @@ class InitResult:
 
 def init_schema(admin: Engine) -> InitResult:
     """Apply schema.sql; safe to run any number of times."""
-    with database_errors(), admin.begin() as connection:
+    with admin.begin() as connection:
         connection.execute(INIT_LOCK)
         before = current_version(connection)
         # Straight to the driver: with no parameters psycopg sends the script
@@ -96,7 +96,7 @@ class CheckReport:
 
 def check_schema(admin: Engine) -> CheckReport:
     """Report schema version, append-only guards and the transaction-id horizon."""
-    with database_errors(), admin.connect() as connection:
+    with admin.connect() as connection:
         version = current_version(connection)
         if version is None:
             raise SchemaMismatch("the database is not initialised for authledger; run `authledger db init`")

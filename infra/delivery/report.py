@@ -14,7 +14,6 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from infra.projector.catchup import read_checkpoint
-from infra.db.engine import database_errors
 from projections.delivery_stats import DeliverySummary
 
 REPORT = text("""
@@ -30,7 +29,7 @@ REPORT = text("""
 
 
 def delivery_report(engine: Engine, *, since: date, until: date) -> list[DeliverySummary]:
-    with database_errors(), engine.connect() as connection:
+    with engine.connect() as connection:
         rows = connection.execute(REPORT, {"since": since, "until": until}).all()
     return [DeliverySummary(r.day, r.flow, r.outcome, r.messages, int(r.attempts), r.p50, r.p95, r.max)
             for r in rows]
@@ -38,7 +37,7 @@ def delivery_report(engine: Engine, *, since: date, until: date) -> list[Deliver
 
 def report_as_of(engine: Engine) -> dict[str, Any]:
     """How far the report reaches: the projection's checkpoint."""
-    with database_errors(), engine.connect() as connection:
+    with engine.connect() as connection:
         stored = read_checkpoint(connection, "delivery_stats")
     return {"global_position": stored.checkpoint.global_position, "events_applied": stored.events_applied,
             "updated_at": stored.updated_at.isoformat() if stored.updated_at else None}

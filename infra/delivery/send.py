@@ -27,7 +27,6 @@ from sqlalchemy import Connection
 from domain import otp, reset, templates
 from domain.delivery import enough_lease_left, failure_events
 from domain.email import DeliverySkipped, LeaseReleased, ProviderAccepted
-from infra.db.engine import database_errors
 from infra.logs import log_event
 from infra.delivery.leases import Claim, record_outcomes
 from infra.eventlog.personal_data import ERASED
@@ -158,7 +157,7 @@ def deliver_batch(
     """
     states: list[str] = []
     unrecorded: list[_Sent] = []
-    with database_errors(), ctx.engine.connect() as connection:
+    with ctx.engine.connect() as connection:
         for index, claim in enumerate(claims):
             if stopping is not None and stopping.is_set():
                 unrecorded += [_released(ctx, rest, owner) for rest in claims[index:]]

@@ -7,7 +7,6 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from infra.db.engine import database_errors
 from projections.outbox import STATES
 
 BY_STATE = text("SELECT state, count(*) AS n FROM email_outbox GROUP BY state")
@@ -18,7 +17,7 @@ DUE = text("""
 
 
 def outbox_status(engine: Engine, *, now: datetime) -> dict[str, Any]:
-    with database_errors(), engine.connect() as connection:
+    with engine.connect() as connection:
         counts = {row.state: row.n for row in connection.execute(BY_STATE)}
         due = connection.execute(DUE, {"now": now}).one()
     oldest = round((now - due.oldest).total_seconds(), 1) if due.oldest else None
@@ -50,7 +49,7 @@ def stuck_reason(row: Any) -> str:
 def stuck_messages(engine: Engine, *, now: datetime, older_than_seconds: float, limit: int = 100) -> list[dict[str, Any]]:
     """Messages due for longer than ``older_than_seconds`` and still not finished."""
     cutoff = now - timedelta(seconds=older_than_seconds)
-    with database_errors(), engine.connect() as connection:
+    with engine.connect() as connection:
         rows = connection.execute(STUCK, {"cutoff": cutoff, "limit": limit}).all()
     return [
         {

@@ -16,7 +16,6 @@ from datetime import datetime
 
 import psycopg
 
-from infra.db.engine import database_errors
 from infra.delivery.send import deliver_batch
 from infra.logs import log_event
 from infra.delivery.leases import Claim, claim_due, next_due
@@ -44,7 +43,7 @@ class Worker:
         self._count_lock = threading.Lock()
 
     def claim(self, owner: str) -> list[Claim]:
-        with database_errors(), self.ctx.engine.begin() as connection:
+        with self.ctx.engine.begin() as connection:
             return claim_due(
                 connection, owner=owner, limit=self.batch, now=self.ctx.clock.now(),
                 policy=self.ctx.delivery_policy,

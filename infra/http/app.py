@@ -34,7 +34,6 @@ from domain.otp import RequestOtp
 from domain.reset import RequestReset
 from infra.services import otp as otp_service, reset as reset_service
 from infra.db import tables
-from infra.db.engine import database_errors
 from infra.http import schemas
 from infra.services.clients import client_of_key
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -169,7 +168,7 @@ class Api:
         return _json({"status": "ready", "schema_version": SCHEMA_VERSION})
 
     def _check_ready(self) -> None:
-        with database_errors(), self.ctx.engine.connect() as connection:
+        with self.ctx.engine.connect() as connection:
             version = current_version(connection)
             missing = connection.execute(MISSING_TABLES, {"names": list(tables.metadata.tables)}).scalars().all()
         # A newer schema is fine: schema.sql only ever adds, so during a rolling
@@ -182,7 +181,7 @@ class Api:
             raise SchemaMismatch(f"the database is not ready: {'; '.join(problems)}; run `authledger db init`")
 
     def start_metrics(self) -> None:
-        with database_errors(), self.ctx.engine.connect() as connection:
+        with self.ctx.engine.connect() as connection:
             self.log_metrics.start(connection)
 
     async def metrics(self, request: Request) -> Response:

@@ -18,7 +18,6 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from infra.db.engine import database_errors
 from infra.delivery.status import outbox_status
 from infra.projector.status import projection_status
 from infra.services.unit_of_work import ServiceContext
@@ -204,6 +203,6 @@ def render(ctx: ServiceContext, log_metrics: LogMetrics, worker: Worker | None =
         "# TYPE authledger_outbox_oldest_due_seconds gauge",
         f"authledger_outbox_oldest_due_seconds {0 if oldest is None or math.isnan(oldest) else max(oldest, 0)}",
     ]
-    with database_errors(), ctx.engine.connect() as connection:
+    with ctx.engine.connect() as connection:
         log_metrics.catch_up(connection)
     return "\n".join(out + operations_lines(ctx, worker) + log_metrics.lines()) + "\n"

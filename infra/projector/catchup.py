@@ -24,7 +24,6 @@ from attrs import frozen
 from sqlalchemy import Connection, Engine, text
 
 from domain.log import Checkpoint
-from infra.db.engine import database_errors
 from infra.eventlog.reader import COMMITTED, HORIZON, count_events, read_page
 from infra.logs import log_event
 from infra.projector.registry import Projection, catch_up_projections
@@ -88,7 +87,7 @@ def catch_up_batch(connection: Connection, projection: Projection, batch_size: i
 
 
 def ensure_checkpoints(engine: Engine, projections: Sequence[Projection]) -> None:
-    with database_errors(), engine.begin() as connection:
+    with engine.begin() as connection:
         for projection in projections:
             connection.execute(ENSURE_CHECKPOINT, {"name": projection.name})
 
@@ -128,7 +127,7 @@ class CatchUpRunner:
         folded = {p.name: 0 for p in self.projections}
         for projection in self.projections:
             while not self.stopping.is_set():
-                with database_errors(), self.engine.begin() as connection:
+                with self.engine.begin() as connection:
                     try:
                         n = catch_up_batch(connection, projection, self.batch_size)
                     except BaseException:
@@ -170,7 +169,7 @@ class CatchUpRunner:
 
     def _held_back(self) -> bool:
         """True when committed events wait behind an older open transaction: poll soon."""
-        with database_errors(), self.engine.connect() as connection:
+        with self.engine.connect() as connection:
             for projection in self.projections:
                 stored = read_checkpoint(connection, projection.name)
                 visible = count_events(connection, stored.checkpoint, COMMITTED)

@@ -38,7 +38,6 @@ from sqlalchemy.exc import OperationalError
 
 from domain.errors import ProjectionBusy
 from domain.log import Checkpoint
-from infra.db.engine import database_errors
 from infra.eventlog.reader import COMMITTED, FOLDING, HORIZON, LogBound, Reading, count_events, read_page
 from infra.projector.appliers import Applier, bulk_folding
 from infra.projector.locks import projection_lock
@@ -107,7 +106,7 @@ def fold_pages(
 
 def log_length(engine: Engine, projection: Projection) -> int:
     """The events a rebuild or verify of ``projection`` will fold, give or take new traffic."""
-    with database_errors(), engine.connect() as connection:
+    with engine.connect() as connection:
         return count_events(connection, Checkpoint(), HORIZON, projection.reading)
 
 
@@ -118,7 +117,7 @@ def rebuild(
     """Rebuild ``projection`` from the log into shadow tables and swap them in (see the module doc)."""
     started = time.monotonic()
     shadows = [shadow_of(table) for table in projection.tables]
-    with database_errors(), admin.connect() as connection, projection_lock(connection, projection.name, "rebuild"), \
+    with admin.connect() as connection, projection_lock(connection, projection.name, "rebuild"), \
             bulk_folding():
         try:
             for shadow in shadows:

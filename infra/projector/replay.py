@@ -22,7 +22,6 @@ from sqlalchemy import Connection, Engine, text
 
 from domain.errors import InvalidInput
 from domain.log import Checkpoint
-from infra.db.engine import database_errors
 from infra.eventlog.reader import LogBound, pages
 from infra.projector.appliers import bulk_folding
 from infra.projector.registry import Projection
@@ -77,7 +76,7 @@ def replay_into(
     """Build ``projection`` from the events within ``bound`` into tables of ``schema``."""
     schema = check_schema_name(schema)
     shadows = [shadow_of(table, table.name, schema=schema) for table in projection.tables]
-    with database_errors(), admin.connect() as connection, bulk_folding():
+    with admin.connect() as connection, bulk_folding():
         owned = _owned(connection, schema)
         if owned is False:
             raise InvalidInput(f"schema {schema} exists and was not made by authledger replay; choose another name")
@@ -113,7 +112,7 @@ def replay_into(
 def drop_replay(admin: Engine, schema: str) -> None:
     """Drop a schema made by ``replay_into``; refuse any other."""
     schema = check_schema_name(schema)
-    with database_errors(), admin.begin() as connection:
+    with admin.begin() as connection:
         owned = _owned(connection, schema)
         if owned is None:
             raise InvalidInput(f"there is no schema {schema}")

@@ -17,7 +17,6 @@ from attrs import asdict, frozen
 from sqlalchemy import Connection, Engine, text
 
 from infra.projector.catchup import read_checkpoint
-from infra.db.engine import database_errors
 from infra.projector.registry import all_projections
 
 LAG = text("""
@@ -108,7 +107,7 @@ def _projection_state(connection: Connection, projection: Any) -> ProjectionStat
 
 def projection_status(admin: Engine, *, warn_after_seconds: float = 60.0) -> Status:
     """Every projection's checkpoint and lag, the horizon, and the transaction holding it back."""
-    with database_errors(), admin.connect() as connection:
+    with admin.connect() as connection:
         states = [_projection_state(connection, p) for p in all_projections()]
         horizon = connection.execute(HORIZON).one()
         oldest = connection.execute(OLDEST_OPEN).first()

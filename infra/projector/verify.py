@@ -24,7 +24,6 @@ from sqlalchemy import Connection, Engine, Table, Text, text
 
 from domain.log import Checkpoint
 from infra.projector.catchup import read_checkpoint
-from infra.db.engine import database_errors
 from infra.eventlog.reader import COMMITTED, count_events, pages, upto
 from infra.projector.appliers import bulk_folding, qualified_name
 from infra.projector.locks import projection_lock
@@ -83,7 +82,7 @@ def verify(
     """Compare ``projection`` with a replay of the log; the first ``limit`` differences are kept."""
     # Temporary tables, named with their schema so that nothing outside it is ever touched.
     shadows = [shadow_of(table, f"verify_{table.name}", schema="pg_temp") for table in projection.tables]
-    with database_errors(), admin.connect() as builder, projection_lock(builder, projection.name, "verify"), \
+    with admin.connect() as builder, projection_lock(builder, projection.name, "verify"), \
             admin.connect().execution_options(isolation_level="REPEATABLE READ") as reader, bulk_folding():
         try:
             return _verify(builder, reader, projection, shadows, batch_size, progress, limit)

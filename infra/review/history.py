@@ -24,7 +24,6 @@ from domain.reset import ResetSuperseded
 from domain.errors import NotFound
 from domain.log import RecordedEvent
 from infra.projector.catchup import read_checkpoint
-from infra.db.engine import database_errors
 from infra.eventlog.reader import COMMITTED, pages, read_positions
 from projections.audit_index import entries_of, user_of_stream
 from projections.explain import explain_message, explain_request, explain_user
@@ -112,7 +111,7 @@ def _until(events: list[RecordedEvent], as_of: datetime | None) -> list[Recorded
 def history(engine: Engine, user_id: str, *, flow: str | None = None, as_of: datetime | None = None,
             now: datetime) -> Review:
     """Everything about one user (one flow, or both), as it stood at ``as_of`` if given."""
-    with database_errors(), _snapshot(engine) as connection:
+    with _snapshot(engine) as connection:
         lookup = AuditLookup(connection)
         events = _until(user_events(lookup, user_id, flow), as_of)
     if not events:
@@ -137,7 +136,7 @@ def _context(lookup: AuditLookup, kind: str, value: UUID) -> list[RecordedEvent]
 def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID | None = None,
             now: datetime) -> Review:
     """Why a request's link worked or not, and what happened to its emails; or one email's story."""
-    with database_errors(), _snapshot(engine) as connection:
+    with _snapshot(engine) as connection:
         lookup = AuditLookup(connection)
         if request_id is not None:
             events = _context(lookup, "request", request_id)

@@ -19,7 +19,6 @@ from domain.errors import NotFound
 from domain.otp import otp_stream
 from domain.privacy import subject_stream
 from domain.reset import reset_stream
-from infra.db.engine import database_errors
 from infra.services.unit_of_work import ServiceContext
 
 DEFAULT_LIMIT = 500
@@ -89,7 +88,7 @@ def _events(connection: Connection, query: Any, params: dict[str, Any], limit: i
 def user_timeline(ctx: ServiceContext, user_id: str, *, limit: int = DEFAULT_LIMIT) -> Timeline:
     """Every request, challenge and email of one user, and their erasure (the most recent ``limit`` events)."""
     streams = [reset_stream(user_id), otp_stream(user_id)]
-    with database_errors(), ctx.engine.connect() as connection:
+    with ctx.engine.connect() as connection:
         messages = connection.execute(USER_MESSAGES, {"streams": streams}).scalars().all()
         streams += [f"email:{message}" for message in messages] + [subject_stream(user_id)]
         events, truncated = _events(connection, EVENTS_OF_STREAMS, {"streams": streams}, limit)
@@ -98,7 +97,7 @@ def user_timeline(ctx: ServiceContext, user_id: str, *, limit: int = DEFAULT_LIM
 
 def request_timeline(ctx: ServiceContext, request_id: UUID, *, limit: int = DEFAULT_LIMIT) -> Timeline:
     """One reset request or OTP challenge: its events and those of every email it queued."""
-    with database_errors(), ctx.engine.connect() as connection:
+    with ctx.engine.connect() as connection:
         found = connection.execute(FIND_BY_REQUEST, {"id": request_id}).first()
         if found is None:
             raise NotFound(f"no reset request or OTP challenge {request_id}")
@@ -112,7 +111,7 @@ def request_timeline(ctx: ServiceContext, request_id: UUID, *, limit: int = DEFA
 
 def message_timeline(ctx: ServiceContext, message_id: UUID, *, limit: int = DEFAULT_LIMIT) -> Timeline:
     """One email: its delivery events and the events of the request it serves (why it was or was not sent)."""
-    with database_errors(), ctx.engine.connect() as connection:
+    with ctx.engine.connect() as connection:
         found = connection.execute(FIND_BY_MESSAGE, {"id": message_id}).first()
         if found is None:
             raise NotFound(f"no email {message_id}")

@@ -24,7 +24,6 @@ from domain.clients import (
 from domain.tokens import hash_token
 from infra.db import tables
 from infra.clock import Clock, SystemClock
-from infra.db.engine import database_errors
 from infra.projector.inline import apply_inline
 from infra.eventlog.postgres import PostgresEventStore
 from projections.api_clients import ApiClientRow
@@ -48,7 +47,7 @@ def _decide_on_client(
     engine: Engine, name: str, decide: Callable[[Any], list[object]], metadata: Mapping[str, Any] | None
 ) -> list[object]:
     stream = client_stream(name)
-    with database_errors(), engine.begin() as connection:
+    with engine.begin() as connection:
         store = PostgresEventStore(connection)
         history = store.load(stream)
         events = decide(fold_client(r.event for r in history))
@@ -80,7 +79,7 @@ def revoke_client(
 
 def list_clients(engine: Engine) -> list[ApiClientRow]:
     query = select(tables.api_clients).order_by(tables.api_clients.c.name)
-    with database_errors(), engine.connect() as connection:
+    with engine.connect() as connection:
         return [ApiClientRow(**row._mapping) for row in connection.execute(query)]
 
 
@@ -88,5 +87,5 @@ def client_of_key(engine: Engine, api_key: str) -> str | None:
     """The name of the active client holding ``api_key``, or None."""
     c = tables.api_clients.c
     query = select(c.name).where(c.key_hash == hash_token(api_key), c.status == "active")
-    with database_errors(), engine.connect() as connection:
+    with engine.connect() as connection:
         return connection.execute(query).scalar()

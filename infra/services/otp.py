@@ -27,7 +27,6 @@ from domain.otp import (
     otp_stream,
 )
 from infra.db import tables
-from infra.db.engine import database_errors
 from infra.logs import log_event
 from infra.services.unit_of_work import IdempotencyLock, InFlight, ServiceContext, decide_on_stream
 
@@ -83,7 +82,7 @@ def parse_challenge_id(value: object) -> UUID:
 
 def _user_of_challenge(ctx: ServiceContext, challenge_id: UUID, code: str) -> str:
     query = select(tables.otp_challenges.c.user_id).where(tables.otp_challenges.c.challenge_id == challenge_id)
-    with database_errors(), ctx.engine.connect() as connection:
+    with ctx.engine.connect() as connection:
         user_id = connection.execute(query).scalar()
     if user_id is None:
         # Answered as the domain answers an unknown challenge: a malformed code

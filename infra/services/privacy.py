@@ -23,7 +23,6 @@ from sqlalchemy import Engine, text
 from domain.otp import otp_stream
 from domain.privacy import SubjectErased, decide_erasure, fold_subject, subject_stream
 from domain.reset import reset_stream
-from infra.db.engine import database_errors
 from infra.projector.inline import apply_inline
 from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.subject_keys import destroy_keys
@@ -50,7 +49,7 @@ class Erasure:
 def forget(engine: Engine, user_id: str, *, now: datetime, metadata: dict[str, Any] | None = None) -> Erasure:
     """Destroy the user's data keys and record ``SubjectErased``; ``NotFound`` for an unknown user."""
     stream_id = subject_stream(user_id)
-    with database_errors(), engine.begin() as connection:
+    with engine.begin() as connection:
         key_ids = destroy_keys(connection, user_id)
         store = PostgresEventStore(connection)
         history = store.load(stream_id)

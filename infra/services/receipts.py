@@ -11,7 +11,6 @@ from __future__ import annotations
 from sqlalchemy import Engine, select
 
 from infra.db import tables
-from infra.db.engine import database_errors
 from projections.receipts import ReceiptRow, receipt_id
 
 
@@ -25,6 +24,6 @@ def find_receipt(
     """
     row_id = receipt_id(flow, client, user_id, idempotency_key)
     query = select(tables.receipts).where(tables.receipts.c.receipt_id == row_id)
-    with database_errors(), engine.connect() as connection:
+    with engine.connect() as connection:
         row = connection.execute(query).first()
     return ReceiptRow(**row._mapping) if row is not None else None

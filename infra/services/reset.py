@@ -21,7 +21,6 @@ from domain.reset import (
 )
 from domain.tokens import hash_token
 from infra.db import tables
-from infra.db.engine import database_errors
 from infra.services.unit_of_work import IdempotencyLock, InFlight, ServiceContext, decide_on_stream, load_state
 
 # A token is 32 bytes of HMAC in base64url without padding: 43 characters.
@@ -64,7 +63,7 @@ def _user_of_token(ctx: ServiceContext, token: str) -> tuple[str, str]:
         raise TokenInvalid("The reset link is not valid.")
     token_hash = hash_token(token)
     query = select(tables.reset_tokens.c.user_id).where(tables.reset_tokens.c.token_hash == token_hash)
-    with database_errors(), ctx.engine.connect() as connection:
+    with ctx.engine.connect() as connection:
         user_id = connection.execute(query).scalar()
     if user_id is None:
         raise TokenInvalid("The reset link is not valid.")

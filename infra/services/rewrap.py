@@ -37,7 +37,6 @@ from sqlalchemy.exc import ProgrammingError
 
 from domain.errors import ConfigError, SchemaMismatch
 from domain.privacy import MASTER_KEYS_STREAM, decide_rewrap
-from infra.db.engine import database_errors
 from infra.projector.inline import apply_inline
 from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.subject_keys import MASTER_KEY_VARIABLE, SAMPLE_UNDER_MASTER, MasterKeys
@@ -110,7 +109,7 @@ def pending(engine: Engine, master: MasterKeys, *, check: bool = False) -> dict[
     With ``check``, first a ``ConfigError`` unless ``master`` holds every id in
     use, each able to unwrap a key it wrapped: what a run needs to succeed.
     """
-    with database_errors(), engine.connect() as connection:
+    with engine.connect() as connection:
         olds = _pending(connection, master)
         if check:
             _check(connection, master, olds)
@@ -155,7 +154,7 @@ def rewrap(
     after = ""
     while True:
         try:
-            with _may_update(), database_errors(), engine.begin() as connection:
+            with _may_update(), engine.begin() as connection:
                 moved, after = _rewrap_batch(connection, master, after, batch_size, now, metadata)
         except ConfigError as error:  # a row altered, or added under a bad key, since the check
             raise ConfigError(f"{error.message}; that batch was rolled back, and the keys re-wrapped before it "

@@ -26,7 +26,6 @@ from domain.log import RecordedEvent
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.tokens import TokenKeys
 from infra.clock import Clock, SystemClock
-from infra.db.engine import database_errors
 from infra.projector.inline import apply_inline
 from infra.eventlog.postgres import PostgresEventStore
 
@@ -128,7 +127,7 @@ def decide_on_stream(
     """
     for attempt in range(CONFLICT_RETRIES):
         try:
-            with database_errors(), ctx.engine.begin() as connection:
+            with ctx.engine.begin() as connection:
                 if idempotency_lock is not None:
                     idempotency_lock.take(connection)
                 history = PostgresEventStore(connection).load(stream_id)
@@ -148,5 +147,5 @@ def load_state(
     """The folded state of one stream, on ``connection`` or a fresh one."""
     if connection is not None:
         return fold(recorded.event for recorded in PostgresEventStore(connection).load(stream_id))
-    with database_errors(), ctx.engine.connect() as fresh:
+    with ctx.engine.connect() as fresh:
         return fold(recorded.event for recorded in PostgresEventStore(fresh).load(stream_id))

@@ -6,8 +6,7 @@ import time
 
 import pytest
 from sqlalchemy import Engine, text
-from sqlalchemy.exc import OperationalError
-
+from domain.errors import DatabaseUnavailable
 from infra.db.engine import PING_WHEN_IDLE_SECONDS, Database
 
 
@@ -44,7 +43,7 @@ def test_a_connection_used_a_moment_ago_is_not_pinged_and_a_kill_in_that_moment_
         first = backend_pid(engine)
         terminate(admin_engine, first)
 
-        with pytest.raises(OperationalError):
+        with pytest.raises(DatabaseUnavailable):
             backend_pid(engine)  # within the window: no ping, the dead connection is used once
 
         assert backend_pid(engine) != first, "the pool replaced it after the failure"

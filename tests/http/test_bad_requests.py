@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 from attrs import evolve
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine
 
+from infra.db.engine import Database
 from infra.services import reset as reset_service
 from infra.services.clients import create_client, revoke_client
 from infra.logs import FIELDS
@@ -129,7 +130,7 @@ class TestProtocol:
 async def test_an_unreachable_database_is_503_without_its_address(
     api_key: str, ctx: ServiceContext, caplog: pytest.LogCaptureFixture
 ) -> None:
-    dead = create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none", connect_args={"connect_timeout": 1})
+    dead = Database("postgresql+psycopg://nobody@127.0.0.1:1/none").engine()  # translates as the real one does
     async with asgi_client(evolve(ctx, engine=dead), api_key) as api:
         response = await api.post("/v1/password-resets", json=ADA, headers=CREATE)
         ready = await api.get("/readyz")
