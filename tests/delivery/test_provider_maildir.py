@@ -136,3 +136,10 @@ def test_a_subject_with_a_line_break_is_refused_without_quoting_the_email(tmp_pa
     assert "mallory" not in str(failure.value)
     assert TOKEN not in str(failure.value)
     assert delivered(tmp_path / "mail") == {}
+
+
+def test_a_sender_with_a_display_name_writes_the_bare_address_as_return_path(tmp_path: Path) -> None:
+    MaildirMailer(tmp_path / "mail", "authledger <no-reply@authledger.localhost>").send(an_email())
+
+    [message] = delivered(tmp_path / "mail").values()
+    assert message["Return-Path"] == "<no-reply@authledger.localhost>"

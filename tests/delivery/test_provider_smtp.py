@@ -282,3 +282,17 @@ def test_a_malformed_url_is_a_config_error_that_does_not_echo_the_password(url: 
 
     assert PASSWORD not in str(failure.value)
     assert failure.value.__cause__ is None
+
+
+def test_a_sender_with_a_display_name_goes_out_as_a_bare_envelope_address(relay: Relay) -> None:
+    SmtpMailer("127.0.0.1", relay.port, sender="authledger <no-reply@authledger.localhost>", security="none",
+               timeout=2.0, local_hostname="worker.test").send(an_email())
+
+    [envelope] = relay.envelopes
+    assert envelope.mail_from == "no-reply@authledger.localhost"
+
+
+@pytest.mark.parametrize("sender", ["nobody", "a@example.com, b@example.com"])
+def test_a_sender_that_is_not_one_address_is_refused_at_start(sender: str) -> None:
+    with pytest.raises(ConfigError, match="exactly one email address"):
+        SmtpMailer("127.0.0.1", 25, sender=sender, security="none")

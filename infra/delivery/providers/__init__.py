@@ -17,12 +17,13 @@ and an HTTP JSON API (and the fakes in tests) are interchangeable:
 
 from __future__ import annotations
 
+from email.headerregistry import HeaderRegistry
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
 from attrs import field, frozen
 
-from domain.errors import AuthledgerError
+from domain.errors import AuthledgerError, ConfigError
 
 __all__ = [
     "Mailer",
@@ -32,6 +33,7 @@ __all__ = [
     "ProviderReceipt",
     "RetryableSendError",
     "SendFailed",
+    "envelope_address",
     "message_id_header",
 ]
 
@@ -84,6 +86,21 @@ class Mailer(Protocol):
         otherwise, never a driver exception.
         """
         ...
+
+
+_HEADERS = HeaderRegistry()
+
+
+def envelope_address(sender: str) -> str:
+    """The bare address of a configured sender, for SMTP's MAIL FROM and Maildir's Return-Path.
+
+    ``AUTHLEDGER_SENDER`` may carry a display name (``authledger <no-reply@...>``),
+    which belongs in the From header only: an envelope address is an addr-spec.
+    """
+    addresses = _HEADERS("From", sender).addresses
+    if len(addresses) != 1 or not addresses[0].domain:
+        raise ConfigError(f"sender {sender!r} must hold exactly one email address")
+    return addresses[0].addr_spec
 
 
 def message_id_header(message_id: UUID) -> str:

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from uuid import uuid4
 
-from infra.delivery.providers import OutboundEmail, ProviderReceipt, RetryableSendError
+from infra.delivery.providers import OutboundEmail, ProviderReceipt, RetryableSendError, envelope_address
 from infra.delivery.providers.mime import render_mime
 
 # Not a Maildir++ folder (those start with a dot), so mail readers and
@@ -51,7 +51,7 @@ class MaildirMailer:
 
     def __init__(self, path: Path, sender: str) -> None:
         self.path = Path(path)
-        self.sender = sender
+        self.sender = envelope_address(sender)
         # Creates path/{cur,new,tmp} (mode 0700) if they are missing.
         mailbox.Maildir(self.path, create=True)
         self._delivered = self.path / _DELIVERED_DIR

@@ -22,6 +22,7 @@ from infra.delivery.providers import (
     ProviderReceipt,
     RetryableSendError,
     SendFailed,
+    envelope_address,
     message_id_header,
 )
 from infra.delivery.providers.mime import render_mime
@@ -89,7 +90,7 @@ class SmtpMailer:
             raise ConfigError("SMTP timeout must be positive")
         self.host = host
         self.port = port
-        self.sender = sender
+        self.sender = envelope_address(sender)
         self.security = security
         self.timeout_seconds = float(timeout)
         self._credentials = None if username is None else (username, password or "")
