@@ -2,7 +2,8 @@
 
 Each setting is declared once, as a field of ``Settings`` that carries its
 environment variable, parser, doc line and the policy field it feeds;
-reading, ``config show`` and the policies all come from that declaration.
+reading, ``config show``, the policies and README's settings table all come
+from that declaration.
 
 Every bad value is reported, one line each, before anything starts: a
 service that runs with half its configuration is worse than one that
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import sys
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -296,3 +298,30 @@ def policy(settings: Settings, kind: type[Policy]) -> Policy:
             target, value = setting.feeds[1], getattr(settings, setting.name)
             arguments[target] = timedelta(seconds=value) if types[target] is timedelta else value
     return kind(**arguments)
+
+
+TABLE_START, TABLE_END = "<!-- settings:start -->", "<!-- settings:end -->"
+
+
+def settings_table() -> str:
+    """README's settings table: variable, default and meaning of every setting."""
+    rows = ["| Variable | Default | Meaning |", "| --- | --- | --- |"]
+    for setting in SETTINGS:
+        default = "(unset)" if setting.default is None else f"`{setting.default}`"
+        rows.append(f"| `{setting.variable}` | {default} | {setting.doc} |")
+    return "\n".join(rows)
+
+
+def with_settings_table(readme: str) -> str:
+    """``readme`` with the text between the settings markers replaced by a fresh table."""
+    before, start, rest = readme.partition(TABLE_START)
+    _, end, after = rest.partition(TABLE_END)
+    if not (start and end):
+        raise ValueError(f"README has no {TABLE_START} ... {TABLE_END} section")
+    return f"{before}{start}\n{settings_table()}\n{end}{after}"
+
+
+if __name__ == "__main__":
+    # python -m infra.config README.md: regenerate the settings table in place.
+    readme = Path(sys.argv[1])
+    readme.write_text(with_settings_table(readme.read_text()))

@@ -1,10 +1,11 @@
 """Settings from the environment: declared once, parsed, checked one line per bad value, shown by
-`config show` and fed to the policies."""
+`config show`, fed to the policies and listed in README."""
 
 from __future__ import annotations
 
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
@@ -13,7 +14,9 @@ from cli import cli
 from domain.delivery import DeliveryPolicy
 from domain.policy import OtpPolicy, ResetPolicy
 from infra.bootstrap import App
-from infra.config import SETTINGS, Settings, load_settings, policy
+from infra.config import SETTINGS, Settings, load_settings, policy, with_settings_table
+
+README = Path(__file__).parents[2] / "README.md"
 
 ACCOUNT_LOCK_DEFAULTS = {
     "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES": 100,
@@ -146,3 +149,10 @@ def test_each_policy_setting_reaches_its_policy_field() -> None:
         lease=timedelta(seconds=90), margin=timedelta(seconds=7), max_attempts=2
     )
 
+
+def test_readme_lists_every_setting_as_declared() -> None:
+    readme = README.read_text()
+
+    assert readme == with_settings_table(readme), (
+        "README's settings table is out of date: run `python -m infra.config README.md`"
+    )
