@@ -100,16 +100,6 @@ def _key_list(raw: str, wrong_size: Callable[[bytes], str | None]) -> dict[str, 
     return keys
 
 
-def _token_keys(raw: str) -> str:
-    parse_token_keys(raw)
-    return raw
-
-
-def _master_keys(raw: str) -> str:
-    parse_master_keys(raw)
-    return raw
-
-
 def parse_signing_key(raw: str) -> bytes:
     """The raw 32-byte Ed25519 private key (seed) from base64; the message never repeats the value."""
     try:
@@ -121,9 +111,13 @@ def parse_signing_key(raw: str) -> bytes:
     return key
 
 
-def _signing_key(raw: str) -> str:
-    parse_signing_key(raw)
-    return raw
+def _checked_text(parse: Callable[[str], object]) -> Callable[[str], str]:
+    # Keys are checked at start but kept as text: each is parsed where it is used.
+    def check(raw: str) -> str:
+        parse(raw)
+        return raw
+
+    return check
 
 
 @frozen
@@ -172,7 +166,7 @@ class Settings:
         doc="From address of every email.")
     reset_url: str = _setting("AUTHLEDGER_RESET_URL", "http://localhost:8000/reset", _http_url,
         doc="Page that reset links open, with `?token=` added.")
-    token_keys: str | None = _setting("AUTHLEDGER_TOKEN_KEYS", None, _token_keys, secret=True,
+    token_keys: str | None = _setting("AUTHLEDGER_TOKEN_KEYS", None, _checked_text(parse_token_keys), secret=True,
         doc="`id:base64key,...` newest first, each at least 32 bytes: derive tokens and codes.")
     # DESIGN: a reset link never lives past 24 h.
     reset_ttl: int = _setting("AUTHLEDGER_RESET_TTL", 30 * 60, _whole(1, 24 * 3600), feeds=(ResetPolicy, "ttl"),
@@ -211,9 +205,9 @@ class Settings:
         doc="Longest an idle worker or catch-up runner waits without a notification.")
     log_format: str = _setting("AUTHLEDGER_LOG_FORMAT", "auto", _choice(LOG_FORMATS),
         doc="Log lines as json, text, or auto (JSON when stderr is not a terminal).")
-    master_key: str | None = _setting("AUTHLEDGER_MASTER_KEY", None, _master_keys, secret=True,
+    master_key: str | None = _setting("AUTHLEDGER_MASTER_KEY", None, _checked_text(parse_master_keys), secret=True,
         doc="`id:base64key,...` newest first, 32 bytes each: wrap the per-user data keys; required with DATABASE_URL.")
-    signing_key: str | None = _setting("AUTHLEDGER_SIGNING_KEY", None, _signing_key, secret=True,
+    signing_key: str | None = _setting("AUTHLEDGER_SIGNING_KEY", None, _checked_text(parse_signing_key), secret=True,
         doc="Base64 Ed25519 private key that signs audit digests.")
     signing_key_file: Path | None = _setting("AUTHLEDGER_SIGNING_KEY_FILE", None, Path,
         doc="File holding the audit signing key, instead of the variable.")
