@@ -10,14 +10,12 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from datetime import timedelta
-
 from sqlalchemy import Engine
 
 from domain.delivery import DeliveryPolicy
 from domain.policy import OtpPolicy, ResetPolicy
 from infra.clock import SystemClock
-from infra.config import Settings, load_settings
+from infra.config import Settings, load_settings, policy
 from infra.db.engine import Database
 from infra.keys import load_master_keys, load_token_keys
 from infra.delivery.providers import Mailer
@@ -79,21 +77,9 @@ class App:
             engine=self.engine,
             clock=self.clock,
             keys=load_token_keys(s),
-            reset_policy=ResetPolicy(
-                ttl=timedelta(seconds=s.reset_ttl), cooldown=timedelta(seconds=s.reset_cooldown),
-                hourly_limit=s.reset_hourly_limit,
-            ),
-            otp_policy=OtpPolicy(
-                ttl=timedelta(seconds=s.otp_ttl), cooldown=timedelta(seconds=s.otp_cooldown),
-                hourly_limit=s.otp_hourly_limit, max_attempts=s.otp_max_attempts, digits=s.otp_digits,
-                account_lock_threshold=s.otp_account_lock_failures,
-                account_lock_base=timedelta(seconds=s.otp_account_lock_seconds),
-                account_lock_max=timedelta(seconds=s.otp_account_lock_max_seconds),
-            ),
-            delivery_policy=DeliveryPolicy(
-                lease=timedelta(seconds=s.lease_seconds), margin=timedelta(seconds=s.lease_margin_seconds),
-                max_attempts=s.max_attempts,
-            ),
+            reset_policy=policy(s, ResetPolicy),
+            otp_policy=policy(s, OtpPolicy),
+            delivery_policy=policy(s, DeliveryPolicy),
             reset_url=s.reset_url,
         )
 

@@ -1,5 +1,10 @@
 """Configuration from the environment (and CLI options), validated at start.
 
+Each setting is declared once, as a field of ``Settings`` that carries its
+environment variable, parser, doc line and the policy field it feeds;
+reading, ``config show``, the policies and README's settings table all come
+from that declaration.
+
 Every bad value is reported, one line each, before anything starts: a
 service that runs with half its configuration is worse than one that
 refuses to run.
@@ -9,91 +14,21 @@ from __future__ import annotations
 
 import base64
 import binascii
+import sys
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, get_type_hints
 from urllib.parse import urlsplit
 
-from attrs import asdict, field, frozen
+from attrs import field, fields, frozen
 
+from domain.delivery import DeliveryPolicy
 from domain.errors import ConfigError
+from domain.policy import OtpPolicy, ResetPolicy
 
 PROVIDERS = ("maildir", "smtp", "http")
 LOG_FORMATS = ("auto", "json", "text")
-
-
-@frozen
-class Settings:
-    data_dir: Path = Path(".authledger")
-    database_url: str | None = field(default=None, repr=False)
-    provider: str = "maildir"
-    maildir: Path | None = None
-    smtp_url: str | None = field(default=None, repr=False)
-    http_provider_url: str | None = None
-    http_provider_key: str | None = field(default=None, repr=False)
-    sender: str = "authledger <no-reply@authledger.localhost>"
-    reset_url: str = "http://localhost:8000/reset"
-    token_keys: str | None = field(default=None, repr=False)
-    reset_ttl: int = 30 * 60
-    reset_cooldown: int = 60
-    reset_hourly_limit: int = 5
-    otp_ttl: int = 10 * 60
-    otp_cooldown: int = 60
-    otp_hourly_limit: int = 5
-    otp_digits: int = 6
-    otp_max_attempts: int = 5
-    otp_account_lock_failures: int = 100
-    otp_account_lock_seconds: int = 15 * 60
-    otp_account_lock_max_seconds: int = 24 * 3600
-    lease_seconds: int = 45
-    lease_margin_seconds: int = 5
-    provider_timeout: int = 10
-    max_attempts: int = 5
-    poll_seconds: float = 5.0
-    log_format: str = "auto"
-    master_key: str | None = field(default=None, repr=False)
-    signing_key: str | None = field(default=None, repr=False)
-    signing_key_file: Path | None = None
-
-    @property
-    def maildir_path(self) -> Path:
-        return self.maildir or self.data_dir / "maildir"
-
-
-# setting name -> environment variable
-ENVIRONMENT = {
-    "data_dir": "AUTHLEDGER_DATA_DIR",
-    "database_url": "DATABASE_URL",
-    "provider": "AUTHLEDGER_PROVIDER",
-    "maildir": "AUTHLEDGER_MAILDIR",
-    "smtp_url": "AUTHLEDGER_SMTP_URL",
-    "http_provider_url": "AUTHLEDGER_HTTP_PROVIDER_URL",
-    "http_provider_key": "AUTHLEDGER_HTTP_PROVIDER_KEY",
-    "sender": "AUTHLEDGER_SENDER",
-    "reset_url": "AUTHLEDGER_RESET_URL",
-    "token_keys": "AUTHLEDGER_TOKEN_KEYS",
-    "reset_ttl": "AUTHLEDGER_RESET_TTL",
-    "reset_cooldown": "AUTHLEDGER_RESET_COOLDOWN",
-    "reset_hourly_limit": "AUTHLEDGER_RESET_HOURLY_LIMIT",
-    "otp_ttl": "AUTHLEDGER_OTP_TTL",
-    "otp_cooldown": "AUTHLEDGER_OTP_COOLDOWN",
-    "otp_hourly_limit": "AUTHLEDGER_OTP_HOURLY_LIMIT",
-    "otp_digits": "AUTHLEDGER_OTP_DIGITS",
-    "otp_max_attempts": "AUTHLEDGER_OTP_MAX_ATTEMPTS",
-    "otp_account_lock_failures": "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES",
-    "otp_account_lock_seconds": "AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS",
-    "otp_account_lock_max_seconds": "AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS",
-    "lease_seconds": "AUTHLEDGER_LEASE_SECONDS",
-    "lease_margin_seconds": "AUTHLEDGER_LEASE_MARGIN",
-    "provider_timeout": "AUTHLEDGER_PROVIDER_TIMEOUT",
-    "max_attempts": "AUTHLEDGER_MAX_ATTEMPTS",
-    "poll_seconds": "AUTHLEDGER_POLL_SECONDS",
-    "log_format": "AUTHLEDGER_LOG_FORMAT",
-    "master_key": "AUTHLEDGER_MASTER_KEY",
-    "signing_key": "AUTHLEDGER_SIGNING_KEY",
-    "signing_key_file": "AUTHLEDGER_SIGNING_KEY_FILE",
-}
-SECRETS = {"database_url", "smtp_url", "http_provider_key", "token_keys", "master_key", "signing_key"}
 
 
 def _whole(low: int, high: int) -> Callable[[str], int]:
@@ -165,16 +100,6 @@ def _key_list(raw: str, wrong_size: Callable[[bytes], str | None]) -> dict[str, 
     return keys
 
 
-def _token_keys(raw: str) -> str:
-    parse_token_keys(raw)
-    return raw
-
-
-def _master_keys(raw: str) -> str:
-    parse_master_keys(raw)
-    return raw
-
-
 def parse_signing_key(raw: str) -> bytes:
     """The raw 32-byte Ed25519 private key (seed) from base64; the message never repeats the value."""
     try:
@@ -186,54 +111,130 @@ def parse_signing_key(raw: str) -> bytes:
     return key
 
 
-def _signing_key(raw: str) -> str:
-    parse_signing_key(raw)
-    return raw
+def _checked_text(parse: Callable[[str], object]) -> Callable[[str], str]:
+    # Keys are checked at start but kept as text: each is parsed where it is used.
+    def check(raw: str) -> str:
+        parse(raw)
+        return raw
+
+    return check
 
 
-PARSERS: dict[str, Callable[[str], Any]] = {
-    "data_dir": Path,
-    "maildir": Path,
-    "provider": _choice(PROVIDERS),
-    "http_provider_url": _http_url,
-    "reset_url": _http_url,
-    "token_keys": _token_keys,
-    "master_key": _master_keys,
-    "signing_key": _signing_key,
-    "signing_key_file": Path,
-    "reset_ttl": _whole(1, 24 * 3600),  # DESIGN: a reset link never lives past 24 h
-    "reset_cooldown": _whole(0, 3600),
-    "reset_hourly_limit": _whole(1, 1000),
-    "otp_ttl": _whole(1, 3600),
-    "otp_cooldown": _whole(0, 3600),
-    "otp_hourly_limit": _whole(1, 1000),
-    "otp_digits": _whole(4, 10),
-    "otp_max_attempts": _whole(1, 100),
-    "otp_account_lock_failures": _whole(1, 100_000),
+@frozen
+class Setting:
+    """One setting as declared: where it is read from, how it is checked, what it means."""
+
+    name: str
+    variable: str
+    default: Any
+    parse: Callable[[str], Any]
+    doc: str
+    secret: bool = False
+    # (policy class, field name): the policy field this setting sets; seconds become a timedelta.
+    feeds: tuple[type, str] | None = None
+
+
+def _setting(
+    variable: str, default: Any, parse: Callable[[str], Any] = str, *, doc: str, secret: bool = False,
+    feeds: tuple[type, str] | None = None,
+) -> Any:
+    # Typed Any so that each field keeps the type annotated on it; a secret stays
+    # out of repr() so that no log or traceback prints it.
+    declared = {"variable": variable, "parse": parse, "doc": doc, "secret": secret, "feeds": feeds}
+    return field(default=default, repr=not secret, metadata={"setting": declared})
+
+
+@frozen
+class Settings:
+    """The effective configuration, one typed field per setting."""
+
+    data_dir: Path = _setting("AUTHLEDGER_DATA_DIR", Path(".authledger"), Path,
+        doc="Where the embedded PostgreSQL, the development keys and the default Maildir live.")
+    database_url: str | None = _setting("DATABASE_URL", None, secret=True,
+        doc="PostgreSQL URL; an embedded server in the data directory when unset.")
+    provider: str = _setting("AUTHLEDGER_PROVIDER", "maildir", _choice(PROVIDERS),
+        doc="How mail is sent: maildir, smtp or http.")
+    maildir: Path | None = _setting("AUTHLEDGER_MAILDIR", None, Path,
+        doc="Where the maildir provider delivers; `maildir` in the data directory when unset.")
+    smtp_url: str | None = _setting("AUTHLEDGER_SMTP_URL", None, secret=True,
+        doc="SMTP server, e.g. `smtp+starttls://user:pass@host:587`; required with the smtp provider.")
+    http_provider_url: str | None = _setting("AUTHLEDGER_HTTP_PROVIDER_URL", None, _http_url,
+        doc="Endpoint of the HTTP JSON provider; required with the http provider.")
+    http_provider_key: str | None = _setting("AUTHLEDGER_HTTP_PROVIDER_KEY", None, secret=True,
+        doc="API key sent to the HTTP JSON provider.")
+    sender: str = _setting("AUTHLEDGER_SENDER", "authledger <no-reply@authledger.localhost>",
+        doc="From address of every email.")
+    reset_url: str = _setting("AUTHLEDGER_RESET_URL", "http://localhost:8000/reset", _http_url,
+        doc="Page that reset links open, with `?token=` added.")
+    token_keys: str | None = _setting("AUTHLEDGER_TOKEN_KEYS", None, _checked_text(parse_token_keys), secret=True,
+        doc="`id:base64key,...` newest first, each at least 32 bytes: derive tokens and codes.")
+    # DESIGN: a reset link never lives past 24 h.
+    reset_ttl: int = _setting("AUTHLEDGER_RESET_TTL", 30 * 60, _whole(1, 24 * 3600), feeds=(ResetPolicy, "ttl"),
+        doc="Seconds a reset link stays valid.")
+    reset_cooldown: int = _setting("AUTHLEDGER_RESET_COOLDOWN", 60, _whole(0, 3600), feeds=(ResetPolicy, "cooldown"),
+        doc="Seconds during which the same reset request returns the open one instead of a new link.")
+    reset_hourly_limit: int = _setting("AUTHLEDGER_RESET_HOURLY_LIMIT", 5, _whole(1, 1000),
+        feeds=(ResetPolicy, "hourly_limit"), doc="Reset requests per user per hour.")
+    otp_ttl: int = _setting("AUTHLEDGER_OTP_TTL", 10 * 60, _whole(1, 3600), feeds=(OtpPolicy, "ttl"),
+        doc="Seconds a one-time code stays valid.")
+    otp_cooldown: int = _setting("AUTHLEDGER_OTP_COOLDOWN", 60, _whole(0, 3600), feeds=(OtpPolicy, "cooldown"),
+        doc="Seconds during which the same code request returns the open challenge instead of a new code.")
+    otp_hourly_limit: int = _setting("AUTHLEDGER_OTP_HOURLY_LIMIT", 5, _whole(1, 1000),
+        feeds=(OtpPolicy, "hourly_limit"), doc="Code requests per user per hour.")
+    otp_digits: int = _setting("AUTHLEDGER_OTP_DIGITS", 6, _whole(4, 10), feeds=(OtpPolicy, "digits"),
+        doc="Digits of new one-time codes; challenges already sent keep theirs.")
+    otp_max_attempts: int = _setting("AUTHLEDGER_OTP_MAX_ATTEMPTS", 5, _whole(1, 100),
+        feeds=(OtpPolicy, "max_attempts"), doc="Wrong codes that lock one challenge.")
+    otp_account_lock_failures: int = _setting("AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES", 100, _whole(1, 100_000),
+        feeds=(OtpPolicy, "account_lock_threshold"),
+        doc="Consecutive wrong codes, across challenges, that lock the user's code flow.")
     # Up to 30 days: a lock longer than that is a typo (or an extra zero).
-    "otp_account_lock_seconds": _whole(1, 30 * 24 * 3600),
-    "otp_account_lock_max_seconds": _whole(1, 30 * 24 * 3600),
-    "lease_seconds": _whole(1, 3600),
-    "lease_margin_seconds": _whole(0, 600),
-    "provider_timeout": _whole(1, 600),
-    "max_attempts": _whole(1, 100),
-    "poll_seconds": _seconds,
-    "log_format": _choice(LOG_FORMATS),
-}
+    otp_account_lock_seconds: int = _setting("AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS", 15 * 60, _whole(1, 30 * 24 * 3600),
+        feeds=(OtpPolicy, "account_lock_base"), doc="Seconds of the first account lock; each next one doubles.")
+    otp_account_lock_max_seconds: int = _setting("AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS", 24 * 3600,
+        _whole(1, 30 * 24 * 3600), feeds=(OtpPolicy, "account_lock_max"), doc="Longest account lock, in seconds.")
+    lease_seconds: int = _setting("AUTHLEDGER_LEASE_SECONDS", 45, _whole(1, 3600), feeds=(DeliveryPolicy, "lease"),
+        doc="Seconds a worker holds a message; must exceed the provider timeout plus the margin.")
+    lease_margin_seconds: int = _setting("AUTHLEDGER_LEASE_MARGIN", 5, _whole(0, 600), feeds=(DeliveryPolicy, "margin"),
+        doc="Seconds of lease a worker needs left to start a provider call.")
+    provider_timeout: int = _setting("AUTHLEDGER_PROVIDER_TIMEOUT", 10, _whole(1, 600),
+        doc="Seconds allowed for one provider call.")
+    max_attempts: int = _setting("AUTHLEDGER_MAX_ATTEMPTS", 5, _whole(1, 100), feeds=(DeliveryPolicy, "max_attempts"),
+        doc="Send attempts before a message is abandoned.")
+    poll_seconds: float = _setting("AUTHLEDGER_POLL_SECONDS", 5.0, _seconds,
+        doc="Longest an idle worker or catch-up runner waits without a notification.")
+    log_format: str = _setting("AUTHLEDGER_LOG_FORMAT", "auto", _choice(LOG_FORMATS),
+        doc="Log lines as json, text, or auto (JSON when stderr is not a terminal).")
+    master_key: str | None = _setting("AUTHLEDGER_MASTER_KEY", None, _checked_text(parse_master_keys), secret=True,
+        doc="`id:base64key,...` newest first, 32 bytes each: wrap the per-user data keys; required with DATABASE_URL.")
+    signing_key: str | None = _setting("AUTHLEDGER_SIGNING_KEY", None, _checked_text(parse_signing_key), secret=True,
+        doc="Base64 Ed25519 private key that signs audit digests.")
+    signing_key_file: Path | None = _setting("AUTHLEDGER_SIGNING_KEY_FILE", None, Path,
+        doc="File holding the audit signing key, instead of the variable.")
+
+    @property
+    def maildir_path(self) -> Path:
+        return self.maildir or self.data_dir / "maildir"
+
+
+SETTINGS: tuple[Setting, ...] = tuple(
+    Setting(name=f.name, default=f.default, **f.metadata["setting"]) for f in fields(Settings)
+)
+_VARIABLE = {setting.name: setting.variable for setting in SETTINGS}
 
 
 def load_settings(environ: Mapping[str, str], overrides: Mapping[str, Any] | None = None) -> Settings:
     """Settings from environment variables, then CLI options; every bad value reported at once."""
+    given = {s.name: environ[s.variable] for s in SETTINGS if environ.get(s.variable, "") != ""}
+    given.update({name: value for name, value in (overrides or {}).items() if value is not None})
     values: dict[str, Any] = {}
     problems: list[str] = []
-    given = {name: environ[var] for name, var in ENVIRONMENT.items() if environ.get(var, "") != ""}
-    given.update({name: value for name, value in (overrides or {}).items() if value is not None})
-    for name, raw in given.items():
-        parse = PARSERS.get(name, str)
+    for setting in (s for s in SETTINGS if s.name in given):
+        raw = given[setting.name]
         try:
-            values[name] = parse(raw) if isinstance(raw, str) else raw
+            values[setting.name] = setting.parse(raw) if isinstance(raw, str) else raw
         except ValueError as error:
-            problems.append(f"{ENVIRONMENT[name]} {error}")
+            problems.append(f"{setting.variable} {error}")
     settings = Settings(**values) if not problems else None
     if settings is not None:
         problems += _cross_checks(settings)
@@ -244,24 +245,25 @@ def load_settings(environ: Mapping[str, str], overrides: Mapping[str, Any] | Non
 
 
 def _cross_checks(settings: Settings) -> list[str]:
+    var = _VARIABLE
     problems = []
     if settings.provider == "smtp" and not settings.smtp_url:
-        problems.append("AUTHLEDGER_SMTP_URL is required when AUTHLEDGER_PROVIDER=smtp")
+        problems.append(f"{var['smtp_url']} is required when {var['provider']}=smtp")
     if settings.provider == "http" and not settings.http_provider_url:
-        problems.append("AUTHLEDGER_HTTP_PROVIDER_URL is required when AUTHLEDGER_PROVIDER=http")
+        problems.append(f"{var['http_provider_url']} is required when {var['provider']}=http")
     if settings.otp_account_lock_max_seconds < settings.otp_account_lock_seconds:
         problems.append(
-            f"AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS ({settings.otp_account_lock_max_seconds}) must not be shorter "
-            f"than AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS ({settings.otp_account_lock_seconds})"
+            f"{var['otp_account_lock_max_seconds']} ({settings.otp_account_lock_max_seconds}) must not be shorter "
+            f"than {var['otp_account_lock_seconds']} ({settings.otp_account_lock_seconds})"
         )
     if settings.signing_key and settings.signing_key_file:
-        problems.append("set AUTHLEDGER_SIGNING_KEY or AUTHLEDGER_SIGNING_KEY_FILE, not both")
+        problems.append(f"set {var['signing_key']} or {var['signing_key_file']}, not both")
     # A lease shorter than one provider call plus the margin would let a second
     # worker claim a message while the first is still sending it.
     if settings.lease_seconds <= settings.provider_timeout + settings.lease_margin_seconds:
         problems.append(
-            f"AUTHLEDGER_LEASE_SECONDS ({settings.lease_seconds}) must exceed AUTHLEDGER_PROVIDER_TIMEOUT "
-            f"({settings.provider_timeout}) plus AUTHLEDGER_LEASE_MARGIN ({settings.lease_margin_seconds})"
+            f"{var['lease_seconds']} ({settings.lease_seconds}) must exceed {var['provider_timeout']} "
+            f"({settings.provider_timeout}) plus {var['lease_margin_seconds']} ({settings.lease_margin_seconds})"
         )
     return problems
 
@@ -269,9 +271,51 @@ def _cross_checks(settings: Settings) -> list[str]:
 def masked(settings: Settings) -> dict[str, Any]:
     """The effective configuration for display, secrets replaced by ``***``."""
     shown = {}
-    for name, value in asdict(settings).items():
-        if name in SECRETS and value:
+    for setting in SETTINGS:
+        value = getattr(settings, setting.name)
+        if setting.secret and value:
             value = "***"
-        shown[ENVIRONMENT[name]] = str(value) if isinstance(value, Path) else value
-    shown["AUTHLEDGER_MAILDIR"] = str(settings.maildir_path)
+        shown[setting.variable] = str(value) if isinstance(value, Path) else value
+    shown[_VARIABLE["maildir"]] = str(settings.maildir_path)
     return shown
+
+
+Policy = TypeVar("Policy")
+
+
+def policy(settings: Settings, kind: type[Policy]) -> Policy:
+    """The ``kind`` policy (ResetPolicy, OtpPolicy, DeliveryPolicy) from the settings declared to feed it."""
+    types = get_type_hints(kind)
+    arguments: dict[str, Any] = {}
+    for setting in SETTINGS:
+        if setting.feeds is not None and setting.feeds[0] is kind:
+            target, value = setting.feeds[1], getattr(settings, setting.name)
+            arguments[target] = timedelta(seconds=value) if types[target] is timedelta else value
+    return kind(**arguments)
+
+
+TABLE_START, TABLE_END = "<!-- settings:start -->", "<!-- settings:end -->"
+
+
+def settings_table() -> str:
+    """README's settings table: variable, default and meaning of every setting."""
+    rows = ["| Variable | Default | Meaning |", "| --- | --- | --- |"]
+    for setting in SETTINGS:
+        default = "(unset)" if setting.default is None else f"`{setting.default}`"
+        rows.append(f"| `{setting.variable}` | {default} | {setting.doc} |")
+    return "\n".join(rows)
+
+
+def with_settings_table(readme: str) -> str:
+    """``readme`` with the text between the settings markers replaced by a fresh table."""
+    before, start, rest = readme.partition(TABLE_START)
+    _, end, after = rest.partition(TABLE_END)
+    if not (start and end):
+        raise ValueError(f"README has no {TABLE_START} ... {TABLE_END} section")
+    return f"{before}{start}\n{settings_table()}\n{end}{after}"
+
+
+if __name__ == "__main__":
+    # python -m infra.config README.md: regenerate the settings table in place.
+    readme = Path(sys.argv[1])
+    readme.write_text(with_settings_table(readme.read_text()))

@@ -1,16 +1,22 @@
-"""Settings from the environment: parsed, checked one line per bad value, shown by `config show`."""
+"""Settings from the environment: declared once, parsed, checked one line per bad value, shown by
+`config show`, fed to the policies and listed in README."""
 
 from __future__ import annotations
 
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 
 from cli import cli
+from domain.delivery import DeliveryPolicy
+from domain.policy import OtpPolicy, ResetPolicy
 from infra.bootstrap import App
-from infra.config import load_settings
+from infra.config import SETTINGS, Settings, load_settings, policy, with_settings_table
+
+README = Path(__file__).parents[2] / "README.md"
 
 ACCOUNT_LOCK_DEFAULTS = {
     "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES": 100,
@@ -107,4 +113,46 @@ def test_an_account_lock_cap_below_its_base_is_refused() -> None:
     assert result.output == (
         "Error: invalid configuration:\n  AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS (600) must not be shorter "
         "than AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS (3600)\n"
+    )
+
+
+def test_config_show_lists_every_declared_setting_in_declaration_order() -> None:
+    result = config_show({}, "--json")
+
+    assert result.exit_code == 0, result.output
+    assert list(json.loads(result.output)) == [setting.variable for setting in SETTINGS]
+
+
+def test_the_default_settings_give_the_default_policies() -> None:
+    settings = Settings()
+
+    assert policy(settings, ResetPolicy) == ResetPolicy()
+    assert policy(settings, OtpPolicy) == OtpPolicy()
+    assert policy(settings, DeliveryPolicy) == DeliveryPolicy()
+
+
+def test_each_policy_setting_reaches_its_policy_field() -> None:
+    settings = load_settings({
+        "AUTHLEDGER_RESET_TTL": "600", "AUTHLEDGER_RESET_COOLDOWN": "0", "AUTHLEDGER_RESET_HOURLY_LIMIT": "9",
+        "AUTHLEDGER_OTP_TTL": "120", "AUTHLEDGER_OTP_COOLDOWN": "30", "AUTHLEDGER_OTP_HOURLY_LIMIT": "4",
+        "AUTHLEDGER_OTP_DIGITS": "8", "AUTHLEDGER_OTP_MAX_ATTEMPTS": "3",
+        "AUTHLEDGER_LEASE_SECONDS": "90", "AUTHLEDGER_LEASE_MARGIN": "7", "AUTHLEDGER_MAX_ATTEMPTS": "2",
+    })  # fmt: skip
+
+    assert policy(settings, ResetPolicy) == ResetPolicy(
+        ttl=timedelta(minutes=10), cooldown=timedelta(0), hourly_limit=9
+    )
+    assert policy(settings, OtpPolicy) == OtpPolicy(
+        ttl=timedelta(minutes=2), cooldown=timedelta(seconds=30), hourly_limit=4, digits=8, max_attempts=3
+    )
+    assert policy(settings, DeliveryPolicy) == DeliveryPolicy(
+        lease=timedelta(seconds=90), margin=timedelta(seconds=7), max_attempts=2
+    )
+
+
+def test_readme_lists_every_setting_as_declared() -> None:
+    readme = README.read_text()
+
+    assert readme == with_settings_table(readme), (
+        "README's settings table is out of date: run `python -m infra.config README.md`"
     )
