@@ -1,4 +1,4 @@
-"""Delivery rules of one email: leases, retries with backoff, the attempt limit.
+"""Delivery rules of one email: leases, and retries with backoff for as long as the email is useful.
 
 Pure: the worker passes in the time, the new lease token and a jitter value,
 and appends what these functions return.
@@ -20,9 +20,15 @@ class DeliveryPolicy:
     # Never start a provider call with less than this much lease left: the
     # call could outlive the lease and race the worker that claims next.
     margin: timedelta = timedelta(seconds=5)
-    max_attempts: int = 5
+    # An optional hard cap. Without one, a transient failure is retried until
+    # the link or code expires: an outage longer than five quick attempts must
+    # not lose mail that is still wanted.
+    max_attempts: int | None = None
     backoff_base: timedelta = timedelta(seconds=2)
-    backoff_cap: timedelta = timedelta(minutes=10)
+    backoff_cap: timedelta = timedelta(seconds=60)
+    # A "password changed" notice has no link to expire; it is still worth
+    # sending this long after the change.
+    notice_useful_for: timedelta = timedelta(hours=24)
 
 
 @frozen
@@ -81,12 +87,20 @@ def failure_events(
     now: datetime,
     jitter: float,
     policy: DeliveryPolicy,
+    useful_until: datetime | None = None,
 ) -> list[object]:
-    """What a failed attempt records: a retry later, a permanent failure, or abandonment."""
-    if retryable and attempt >= policy.max_attempts:
+    """What a failed attempt records: a retry later, a permanent failure, or abandonment.
+
+    A retry is never scheduled past ``useful_until`` (when the link or code
+    expires): the message falls due then, and the fresh read before its next
+    send skips it as expired.
+    """
+    if retryable and policy.max_attempts is not None and attempt >= policy.max_attempts:
         return [
             SendAttemptFailed(message_id, lease_token, attempt, now, error, retryable, None, outcome_unknown),
             DeliveryAbandoned(message_id, abandoned_at=now, attempts=attempt, last_error=error, lease_token=lease_token),
         ]
     retry_at = now + backoff(attempt, jitter=jitter, policy=policy) if retryable else None
+    if retry_at is not None and useful_until is not None:
+        retry_at = max(min(retry_at, useful_until), now)
     return [SendAttemptFailed(message_id, lease_token, attempt, now, error, retryable, retry_at, outcome_unknown)]

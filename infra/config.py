@@ -199,8 +199,11 @@ class Settings:
         doc="Seconds of lease a worker needs left to start a provider call.")
     provider_timeout: int = _setting("AUTHLEDGER_PROVIDER_TIMEOUT", 10, _whole(1, 600),
         doc="Seconds allowed for one provider call.")
-    max_attempts: int = _setting("AUTHLEDGER_MAX_ATTEMPTS", 5, _whole(1, 100), feeds=(DeliveryPolicy, "max_attempts"),
-        doc="Send attempts before a message is abandoned.")
+    max_attempts: int | None = _setting("AUTHLEDGER_MAX_ATTEMPTS", None, _whole(1, 1000),
+        feeds=(DeliveryPolicy, "max_attempts"),
+        doc="Optional hard cap on send attempts; unset, a message is retried until its link or code expires.")
+    retry_backoff_cap: int = _setting("AUTHLEDGER_RETRY_BACKOFF_CAP", 60, _whole(1, 3600),
+        feeds=(DeliveryPolicy, "backoff_cap"), doc="Longest wait, in seconds, between two attempts of one message.")
     poll_seconds: float = _setting("AUTHLEDGER_POLL_SECONDS", 5.0, _seconds,
         doc="Longest an idle worker or catch-up runner waits without a notification.")
     log_format: str = _setting("AUTHLEDGER_LOG_FORMAT", "auto", _choice(LOG_FORMATS),

@@ -43,6 +43,7 @@ class Prepared:
     email: OutboundEmail | None
     skip_reason: str | None
     key_id: str | None = None
+    useful_until: datetime | None = None  # when the link or code expires: no retry is worth it after
 
 
 def prepare(ctx: ServiceContext, claim: Claim, *, sender: str, connection: Connection | None = None) -> Prepared:
@@ -58,10 +59,12 @@ def prepare(ctx: ServiceContext, claim: Claim, *, sender: str, connection: Conne
         if row.template == reset.PASSWORD_CHANGED:
             assert request.completed_at is not None
             content, key_id = templates.password_changed(changed_at=request.completed_at), None
+            useful_until = request.completed_at + ctx.delivery_policy.notice_useful_for
         else:
             token = reset.reset_token_for(request, ctx.keys)
             link = f"{ctx.reset_url}?{urlencode({'token': token})}"
             content, key_id = templates.reset_link(link, expires_at=request.expires_at), request.key_id
+            useful_until = request.expires_at
         recipient = request.recipient
     elif row.flow == "otp":
         state = load_state(ctx, otp.otp_stream(row.user_id), otp.fold_otp, connection)
@@ -73,11 +76,11 @@ def prepare(ctx: ServiceContext, claim: Claim, *, sender: str, connection: Conne
             return Prepared(None, "erased")
         code = otp.otp_code_for(challenge, ctx.keys)
         content = templates.otp_code(code, expires_at=challenge.expires_at, purpose=challenge.purpose)
-        recipient, key_id = challenge.recipient, challenge.key_id
+        recipient, key_id, useful_until = challenge.recipient, challenge.key_id, challenge.expires_at
     else:
         return Prepared(None, f"unknown_flow:{row.flow}")
     email = OutboundEmail(row.message_id, sender, recipient, content.subject, content.text, content.html)
-    return Prepared(email, None, key_id)
+    return Prepared(email, None, key_id, useful_until)
 
 
 @frozen
@@ -113,7 +116,7 @@ def attempt(
         events = failure_events(
             row.message_id, lease_token=claim.lease_token, attempt=row.attempt_count, error=error.message,
             retryable=error.retryable, outcome_unknown=error.outcome_unknown, now=ctx.clock.now(),
-            jitter=jitter(), policy=policy,
+            jitter=jitter(), policy=policy, useful_until=prepared.useful_until,
         )
         state = "abandoned" if len(events) > 1 else ("pending" if error.retryable else "failed")
         return Attempt(events, "send_failed", state, error=error.message)

@@ -153,14 +153,38 @@ def test_a_retryable_failure_backs_off_and_the_retry_succeeds(
     assert_projections_match_log(engine)
 
 
-def test_a_message_is_abandoned_after_the_attempt_limit(ctx: ServiceContext, engine: Engine, clock: ManualClock) -> None:
+def test_a_message_is_abandoned_after_the_optional_attempt_limit(
+    ctx: ServiceContext, engine: Engine, clock: ManualClock
+) -> None:
+    ctx = evolve(ctx, delivery_policy=evolve(ctx.delivery_policy, max_attempts=5))
     request = request_reset(ctx, RequestReset("42", "ada@example.test"))
     mailer = RecordingMailer()
     mailer.fail_next = 99
-    for _ in range(ctx.delivery_policy.max_attempts):
+    for _ in range(5):
         drain(ctx, mailer)
         clock.advance(timedelta(minutes=1))  # past any backoff of five attempts, before the link expires
     assert email_event_types(engine, request.message_id)[-1] == "DeliveryAbandoned"
+    assert mailer.emails == []
+    assert_projections_match_log(engine)
+
+
+def test_a_transient_failure_is_retried_until_the_link_expires_then_skipped_as_expired(
+    ctx: ServiceContext, engine: Engine, clock: ManualClock
+) -> None:
+    request = request_reset(ctx, RequestReset("42", "ada@example.test"))
+    expires_at = clock.now() + ctx.reset_policy.ttl
+    mailer = RecordingMailer()
+    mailer.fail_next = 10_000  # the provider is down for longer than the link lives
+    while clock.now() <= expires_at + timedelta(minutes=1):
+        drain(ctx, mailer)
+        clock.advance(timedelta(seconds=61))  # past the longest backoff
+
+    events = stream_events(engine, f"email:{request.message_id}")
+    failures = [e for e in events if type(e).__name__ == "SendAttemptFailed"]
+    assert len(failures) > 5, "an outage longer than five quick attempts does not end the message"
+    assert all(f.retry_at <= expires_at for f in failures), "no retry is scheduled past the link's expiry"
+    assert type(events[-1]).__name__ == "DeliverySkipped" and events[-1].reason == "expired"
+    assert "DeliveryAbandoned" not in email_event_types(engine, request.message_id)
     assert mailer.emails == []
     assert_projections_match_log(engine)
 

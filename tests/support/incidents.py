@@ -88,12 +88,17 @@ def duplicate_emails(ctx: ServiceContext, engine: Engine) -> dict[str, UUID]:
 
 
 def missing_email(ctx: ServiceContext, engine: Engine) -> dict[str, UUID]:
-    """"I never got the email": the provider refused every attempt until the worker gave up."""
+    """"I never got the email": the provider refused every attempt until the worker gave up.
+
+    The deployment sets the optional hard cap, AUTHLEDGER_MAX_ATTEMPTS=5;
+    without it the worker would retry until the link expired.
+    """
     ctx, clock = incident_context(ctx, 0xB00)
+    ctx = evolve(ctx, delivery_policy=evolve(ctx.delivery_policy, max_attempts=5))
     mailer = SmtpMailer()
     mailer.fail_next = 99
     request = request_reset(ctx, RequestReset("7", "bo@example.test"), WEB)
-    for minute in range(1, ctx.delivery_policy.max_attempts + 1):
+    for minute in range(1, 6):
         at(clock, f"10:0{minute}:00")
         deliver_due(ctx, mailer, "w1")
     return {"request": request.request_id, "message": request.message_id}
