@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from commands.output import emit, json_option, parse_instant, rate_progress_bar
-from domain.errors import ProjectionMismatch
+from infra.errors import ProjectionMismatch
 from infra.review import history as review_service
 from infra.bootstrap import App
 from infra.projector.catchup import CatchUpRunner

@@ -16,7 +16,8 @@ import signal
 import warnings
 from pathlib import Path
 
-from domain.errors import ConfigError, DatabaseUnavailable
+from domain.errors import ConfigError
+from infra.errors import DatabaseUnavailable
 
 log = logging.getLogger("authledger.embedded")
 

@@ -18,7 +18,8 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, ProgrammingError
 
-from domain.errors import ConfigError, DatabaseUnavailable, SchemaMismatch
+from domain.errors import ConfigError
+from infra.errors import DatabaseUnavailable, SchemaMismatch
 from infra.db.embedded import start_embedded
 
 APP_ROLE = "authledger_app"

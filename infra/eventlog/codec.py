@@ -22,7 +22,8 @@ from uuid import UUID
 
 import cattrs
 
-from domain.errors import PersonalDataUnreadable, UnknownEventType
+from domain.errors import UnknownEventType
+from infra.errors import PersonalDataUnreadable
 from infra.eventlog.tags import EVENT_TYPES, PERSONAL_FIELDS
 from infra.eventlog.personal_data import FieldContext, Keyring, is_envelope
 
