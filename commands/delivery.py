@@ -7,10 +7,9 @@ from datetime import UTC, datetime, timedelta
 import click
 
 from commands.output import emit, json_option
-from infra.bootstrap import App
+from infra.bootstrap import App, stop_on_sigterm
 from infra.delivery.report import as_rows as as_report_rows
 from infra.delivery.report import delivery_report, render_report, report_as_of
-from infra.db.embedded import stop_on_sigterm
 from infra.logs import configure_logging
 from infra.delivery.status import outbox_status, stuck_messages
 from infra.delivery.worker import Worker

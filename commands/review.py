@@ -9,11 +9,10 @@ from typing import Any
 import click
 
 from commands.output import emit, json_option, parse_instant, rate_progress_bar
-from domain.errors import ProjectionMismatch
+from infra.errors import ProjectionMismatch
 from infra.review import history as review_service
-from infra.bootstrap import App
+from infra.bootstrap import App, stop_on_sigterm
 from infra.projector.catchup import CatchUpRunner
-from infra.db.embedded import stop_on_sigterm
 from infra.eventlog.reader import as_of as log_as_of
 from infra.eventlog.reader import to_position as log_to_position
 from infra.logs import configure_logging

@@ -3,7 +3,9 @@
 Every error a user can see derives from ``AuthledgerError``. Each subclass's
 docstring is its default message, and each is mapped once, here, to an HTTP
 status and a CLI exit code, so the HTTP API and the CLI agree on what went
-wrong without a table of their own.
+wrong without a table of their own. Errors that only infrastructure raises
+(an unreachable database, a broken seal, a busy projection) live in
+``infra/errors.py`` and derive from the same root.
 """
 
 from __future__ import annotations
@@ -31,22 +33,6 @@ class ConfigError(AuthledgerError):
 
     exit_code = 78  # EX_CONFIG
     problem_type = "config-error"
-
-
-class DatabaseUnavailable(AuthledgerError):
-    """The database cannot be reached."""
-
-    http_status = 503
-    exit_code = 69  # EX_UNAVAILABLE
-    problem_type = "database-unavailable"
-
-
-class SchemaMismatch(AuthledgerError):
-    """The database schema is missing or not the version this code expects."""
-
-    http_status = 503
-    exit_code = 69
-    problem_type = "schema-mismatch"
 
 
 class ConcurrencyConflict(AuthledgerError):
@@ -108,26 +94,6 @@ class IdempotencyMismatch(AuthledgerError):
     problem_type = "idempotency-key-mismatch"
 
 
-class RequestInFlight(AuthledgerError):
-    """A request with this idempotency key is still being processed."""
-
-    http_status = 409
-    exit_code = 75
-    problem_type = "idempotency-key-in-flight"
-
-
-class RateLimited(AuthledgerError):
-    """Too many requests; try again later."""
-
-    http_status = 429
-    exit_code = 6
-    problem_type = "rate-limited"
-
-    def __init__(self, message: str | None = None, *, retry_at: datetime) -> None:
-        super().__init__(message)
-        self.retry_at = retry_at
-
-
 class LockedOut(AuthledgerError):
     """Too many failed attempts; this flow is locked."""
 
@@ -138,48 +104,3 @@ class LockedOut(AuthledgerError):
     def __init__(self, message: str | None = None, *, retry_at: datetime | None = None) -> None:
         super().__init__(message)
         self.retry_at = retry_at
-
-
-class Unauthorized(AuthledgerError):
-    """A valid API key is required."""
-
-    http_status = 401
-    exit_code = 7
-    problem_type = "unauthorized"
-
-
-class TamperDetected(AuthledgerError):
-    """The log no longer matches its hash-chain seals or a signed digest."""
-
-    exit_code = 8
-    problem_type = "tamper-detected"
-
-
-class DigestInvalid(AuthledgerError):
-    """The digest or export is corrupt, or its signature does not verify."""
-
-    http_status = 422
-    exit_code = 65  # EX_DATAERR
-    problem_type = "digest-invalid"
-
-
-class ProjectionBusy(AuthledgerError):
-    """Another rebuild or verify of this projection is running."""
-
-    http_status = 409
-    exit_code = 75  # EX_TEMPFAIL: try again when it is done
-    problem_type = "projection-busy"
-
-
-class ProjectionMismatch(AuthledgerError):
-    """A projection differs from a replay of the log."""
-
-    exit_code = 9
-    problem_type = "projection-mismatch"
-
-
-class PersonalDataUnreadable(AuthledgerError):
-    """An encrypted personal field does not decrypt: it was altered, or moved from another event or user."""
-
-    exit_code = 65  # EX_DATAERR
-    problem_type = "personal-data-unreadable"

@@ -7,6 +7,7 @@ database and other adapters passed in.
 from __future__ import annotations
 
 import functools
+import signal
 from collections.abc import Mapping
 from typing import Any
 
@@ -103,3 +104,13 @@ def build_mailer(settings: Settings) -> Mailer:
         return HttpMailer(settings.http_provider_url, api_key=settings.http_provider_key,
                           timeout=settings.provider_timeout)
     return MaildirMailer(settings.maildir_path, sender=settings.sender)
+
+
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into a normal exit for a long-running command, so its
+    ``finally`` blocks and exit hooks run (the embedded server's among them)."""
+
+    def _exit(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)

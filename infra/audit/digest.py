@@ -22,7 +22,8 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from domain.errors import ConfigError, DigestInvalid, InvalidInput
+from domain.errors import ConfigError, InvalidInput
+from infra.errors import DigestInvalid
 from infra.config import Settings, parse_signing_key
 from projections.audit_chain import Seal, canonical_json
 

@@ -25,7 +25,8 @@ from attrs import frozen
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from sqlalchemy import Connection, Engine, text
 
-from domain.errors import DigestInvalid, InvalidInput, NotFound, TamperDetected
+from domain.errors import InvalidInput, NotFound
+from infra.errors import DigestInvalid, TamperDetected
 from infra.audit.verify import finding_dict, now_text, signed_by
 from infra.audit.digest import Digest, check_trust, parse_digest, sign_digest
 from infra.audit.seal import ChainRange, chain_range, check_stretch, seal_at, snapshot

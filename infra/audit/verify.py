@@ -14,7 +14,8 @@ from attrs import evolve, frozen
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine
 
-from domain.errors import NotFound, TamperDetected
+from domain.errors import NotFound
+from infra.errors import TamperDetected
 from infra.audit.digest import Digest, sign_digest
 from infra.audit.seal import (
     Backlog, ChainRange, backlog, chain_head, chain_range, check_stretch, position_range, seal_at, snapshot,

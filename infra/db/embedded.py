@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import warnings
 from pathlib import Path
 
-from domain.errors import ConfigError, DatabaseUnavailable
+from domain.errors import ConfigError
+from infra.errors import DatabaseUnavailable
 
 log = logging.getLogger("authledger.embedded")
 
@@ -86,12 +86,3 @@ def stop_embedded(data_dir: Path) -> None:
     server = PostgresServer._instances.get((data_dir.expanduser().resolve() / "pgdata"))
     if server is not None:
         server._cleanup()
-
-
-def stop_on_sigterm() -> None:
-    """Turn SIGTERM into a normal exit, so the embedded server's exit hooks run."""
-
-    def _exit(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, _exit)

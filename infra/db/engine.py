@@ -15,7 +15,8 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, OperationalError, ProgrammingError
 
-from domain.errors import ConfigError, DatabaseUnavailable, SchemaMismatch
+from domain.errors import ConfigError
+from infra.errors import DatabaseUnavailable, SchemaMismatch
 from infra.db.embedded import start_embedded
 
 APP_ROLE = "authledger_app"

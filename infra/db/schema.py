@@ -7,7 +7,7 @@ from pathlib import Path
 from attrs import frozen
 from sqlalchemy import Connection, Engine, text
 
-from domain.errors import SchemaMismatch
+from infra.errors import SchemaMismatch
 from infra.db.engine import APP_ROLE
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schema.sql"

@@ -15,18 +15,18 @@ the field name it was sealed with. A field whose key was destroyed decodes as
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import cattrs
 
-from domain.errors import PersonalDataUnreadable, UnknownEventType
+from domain.errors import UnknownEventType
+from infra.errors import PersonalDataUnreadable
 from infra.eventlog.tags import EVENT_TYPES, PERSONAL_FIELDS
 from infra.eventlog.personal_data import FieldContext, Keyring, is_envelope
-
-Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+from infra.eventlog.upcasters import UPCASTERS, Upcaster
 
 
 def _make_converter() -> cattrs.Converter:
@@ -114,7 +114,5 @@ def default_codec() -> EventCodec:
     """The codec with every registered event type and upcaster."""
     global _default
     if _default is None:
-        from infra.eventlog.upcasters import UPCASTERS
-
         _default = EventCodec(EVENT_TYPES, UPCASTERS)
     return _default

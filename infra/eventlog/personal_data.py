@@ -26,7 +26,7 @@ from attrs import frozen
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from domain.errors import PersonalDataUnreadable
+from infra.errors import PersonalDataUnreadable
 
 ERASED = "[erased]"
 PREFIX = "enc:v1:"

@@ -32,7 +32,7 @@ from uuid import UUID
 from attrs import frozen
 from sqlalchemy import Connection, TextClause, text
 
-from domain.errors import PersonalDataUnreadable
+from infra.errors import PersonalDataUnreadable
 from domain.log import Checkpoint, RecordedEvent
 from infra.eventlog.personal_data import FieldContext, Keyring
 from infra.eventlog.codec import EventCodec, default_codec

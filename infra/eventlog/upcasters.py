@@ -7,9 +7,11 @@ the old shape.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from infra.eventlog.codec import Upcaster
+# One payload version in, the next version out.
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def otp_challenge_issued_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:

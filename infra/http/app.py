@@ -29,7 +29,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from domain.errors import AuthledgerError, InvalidInput, NotFound, SchemaMismatch, Unauthorized
+from domain.errors import AuthledgerError, InvalidInput, NotFound
+from infra.errors import SchemaMismatch, Unauthorized
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
 from infra.services import otp as otp_service, reset as reset_service

@@ -1,8 +1,8 @@
 """RFC 9457 problem details: the one place where an error becomes an HTTP response.
 
 Every ``AuthledgerError`` already names its HTTP status and problem type
-(``domain.errors``); the errors below add the ones only the HTTP edge can
-meet. ``problem_response`` turns any of them into
+(``domain.errors``, ``infra.errors``); the errors below add the ones only the
+HTTP edge can meet. ``problem_response`` turns any of them into
 ``application/problem+json`` with the class docstring as ``title`` and the
 message as ``detail``. Server-side failures (5xx) never show their message:
 it may name hosts or internals, so the client gets the generic title and the
@@ -18,15 +18,8 @@ from typing import Any
 
 from starlette.responses import Response
 
-from domain.errors import (
-    AuthledgerError,
-    CodeRejected,
-    InvalidInput,
-    LockedOut,
-    NotFound,
-    RateLimited,
-    Unauthorized,
-)
+from domain.errors import AuthledgerError, CodeRejected, InvalidInput, LockedOut, NotFound
+from infra.errors import RateLimited, Unauthorized
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:authledger:problem:"

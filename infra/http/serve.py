@@ -19,8 +19,7 @@ from types import FrameType
 import uvicorn
 
 from domain.errors import NotFound
-from infra.bootstrap import App
-from infra.db.embedded import stop_on_sigterm
+from infra.bootstrap import App, stop_on_sigterm
 from infra.http.app import create_app
 from infra.services.clients import client_of_key, create_client, revoke_client
 from infra.logs import configure_logging

@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from domain.errors import Unauthorized
+from infra.errors import Unauthorized
 from infra.http.problems import (
     BodyTooLarge,
     InvalidBody,

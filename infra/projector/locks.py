@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from sqlalchemy import Connection, text
 
-from domain.errors import ProjectionBusy
+from infra.errors import ProjectionBusy
 
 # Two-key advisory locks: this namespace, and a hash of the projection's name.
 NAMESPACE = 0x61757468  # "auth"

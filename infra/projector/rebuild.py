@@ -36,7 +36,7 @@ from attrs import frozen
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
-from domain.errors import ProjectionBusy
+from infra.errors import ProjectionBusy
 from domain.log import Checkpoint
 from infra.eventlog.reader import COMMITTED, FOLDING, HORIZON, LogBound, Reading, count_events, read_page
 from infra.projector.appliers import Applier, bulk_folding

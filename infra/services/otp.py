@@ -16,7 +16,8 @@ from uuid import UUID
 from sqlalchemy import select
 
 from domain.decisions import Decision, Refused, RequestOutcome, VerifyOutcome
-from domain.errors import CodeRejected, InvalidInput, RateLimited
+from domain.errors import CodeRejected, InvalidInput
+from infra.errors import RateLimited
 from domain.otp import (
     OtpChallengeLockedOut,
     RequestOtp,

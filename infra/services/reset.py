@@ -9,7 +9,8 @@ from typing import Any
 from sqlalchemy import select
 
 from domain.decisions import ConsumeOutcome, Refused, RequestOutcome
-from domain.errors import RateLimited, TokenInvalid
+from domain.errors import TokenInvalid
+from infra.errors import RateLimited
 from domain.reset import (
     RequestReset,
     ResetRequest,

@@ -35,7 +35,8 @@ from attrs import frozen
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import ProgrammingError
 
-from domain.errors import ConfigError, SchemaMismatch
+from domain.errors import ConfigError
+from infra.errors import SchemaMismatch
 from domain.privacy import MASTER_KEYS_STREAM, decide_rewrap
 from infra.projector.inline import apply_inline
 from infra.eventlog.postgres import PostgresEventStore

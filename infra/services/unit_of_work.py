@@ -21,7 +21,8 @@ from sqlalchemy import Connection, Engine, text
 from domain.decisions import Decision
 from domain.delivery import DeliveryPolicy
 from domain.email import email_stream
-from domain.errors import ConcurrencyConflict, RequestInFlight
+from domain.errors import ConcurrencyConflict
+from infra.errors import RequestInFlight
 from domain.log import RecordedEvent
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.tokens import TokenKeys

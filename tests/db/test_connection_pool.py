@@ -6,7 +6,7 @@ import time
 
 import pytest
 from sqlalchemy import Engine, text
-from domain.errors import DatabaseUnavailable
+from infra.errors import DatabaseUnavailable
 from infra.db.engine import PING_WHEN_IDLE_SECONDS, Database
 
 

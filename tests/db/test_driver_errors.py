@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from domain.errors import DatabaseUnavailable, SchemaMismatch
+from infra.errors import DatabaseUnavailable, SchemaMismatch
 from infra.db.engine import Database
 
 

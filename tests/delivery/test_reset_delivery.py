@@ -10,7 +10,8 @@ from attrs import evolve
 from sqlalchemy import Engine
 
 from domain.email import LeaseClaimed, LeaseExpired, ProviderAccepted
-from domain.errors import RateLimited, TokenInvalid
+from domain.errors import TokenInvalid
+from infra.errors import RateLimited
 from domain.policy import ResetPolicy
 from domain.reset import RequestReset, ResetRequestRefused, reset_stream
 from infra.clock import ManualClock

@@ -10,7 +10,7 @@ import attrs
 import pytest
 
 from domain.email import EmailQueued
-from domain.errors import PersonalDataUnreadable
+from infra.errors import PersonalDataUnreadable
 from domain.reset import RequestReset, ResetRequested, reset_stream
 from infra.eventlog.tags import EVENT_TYPES, PERSONAL_FIELDS
 from infra.eventlog.personal_data import ERASED, FieldContext, MemoryKeyring, is_envelope, key_id_of, open_envelope, seal

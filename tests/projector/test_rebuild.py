@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, text
 
-from domain.errors import ProjectionBusy
+from infra.errors import ProjectionBusy
 from infra.projector.catchup import catch_up
 from infra.clock import ManualClock
 from infra.projector.registry import all_projections, projection_named

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from domain.errors import DatabaseUnavailable
+from infra.errors import DatabaseUnavailable
 from domain.policy import ResetPolicy
 from domain.reset import RequestReset
 from infra.db.engine import Database

@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import Engine, text
 
 from domain.decisions import IdempotencyKeyBound, RequestOutcome
-from domain.errors import IdempotencyMismatch, RateLimited, RequestInFlight
+from domain.errors import IdempotencyMismatch
+from infra.errors import RateLimited, RequestInFlight
 from domain.otp import RequestOtp, otp_stream
 from domain.reset import RequestReset, ResetRequested, reset_stream
 from infra.clock import ManualClock

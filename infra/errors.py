@@ -1,0 +1,93 @@
+"""Errors that only infrastructure raises: the database, the seals, the projector, the API.
+
+They derive from ``domain.errors.AuthledgerError`` like every other error, so
+each carries its own HTTP status and CLI exit code, and the CLI and the HTTP
+API map them without knowing which side of the house raised them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from domain.errors import AuthledgerError
+
+
+class DatabaseUnavailable(AuthledgerError):
+    """The database cannot be reached."""
+
+    http_status = 503
+    exit_code = 69  # EX_UNAVAILABLE
+    problem_type = "database-unavailable"
+
+
+class SchemaMismatch(AuthledgerError):
+    """The database schema is missing or not the version this code expects."""
+
+    http_status = 503
+    exit_code = 69
+    problem_type = "schema-mismatch"
+
+
+class RequestInFlight(AuthledgerError):
+    """A request with this idempotency key is still being processed."""
+
+    http_status = 409
+    exit_code = 75
+    problem_type = "idempotency-key-in-flight"
+
+
+class RateLimited(AuthledgerError):
+    """Too many requests; try again later."""
+
+    http_status = 429
+    exit_code = 6
+    problem_type = "rate-limited"
+
+    def __init__(self, message: str | None = None, *, retry_at: datetime) -> None:
+        super().__init__(message)
+        self.retry_at = retry_at
+
+
+class Unauthorized(AuthledgerError):
+    """A valid API key is required."""
+
+    http_status = 401
+    exit_code = 7
+    problem_type = "unauthorized"
+
+
+class TamperDetected(AuthledgerError):
+    """The log no longer matches its hash-chain seals or a signed digest."""
+
+    exit_code = 8
+    problem_type = "tamper-detected"
+
+
+class DigestInvalid(AuthledgerError):
+    """The digest or export is corrupt, or its signature does not verify."""
+
+    http_status = 422
+    exit_code = 65  # EX_DATAERR
+    problem_type = "digest-invalid"
+
+
+class ProjectionBusy(AuthledgerError):
+    """Another rebuild or verify of this projection is running."""
+
+    http_status = 409
+    exit_code = 75  # EX_TEMPFAIL: try again when it is done
+    problem_type = "projection-busy"
+
+
+class ProjectionMismatch(AuthledgerError):
+    """A projection differs from a replay of the log."""
+
+    exit_code = 9
+    problem_type = "projection-mismatch"
+
+
+class PersonalDataUnreadable(AuthledgerError):
+    """An encrypted personal field does not decrypt: it was altered, or moved from another event or user."""
+
+    exit_code = 65  # EX_DATAERR
+    problem_type = "personal-data-unreadable"
