@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import click
+
+from domain.errors import IdempotencyMismatch
 
 
 def emit(data: Any, as_json: bool, text: str) -> None:
@@ -52,3 +56,15 @@ def rate_progress_bar(length: int, label: str) -> Any:
         bar.update(n, f"{done[0] / seconds:,.0f} events/s" if seconds > 0 else None)
 
     return bar, update
+
+
+@contextlib.contextmanager
+def _explained_mismatch(idempotency_key: str | None, user_id: str, what: str) -> Iterator[None]:
+    """Name the key and what differs (never the stored value) when a key is reused."""
+    try:
+        yield
+    except IdempotencyMismatch:
+        raise IdempotencyMismatch(
+            f"idempotency key {idempotency_key!r} was already used for user {user_id} with {what}; "
+            "retry with the same parameters, or use a new key for a new request"
+        ) from None
