@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from commands.output import CLI_CLIENT, _explained_mismatch, cli_metadata, emit, json_option
+from commands.output import CLI_CLIENT, cli_metadata, emit, explained_mismatch, json_option
 from domain.errors import CodeRejected
 from domain.otp import RequestOtp
 from infra.bootstrap import App
@@ -29,7 +29,7 @@ def otp_request(app: App, user_id: str, recipient: str, purpose: str, idempotenc
                 as_json: bool) -> None:
     """Issue a one-time code for a user and queue its email."""
     command = RequestOtp(user_id, recipient, purpose, idempotency_key, CLI_CLIENT)
-    with _explained_mismatch(idempotency_key, user_id, "a different email address or purpose"):
+    with explained_mismatch(idempotency_key, user_id, "a different email address or purpose"):
         outcome = otp_service.request_otp(app.services, command, cli_metadata("otp request"))
     data = {
         "challenge_id": str(outcome.request_id), "message_id": str(outcome.message_id),

@@ -1,4 +1,4 @@
-"""What every command shares: JSON or text output, progress bars, times and metadata."""
+"""What every command shares: JSON or text output, progress bars, times, metadata and error wording."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def rate_progress_bar(length: int, label: str) -> Any:
 
 
 @contextlib.contextmanager
-def _explained_mismatch(idempotency_key: str | None, user_id: str, what: str) -> Iterator[None]:
+def explained_mismatch(idempotency_key: str | None, user_id: str, what: str) -> Iterator[None]:
     """Name the key and what differs (never the stored value) when a key is reused."""
     try:
         yield

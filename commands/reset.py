@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from commands.output import CLI_CLIENT, _explained_mismatch, cli_metadata, emit, json_option
+from commands.output import CLI_CLIENT, cli_metadata, emit, explained_mismatch, json_option
 from domain.reset import RequestReset
 from infra.bootstrap import App
 from infra.services import reset as reset_service
@@ -24,7 +24,7 @@ def reset() -> None:
 def reset_request(app: App, user_id: str, recipient: str, idempotency_key: str | None, as_json: bool) -> None:
     """Issue a reset link for a user and queue its email."""
     command = RequestReset(user_id, recipient, idempotency_key, CLI_CLIENT)
-    with _explained_mismatch(idempotency_key, user_id, "a different email address"):
+    with explained_mismatch(idempotency_key, user_id, "a different email address"):
         outcome = reset_service.request_reset(app.services, command, cli_metadata("reset request"))
     data = {
         "request_id": str(outcome.request_id), "message_id": str(outcome.message_id),
