@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import click
 
@@ -47,7 +47,7 @@ def outbox_stuck(app: App, older_than: float, limit: int, as_json: bool) -> None
 @click.pass_obj
 def outbox_stats(app: App, days: int, as_json: bool) -> None:
     """Delivery per day (UTC), flow and outcome: messages, attempts, time from queued to accepted."""
-    until = datetime.now(UTC).date()
+    until = app.clock.now().date()
     report = delivery_report(app.engine, since=until - timedelta(days=days - 1), until=until)
     emit({"as_of": report_as_of(app.engine), "days": as_report_rows(report)}, as_json,
          render_report(report) if report else "no messages in that period (is `projections run` running?)")

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -48,11 +49,12 @@ def rate_progress_bar(length: int, label: str) -> Any:
     """A progress bar on stderr with events/s beside the ETA; returns (bar, update)."""
     bar = click.progressbar(length=max(length, 1), label=label, file=sys.stderr, show_eta=True,
                             item_show_func=lambda rate: rate)
-    started, done = datetime.now(UTC), [0]
+    # A rate needs elapsed time, not the time of day: a monotonic timer, not the configured clock.
+    started, done = time.monotonic(), [0]
 
     def update(n: int) -> None:
         done[0] += n
-        seconds = (datetime.now(UTC) - started).total_seconds()
+        seconds = time.monotonic() - started
         bar.update(n, f"{done[0] / seconds:,.0f} events/s" if seconds > 0 else None)
 
     return bar, update

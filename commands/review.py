@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import click
@@ -20,7 +20,7 @@ from infra.review import history as review_service
 @click.pass_obj
 def history_command(app: App, user_id: str, flow: str | None, as_of: datetime | None, as_json: bool) -> None:
     """Everything that happened to a user's requests and emails, explained, then as a timeline."""
-    review = review_service.history(app.engine, user_id, flow=flow, as_of=as_of, now=datetime.now(UTC))
+    review = review_service.history(app.engine, user_id, flow=flow, as_of=as_of, now=app.clock.now())
     emit(review.as_dict(), as_json, review.render())
 
 
@@ -33,5 +33,5 @@ def explain_command(app: App, request_id: Any, message_id: Any, as_json: bool) -
     """Why a link worked or not, and what happened to each email: sentences, then a timeline."""
     if (request_id is None) == (message_id is None):
         raise click.UsageError("give exactly one of --request-id or --message-id")
-    review = review_service.explain(app.engine, request_id=request_id, message_id=message_id, now=datetime.now(UTC))
+    review = review_service.explain(app.engine, request_id=request_id, message_id=message_id, now=app.clock.now())
     emit(review.as_dict(), as_json, review.render())
