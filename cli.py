@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from commands import audit, database, delivery, requests, review, service
+from commands import audit, clients, config, db, otp, outbox, privacy, projections, reset, review, serve, worker
 from domain.errors import AuthledgerError
 from infra.bootstrap import App
 
@@ -45,9 +45,9 @@ def cli(ctx: click.Context, database_url: str | None, data_dir: str | None) -> N
 
 
 for command in [
-    database.db, database.config, requests.reset, requests.otp, delivery.worker, delivery.outbox,
-    service.serve, service.clients, review.projections, review.history_command, review.explain_command,
-    audit.audit, audit.privacy,
+    db.db, config.config, reset.reset, otp.otp, worker.worker, outbox.outbox,
+    serve.serve, clients.clients, projections.projections, review.history_command, review.explain_command,
+    audit.audit, privacy.privacy,
 ]:
     cli.add_command(command)
 

@@ -1,18 +1,17 @@
-"""`authledger audit` and `authledger privacy`: proving the log intact, erasing a person, rotating master keys."""
+"""`authledger audit`: seal the log into a hash chain, sign, verify and export it."""
 
 from __future__ import annotations
 
 import json
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import click
 
-from commands.output import cli_metadata, emit, json_option, parse_instant, progress_bar
-from infra.audit import verify as audit_service
-from infra.services import rewrap as key_rotation
+from commands.output import emit, json_option, parse_instant, progress_bar
 from infra.audit import seal as sealer
+from infra.audit import verify as audit_service
 from infra.audit.digest import (
     check_trust,
     configured_public_key,
@@ -24,7 +23,6 @@ from infra.audit.digest import (
 from infra.audit.export import events_in_export, stretch_for_times, verify_export
 from infra.audit.export import export as export_log
 from infra.bootstrap import App
-from infra.services.privacy import forget as forget_subject
 
 
 @click.group()
@@ -131,44 +129,3 @@ def audit_export(app: App, since: datetime | None, until: datetime | None, out: 
             "last_index": result.last_index, "key_id": result.key_id}
     emit(data, as_json, f"exported {result.events} events (chain index {result.first_index}-{result.last_index}) "
          f"to {result.path}, signed by {result.key_id}; check it with `authledger audit verify --export {result.path}`")
-
-
-@click.group()
-def privacy() -> None:
-    """Personal data: erase a user's (crypto-shredding), re-wrap data keys (docs/operations.md)."""
-
-
-@privacy.command("forget")
-@click.option("--user-id", required=True, help="The application's id for the user.")
-@json_option
-@click.pass_obj
-def privacy_forget(app: App, user_id: str, as_json: bool) -> None:
-    """Destroy the user's data keys: their addresses in the log read [erased] from now on."""
-    erasure = forget_subject(app.engine, user_id, now=datetime.now(UTC), metadata=cli_metadata("privacy forget"))
-    if not erasure.recorded:
-        said = f"user {user_id} was already erased at {erasure.erased_at.isoformat()}; nothing changed"
-    elif not erasure.key_ids:
-        said = f"user {user_id} had no personal data key left; the erasure is recorded"
-    else:
-        said = (f"user {user_id} erased: data key {', '.join(erasure.key_ids)} destroyed; their personal data "
-                "reads [erased] from now on")
-    emit(erasure.as_dict(), as_json, said)
-
-
-@privacy.command("rewrap")
-@click.option("--batch-size", default=key_rotation.DEFAULT_BATCH_SIZE, show_default=True,
-              type=click.IntRange(1, 10_000), help="Keys per transaction.")
-@click.option("--dry-run", is_flag=True, help="Check the master keys and count what would move; change nothing.")
-@json_option
-@click.pass_obj
-def privacy_rewrap(app: App, batch_size: int, dry_run: bool, as_json: bool) -> None:
-    """Re-wrap every data key under the newest master key, so older master key ids can be retired."""
-    master, now = app.master_keys, datetime.now(UTC)
-    to_move = key_rotation.pending(app.engine, master, check=True)  # refused before a bar shows
-    if dry_run or not to_move:
-        result = key_rotation.rewrap(app.engine, master, now=now, dry_run=dry_run)
-    else:
-        with progress_bar(sum(to_move.values()), "re-wrapping") as bar:
-            result = key_rotation.rewrap(app.engine, master, now=now, batch_size=batch_size,
-                                         metadata=cli_metadata("privacy rewrap"), progress=bar.update)
-    emit(result.as_dict(), as_json, result.summary())

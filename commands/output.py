@@ -1,14 +1,19 @@
-"""What every command shares: JSON or text output, progress bars, times and metadata."""
+"""What every command shares: JSON or text output, progress bars, times, metadata and error wording."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import click
+
+from domain.errors import IdempotencyMismatch
 
 
 def emit(data: Any, as_json: bool, text: str) -> None:
@@ -44,11 +49,24 @@ def rate_progress_bar(length: int, label: str) -> Any:
     """A progress bar on stderr with events/s beside the ETA; returns (bar, update)."""
     bar = click.progressbar(length=max(length, 1), label=label, file=sys.stderr, show_eta=True,
                             item_show_func=lambda rate: rate)
-    started, done = datetime.now(UTC), [0]
+    # A rate needs elapsed time, not the time of day: a monotonic timer, not the configured clock.
+    started, done = time.monotonic(), [0]
 
     def update(n: int) -> None:
         done[0] += n
-        seconds = (datetime.now(UTC) - started).total_seconds()
+        seconds = time.monotonic() - started
         bar.update(n, f"{done[0] / seconds:,.0f} events/s" if seconds > 0 else None)
 
     return bar, update
+
+
+@contextlib.contextmanager
+def explained_mismatch(idempotency_key: str | None, user_id: str, what: str) -> Iterator[None]:
+    """Name the key and what differs (never the stored value) when a key is reused."""
+    try:
+        yield
+    except IdempotencyMismatch:
+        raise IdempotencyMismatch(
+            f"idempotency key {idempotency_key!r} was already used for user {user_id} with {what}; "
+            "retry with the same parameters, or use a new key for a new request"
+        ) from None

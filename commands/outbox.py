@@ -1,39 +1,16 @@
-"""`authledger worker` and `authledger outbox`: delivering email and seeing what waits."""
+"""`authledger outbox`: seeing what email waits, what is stuck, and how delivery went."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import click
 
 from commands.output import emit, json_option
-from infra.bootstrap import App, stop_on_sigterm
+from infra.bootstrap import App
 from infra.delivery.report import as_rows as as_report_rows
 from infra.delivery.report import delivery_report, render_report, report_as_of
-from infra.logs import configure_logging
 from infra.delivery.status import outbox_status, stuck_messages
-from infra.delivery.worker import Worker
-
-
-@click.command()
-@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1, 64))
-@click.option("--batch", default=10, show_default=True, type=click.IntRange(1, 1000))
-@click.option("--once", is_flag=True, help="Deliver everything due now, then exit.")
-@json_option
-@click.pass_obj
-def worker(app: App, concurrency: int, batch: int, once: bool, as_json: bool) -> None:
-    """Claim due emails and deliver them."""
-    configure_logging(app.settings.log_format)
-    app.reserve_connections(concurrency)
-    app.check_keys()
-    delivery = Worker(app.services, app.mailer, sender=app.settings.sender, batch=batch,
-                      concurrency=concurrency, poll_seconds=app.settings.poll_seconds)
-    if once:
-        tally = delivery.drain()
-        emit(tally, as_json, ", ".join(f"{state}: {n}" for state, n in sorted(tally.items())) or "nothing due")
-        return
-    stop_on_sigterm()
-    delivery.run()
 
 
 @click.group()
@@ -70,7 +47,7 @@ def outbox_stuck(app: App, older_than: float, limit: int, as_json: bool) -> None
 @click.pass_obj
 def outbox_stats(app: App, days: int, as_json: bool) -> None:
     """Delivery per day (UTC), flow and outcome: messages, attempts, time from queued to accepted."""
-    until = datetime.now(UTC).date()
+    until = app.clock.now().date()
     report = delivery_report(app.engine, since=until - timedelta(days=days - 1), until=until)
     emit({"as_of": report_as_of(app.engine), "days": as_report_rows(report)}, as_json,
          render_report(report) if report else "no messages in that period (is `projections run` running?)")

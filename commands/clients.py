@@ -1,4 +1,4 @@
-"""`authledger serve` and `authledger clients`: the HTTP API and its API keys."""
+"""`authledger clients`: the API keys of the applications that call the HTTP API."""
 
 from __future__ import annotations
 
@@ -7,24 +7,6 @@ import click
 from commands.output import cli_metadata, emit, json_option
 from infra.bootstrap import App
 from infra.services import clients as client_service
-
-
-@click.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(0, 64),
-              help="Delivery worker threads in this process (0: the API only).")
-@click.pass_obj
-def serve(app: App, host: str, port: int, workers: int) -> None:
-    """Run the HTTP API and the delivery workers; SIGTERM or Ctrl-C stops both cleanly.
-
-    With no DATABASE_URL this initialises the embedded database, and prints
-    where mail is delivered and a development API key.
-    """
-    from infra.http.serve import serve as run_server  # uvicorn and starlette load only to serve
-
-    app.reserve_connections(workers)
-    run_server(app, host=host, port=port, workers=workers, say=click.echo)
 
 
 @click.group()

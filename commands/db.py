@@ -1,4 +1,4 @@
-"""`authledger db` and `authledger config`: the schema and the effective configuration."""
+"""`authledger db`: create and check the database schema."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import click
 
 from commands.output import emit, json_option
 from infra.bootstrap import App
-from infra.config import masked
 from infra.db.schema import check_schema, init_schema
 
 
@@ -67,17 +66,3 @@ def db_check(app: App, as_json: bool) -> None:
     emit(data, as_json, "\n".join(lines))
     if not report.ok:
         sys.exit(1)
-
-
-@click.group()
-def config() -> None:
-    """Inspect the effective configuration."""
-
-
-@config.command("show")
-@json_option
-@click.pass_obj
-def config_show(app: App, as_json: bool) -> None:
-    """Print the effective configuration, secrets masked."""
-    shown = masked(app.settings)
-    emit(shown, as_json, "\n".join(f"{name}={value}" for name, value in shown.items()))

@@ -1,0 +1,61 @@
+"""`authledger reset`: the password-reset flow from the command line."""
+
+from __future__ import annotations
+
+import click
+
+from commands.output import CLI_CLIENT, cli_metadata, emit, explained_mismatch, json_option
+from domain.reset import RequestReset
+from infra.bootstrap import App
+from infra.services import reset as reset_service
+
+
+@click.group()
+def reset() -> None:
+    """Password reset: request a link, verify or consume a token."""
+
+
+@reset.command("request")
+@click.option("--user-id", required=True, help="The application's id for the user.")
+@click.option("--email", "recipient", required=True, help="Where to send the link.")
+@click.option("--idempotency-key", help="Retries with the same key return the first answer.")
+@json_option
+@click.pass_obj
+def reset_request(app: App, user_id: str, recipient: str, idempotency_key: str | None, as_json: bool) -> None:
+    """Issue a reset link for a user and queue its email."""
+    command = RequestReset(user_id, recipient, idempotency_key, CLI_CLIENT)
+    with explained_mismatch(idempotency_key, user_id, "a different email address"):
+        outcome = reset_service.request_reset(app.services, command, cli_metadata("reset request"))
+    data = {
+        "request_id": str(outcome.request_id), "message_id": str(outcome.message_id),
+        "expires_at": outcome.expires_at.isoformat(), "reused": outcome.reused,
+    }
+    said = "reused the open request" if outcome.reused else "queued a reset link"
+    emit(data, as_json, f"{said}: request {data['request_id']}, message {data['message_id']}, "
+                        f"expires {data['expires_at']}")
+
+
+@reset.command("verify")
+@click.argument("token")
+@json_option
+@click.pass_obj
+def reset_verify(app: App, token: str, as_json: bool) -> None:
+    """Check a token without consuming it."""
+    request = reset_service.verify_token(app.services, token)
+    data = {"valid": True, "request_id": str(request.request_id), "user_id": request.user_id,
+            "expires_at": request.expires_at.isoformat()}
+    emit(data, as_json, f"valid: request {data['request_id']} of user {request.user_id}, "
+                        f"expires {data['expires_at']}")
+
+
+@reset.command("consume")
+@click.argument("token")
+@json_option
+@click.pass_obj
+def reset_consume(app: App, token: str, as_json: bool) -> None:
+    """Use a token once: the application is changing the password now."""
+    outcome = reset_service.consume_token(app.services, token, cli_metadata("reset consume"))
+    data = {"consumed": True, "request_id": str(outcome.request_id), "user_id": outcome.user_id,
+            "completed_at": outcome.completed_at.isoformat()}
+    emit(data, as_json, f"consumed: request {data['request_id']} of user {outcome.user_id}; "
+                        "other open requests superseded, notice queued")
