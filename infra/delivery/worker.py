@@ -14,8 +14,7 @@ import socket
 import threading
 from datetime import datetime
 
-import psycopg
-
+from infra.db.listen import start_listener
 from infra.delivery.send import deliver_batch
 from infra.logs import log_event
 from infra.delivery.leases import Claim, claim_due, next_due
@@ -79,8 +78,8 @@ class Worker:
 
     def run(self) -> None:
         """Deliver until ``stop()``: threads claiming, one connection listening."""
-        listener = threading.Thread(target=self._listen, daemon=True)
-        listener.start()
+        start_listener(self.ctx.engine, "authledger_outbox", self._wake_claimers, self.stopping,
+                       retry_seconds=self.poll_seconds, log=log)
         threads = [
             threading.Thread(target=self._run_thread, args=(f"{self.owner}/{n}",))
             for n in range(self.concurrency)
@@ -101,8 +100,7 @@ class Worker:
 
     def stop(self) -> None:
         self.stopping.set()
-        with self._wake:
-            self._wake.notify_all()
+        self._wake_claimers()
 
     def _run_thread(self, owner: str) -> None:
         while not self.stopping.is_set():
@@ -124,18 +122,6 @@ class Worker:
             return self.poll_seconds
         return min(self.poll_seconds, max((due - self.ctx.clock.now()).total_seconds(), 0.01))
 
-    def _listen(self) -> None:
-        url = self.ctx.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        while not self.stopping.is_set():
-            try:
-                with psycopg.connect(url, autocommit=True) as connection:
-                    connection.execute("LISTEN authledger_outbox")
-                    while not self.stopping.is_set():
-                        for _ in connection.notifies(timeout=1.0, stop_after=1):
-                            with self._wake:
-                                self._wake.notify_all()
-            except psycopg.Error as error:
-                if self.stopping.is_set():
-                    return  # the database went away because we are shutting down
-                log_event(log, "listener reconnecting", logging.WARNING, error=str(error).splitlines()[0])
-                self.stopping.wait(self.poll_seconds)
+    def _wake_claimers(self) -> None:
+        with self._wake:
+            self._wake.notify_all()

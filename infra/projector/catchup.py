@@ -19,11 +19,11 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 
-import psycopg
 from attrs import frozen
 from sqlalchemy import Connection, Engine, text
 
 from domain.log import Checkpoint
+from infra.db.listen import start_listener
 from infra.eventlog.reader import COMMITTED, HORIZON, count_events, read_page
 from infra.logs import log_event
 from infra.projector.registry import Projection, catch_up_projections
@@ -143,8 +143,8 @@ class CatchUpRunner:
 
     def run(self) -> None:
         """Fold until ``stop()``; a database outage is logged and retried, never fatal."""
-        listener = threading.Thread(target=self._listen, name="catchup-listener", daemon=True)
-        listener.start()
+        listener = start_listener(self.engine, CHANNEL, self._wake.set, self.stopping,
+                                  retry_seconds=self.poll_seconds, log=log, name="catchup-listener")
         log_event(log, "catch-up runner started", projections=",".join(p.name for p in self.projections))
         logged, since_log = time.monotonic(), dict.fromkeys(self.applied, 0)
         while not self.stopping.is_set():
@@ -176,18 +176,4 @@ class CatchUpRunner:
                 if visible:
                     return True
         return False
-
-    def _listen(self) -> None:
-        url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        while not self.stopping.is_set():
-            try:
-                with psycopg.connect(url, autocommit=True) as connection:
-                    connection.execute(f"LISTEN {CHANNEL}")
-                    self._wake.set()  # events may have committed while not listening
-                    while not self.stopping.is_set():
-                        for _ in connection.notifies(timeout=1.0, stop_after=1):
-                            self._wake.set()
-            except psycopg.Error as error:
-                log_event(log, "listener reconnecting", logging.WARNING, error=str(error).splitlines()[0])
-                self.stopping.wait(self.poll_seconds)
 
