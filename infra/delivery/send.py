@@ -1,14 +1,8 @@
-"""Delivering one claimed message: fresh state, render, send, record — never a stale email.
+"""Delivering claimed messages: fresh state, send, record — never a stale email.
 
-The email's own events never hold the token or the code. At send time the
-worker loads the request's stream, asks the domain whether the email is
-still wanted, derives the secret again from the configured key, renders and
-sends with the message id as idempotency key, and records the outcome fenced
+Each message is read fresh right before its send (``infra/delivery/fresh.py``),
+sent with the message id as idempotency key, and its outcome recorded fenced
 by its lease token.
-
-An email whose user was erased (``authledger privacy forget``) is skipped
-with reason "erased": the fresh state then holds ``[erased]`` for the
-address, and nothing is rendered for it.
 """
 
 from __future__ import annotations
@@ -19,68 +13,19 @@ import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
-from urllib.parse import urlencode
 
 from attrs import frozen
 from sqlalchemy import Connection
 
-from domain import otp, reset, templates
 from domain.delivery import enough_lease_left, failure_events
 from domain.email import DeliverySkipped, LeaseReleased, ProviderAccepted
 from infra.logs import log_event
+from infra.delivery.fresh import Prepared, prepare
 from infra.delivery.leases import Claim, record_outcomes
-from infra.eventlog.personal_data import ERASED
-from infra.delivery.providers import Mailer, OutboundEmail, SendFailed
-from infra.services.unit_of_work import ServiceContext, load_state
+from infra.delivery.providers import Mailer, SendFailed
+from infra.services.unit_of_work import ServiceContext
 
 log = logging.getLogger("authledger.delivery")
-
-
-@frozen
-class Prepared:
-    """What to send, or why not to."""
-
-    email: OutboundEmail | None
-    skip_reason: str | None
-    key_id: str | None = None
-    useful_until: datetime | None = None  # when the link or code expires: no retry is worth it after
-
-
-def prepare(ctx: ServiceContext, claim: Claim, *, sender: str, connection: Connection | None = None) -> Prepared:
-    row, now = claim.row, ctx.clock.now()
-    if row.flow == "reset":
-        state = load_state(ctx, reset.reset_stream(row.user_id), reset.fold_reset, connection)
-        reason = reset.reset_delivery_verdict(state, row.request_id, now=now, template=row.template)
-        if reason:
-            return Prepared(None, reason)
-        request = state.requests[row.request_id]
-        if request.recipient == ERASED:
-            return Prepared(None, "erased")
-        if row.template == reset.PASSWORD_CHANGED:
-            assert request.completed_at is not None
-            content, key_id = templates.password_changed(changed_at=request.completed_at), None
-            useful_until = request.completed_at + ctx.delivery_policy.notice_useful_for
-        else:
-            token = reset.reset_token_for(request, ctx.keys)
-            link = f"{ctx.reset_url}?{urlencode({'token': token})}"
-            content, key_id = templates.reset_link(link, expires_at=request.expires_at), request.key_id
-            useful_until = request.expires_at
-        recipient = request.recipient
-    elif row.flow == "otp":
-        state = load_state(ctx, otp.otp_stream(row.user_id), otp.fold_otp, connection)
-        reason = otp.otp_delivery_verdict(state, row.request_id, now=now)
-        if reason:
-            return Prepared(None, reason)
-        challenge = state.challenges[row.request_id]
-        if challenge.recipient == ERASED:
-            return Prepared(None, "erased")
-        code = otp.otp_code_for(challenge, ctx.keys)
-        content = templates.otp_code(code, expires_at=challenge.expires_at, purpose=challenge.purpose)
-        recipient, key_id, useful_until = challenge.recipient, challenge.key_id, challenge.expires_at
-    else:
-        return Prepared(None, f"unknown_flow:{row.flow}")
-    email = OutboundEmail(row.message_id, sender, recipient, content.subject, content.text, content.html)
-    return Prepared(email, None, key_id, useful_until)
 
 
 @frozen

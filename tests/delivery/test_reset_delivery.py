@@ -15,7 +15,8 @@ from infra.errors import RateLimited
 from domain.policy import ResetPolicy
 from domain.reset import RequestReset, ResetRequestRefused, reset_stream
 from infra.clock import ManualClock
-from infra.delivery.send import deliver, prepare
+from infra.delivery.fresh import prepare
+from infra.delivery.send import deliver
 from infra.delivery.leases import claim_due, record_outcome
 from infra.delivery.providers.smtp import SmtpMailer
 from infra.services.reset import consume_token, request_reset, verify_token
