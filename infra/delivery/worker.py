@@ -3,7 +3,9 @@
 Idle threads sleep until a NOTIFY on ``authledger_outbox`` (sent when mail
 is queued), the next retry falls due, or the poll interval passes, whichever
 comes first. On stop, a thread finishes the message in hand and gives back
-the rest of its batch with ``LeaseReleased``.
+the rest of its batch with ``LeaseReleased``. A thread whose batch a
+database error cut short takes that batch up again, once the database is
+back, before claiming more, instead of leaving it to wait out its leases.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from infra.delivery.send import deliver_batch
 from infra.logs import log_event
 from infra.delivery.leases import Claim, claim_due, next_due
 from infra.delivery.providers import Mailer
+from infra.projector.inline import OUTBOX
 from infra.services.unit_of_work import ServiceContext
 
 log = logging.getLogger("authledger.worker")
@@ -40,6 +43,10 @@ class Worker:
         self._wake = threading.Condition()
         self.delivered: dict[str, int] = {}
         self._count_lock = threading.Lock()
+        # Per owner (one per thread): a batch whose delivery a database error
+        # cut short. Its leases are still this thread's; left alone they would
+        # hold the messages back until the leases run out.
+        self._unfinished: dict[str, list[Claim]] = {}
 
     def claim(self, owner: str) -> list[Claim]:
         with self.ctx.engine.begin() as connection:
@@ -51,14 +58,36 @@ class Worker:
     def run_once(self, owner: str | None = None) -> int:
         """Claim one batch and deliver it; the number of messages claimed."""
         owner = owner or self.owner
-        claims = self.claim(owner)
-        states = deliver_batch(
-            self.ctx, claims, self.mailer, owner=owner, sender=self.sender, stopping=self.stopping
-        )
+        claims = self._resume(owner) or self.claim(owner)
+        try:
+            states = deliver_batch(
+                self.ctx, claims, self.mailer, owner=owner, sender=self.sender, stopping=self.stopping
+            )
+        except Exception:
+            self._unfinished[owner] = claims
+            raise
         with self._count_lock:
             for state in states:
                 self.delivered[state] = self.delivered.get(state, 0) + 1
         return len(claims)
+
+    def _resume(self, owner: str) -> list[Claim]:
+        """The claims of ``owner``'s cut-short batch that still hold their lease, to deliver them now.
+
+        Fenced by lease token like any outcome: a message recorded before the
+        error, or claimed by another worker since, is not ours any more.
+        """
+        unfinished = self._unfinished.get(owner)
+        if not unfinished:
+            return []
+        with database_errors(), self.ctx.engine.connect() as connection:
+            rows = OUTBOX.load(connection, [claim.row.message_id for claim in unfinished], lock=False)
+        del self._unfinished[owner]
+        return [
+            claim for claim in unfinished
+            if (row := rows.get(claim.row.message_id)) is not None
+            and row.state == "leased" and row.lease_token == claim.lease_token
+        ]
 
     def drain(self) -> dict[str, int]:
         """Deliver everything due now with ``concurrency`` threads, then return the tally."""

@@ -1,0 +1,77 @@
+"""A worker thread caught by a database outage between claiming a batch and sending it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import make_url
+
+from domain.email import LeaseClaimed, ProviderAccepted
+from domain.reset import RequestReset
+from infra.db.engine import Database
+from infra.delivery.leases import Claim
+from infra.delivery.worker import Worker
+from infra.services.reset import request_reset
+from infra.services.unit_of_work import ServiceContext
+from tests.support.log_reading import stream_events
+from tests.support.mailers import RecordingMailer
+from tests.support.replay import assert_projections_match_log
+
+
+def _refuse_connections(server: Engine, name: str, refuse: bool) -> None:
+    """Close ``name`` to new sessions and end its open ones, as a server going down does; or reopen it."""
+    with server.connect() as connection:
+        connection.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(not refuse).lower()}'))
+        if refuse:
+            connection.execute(
+                text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name"), {"name": name}
+            )
+
+
+class _OutageRightAfterClaiming(Worker):
+    """The database goes away once, just after this worker's first claim committed."""
+
+    def __init__(self, *args: object, server: Engine, database_name: str, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.server, self.database_name = server, database_name
+        self.outage_began = threading.Event()
+
+    def claim(self, owner: str) -> list[Claim]:
+        claims = super().claim(owner)
+        if claims and not self.outage_began.is_set():
+            _refuse_connections(self.server, self.database_name, refuse=True)
+            self.outage_began.set()
+        return claims
+
+
+def test_a_batch_claimed_just_before_the_database_went_away_is_sent_once_it_is_back(
+    ctx: ServiceContext, engine: Engine, database: Database, pg_server: Engine
+) -> None:
+    # The test's clock stands still, so the lease never runs out: only the
+    # worker taking its batch up again can deliver the message.
+    request = request_reset(ctx, RequestReset("42", "ada@example.test"))
+    name = make_url(database.url).database
+    mailer = RecordingMailer()
+    worker = _OutageRightAfterClaiming(
+        ctx, mailer, sender="a@app.test", poll_seconds=0.1, server=pg_server, database_name=name
+    )
+    delivering = threading.Thread(target=worker.run)
+    delivering.start()
+    try:
+        assert worker.outage_began.wait(timeout=30)
+        _refuse_connections(pg_server, name, refuse=False)
+        deadline = time.monotonic() + 30
+        while not mailer.emails and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        _refuse_connections(pg_server, name, refuse=False)
+        worker.stop()
+        delivering.join(timeout=15)
+
+    assert [e.message_id for e in mailer.emails] == [request.message_id]
+    assert mailer.calls[str(request.message_id)] == 1
+    trail = [type(e) for e in stream_events(engine, f"email:{request.message_id}")]
+    assert trail[1:] == [LeaseClaimed, ProviderAccepted], "sent on its first lease, not after it ran out"
+    assert_projections_match_log(engine)
