@@ -80,7 +80,7 @@ class Worker:
         unfinished = self._unfinished.get(owner)
         if not unfinished:
             return []
-        with database_errors(), self.ctx.engine.connect() as connection:
+        with self.ctx.engine.connect() as connection:
             rows = OUTBOX.load(connection, [claim.row.message_id for claim in unfinished], lock=False)
         del self._unfinished[owner]
         return [
