@@ -78,7 +78,7 @@ class App:
         return ServiceContext(
             engine=self.engine,
             clock=self.clock,
-            keys=load_token_keys(s),
+            keys=functools.partial(load_token_keys, s),  # loaded when a service first needs them
             reset_policy=ResetPolicy(
                 ttl=timedelta(seconds=s.reset_ttl), cooldown=timedelta(seconds=s.reset_cooldown),
                 hourly_limit=s.reset_hourly_limit,

@@ -19,9 +19,9 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def api_key(engine: Engine) -> str:
+def api_key(ctx: ServiceContext) -> str:
     """The key of a client named "shop"."""
-    return create_client(engine, "shop").api_key
+    return create_client(ctx, "shop").api_key
 
 
 @pytest.fixture
