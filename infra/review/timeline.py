@@ -9,17 +9,19 @@ their messages.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
 from attrs import frozen
-from sqlalchemy import Connection, text
+from sqlalchemy import text
 
 from domain.errors import NotFound
 from domain.otp import otp_stream
 from domain.privacy import subject_stream
 from domain.reset import reset_stream
 from infra.db.engine import database_errors
+from infra.eventlog.queries import messages_named_by, newest_events_of_request, newest_events_of_streams
 from infra.services.unit_of_work import ServiceContext
 
 DEFAULT_LIMIT = 500
@@ -29,28 +31,6 @@ FIND_BY_REQUEST = text("""
       FROM email_outbox WHERE request_id = :id GROUP BY user_id, flow, request_id
 """)
 FIND_BY_MESSAGE = text("SELECT user_id, flow, request_id FROM email_outbox WHERE message_id = :id")
-# The user's two request streams, and the messages their events name.
-USER_MESSAGES = text("""
-    SELECT DISTINCT m.id FROM events,
-           LATERAL (VALUES (payload->>'message_id'), (payload->>'notice_message_id')) AS m(id)
-     WHERE stream_id = ANY(CAST(:streams AS text[])) AND m.id IS NOT NULL
-""")
-# The newest events first so that LIMIT keeps the most recent; reversed in Python.
-EVENTS_OF_STREAMS = text("""
-    SELECT global_position, stream_id, stream_version, event_type, schema_version, recorded_at, payload, metadata
-      FROM events WHERE stream_id = ANY(CAST(:streams AS text[]))
-     ORDER BY global_position DESC LIMIT :limit
-""")
-EVENTS_OF_REQUEST = text("""
-    SELECT global_position, stream_id, stream_version, event_type, schema_version, recorded_at, payload, metadata
-      FROM events
-     WHERE (stream_id = :user_stream
-            AND (payload->>'request_id' = :id OR payload->>'challenge_id' = :id))
-        OR stream_id = ANY(CAST(:email_streams AS text[]))
-     ORDER BY global_position DESC LIMIT :limit
-""")
-
-
 @frozen
 class Timeline:
     user_id: str
@@ -73,8 +53,8 @@ def _flow_stream(flow: str, user_id: str) -> str:
     return otp_stream(user_id) if flow == "otp" else reset_stream(user_id)
 
 
-def _events(connection: Connection, query: Any, params: dict[str, Any], limit: int) -> tuple[list[dict], bool]:
-    rows = connection.execute(query, {**params, "limit": limit + 1}).all()
+def _events(rows: Sequence[Any], limit: int) -> tuple[list[dict], bool]:
+    """The events of rows read newest first with one more than ``limit``, oldest first; and whether more were."""
     truncated = len(rows) > limit
     return [
         {
@@ -90,9 +70,9 @@ def user_timeline(ctx: ServiceContext, user_id: str, *, limit: int = DEFAULT_LIM
     """Every request, challenge and email of one user, and their erasure (the most recent ``limit`` events)."""
     streams = [reset_stream(user_id), otp_stream(user_id)]
     with database_errors(), ctx.engine.connect() as connection:
-        messages = connection.execute(USER_MESSAGES, {"streams": streams}).scalars().all()
+        messages = messages_named_by(connection, streams)
         streams += [f"email:{message}" for message in messages] + [subject_stream(user_id)]
-        events, truncated = _events(connection, EVENTS_OF_STREAMS, {"streams": streams}, limit)
+        events, truncated = _events(newest_events_of_streams(connection, streams, limit + 1), limit)
     return Timeline(user_id, None, None, events, truncated)
 
 
@@ -103,10 +83,10 @@ def request_timeline(ctx: ServiceContext, request_id: UUID, *, limit: int = DEFA
         if found is None:
             raise NotFound(f"no reset request or OTP challenge {request_id}")
         params = {
-            "user_stream": _flow_stream(found.flow, found.user_id), "id": str(request_id),
+            "user_stream": _flow_stream(found.flow, found.user_id), "request_id": str(request_id),
             "email_streams": [f"email:{message}" for message in found.messages],
         }
-        events, truncated = _events(connection, EVENTS_OF_REQUEST, params, limit)
+        events, truncated = _events(newest_events_of_request(connection, **params, limit=limit + 1), limit)
     return Timeline(found.user_id, request_id, None, events, truncated)
 
 
@@ -117,8 +97,8 @@ def message_timeline(ctx: ServiceContext, message_id: UUID, *, limit: int = DEFA
         if found is None:
             raise NotFound(f"no email {message_id}")
         params = {
-            "user_stream": _flow_stream(found.flow, found.user_id), "id": str(found.request_id),
+            "user_stream": _flow_stream(found.flow, found.user_id), "request_id": str(found.request_id),
             "email_streams": [f"email:{message_id}"],
         }
-        events, truncated = _events(connection, EVENTS_OF_REQUEST, params, limit)
+        events, truncated = _events(newest_events_of_request(connection, **params, limit=limit + 1), limit)
     return Timeline(found.user_id, found.request_id, message_id, events, truncated)

@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from sqlalchemy import Engine
 
 from infra.services.clients import create_client
 from infra.services.unit_of_work import ServiceContext
