@@ -44,6 +44,12 @@ def _unnest_insert(table: Table, conflict: str) -> TextClause:
     return text(f"INSERT INTO {qualified_name(table)} ({names}) SELECT * FROM unnest({arrays}) {conflict}")
 
 
+def _values_upsert(table: Table, key_column: str) -> Any:
+    statement = postgresql.insert(table)
+    updates = {c.name: statement.excluded[c.name] for c in table.c if c.name != key_column}
+    return statement.on_conflict_do_update(index_elements=[key_column], set_=updates)
+
+
 def _columns_params(table: Table, rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
     return {f"c{i}": [row[c.name] for row in rows] for i, c in enumerate(table.columns)}
 
@@ -128,6 +134,12 @@ class Applier(Protocol):
         ...
 
 
+# Below this many rows (an inline fold writes one to ten) a plain upsert of
+# the rows costs the client less than adapting every column to an array:
+# with unnest alone the outbox's claim and record lost about 4% of throughput.
+FEW_ROWS = 50
+
+
 class KeyedApplier:
     """One row per key: ``evolve(row | None, event) -> row | None`` over the events ``key_of`` names.
 
@@ -162,6 +174,7 @@ class KeyedApplier:
                             for c in table.columns if c.name != key_column)
         conflict = f"ON CONFLICT ({key}) DO UPDATE SET {updates}"
         self._upsert = _unnest_insert(table, conflict)
+        self._upsert_few = _values_upsert(table, key_column)
         self._staged = Staged(table, conflict)
 
     def on(self, tables: Mapping[str, Table], *, cache_rows: int = 0) -> KeyedApplier:
@@ -215,7 +228,10 @@ class KeyedApplier:
                 self._staged.write(connection, [attrs.astuple(row, recurse=False) for row in changed.values()])
             elif changed:
                 values = [attrs.asdict(row, recurse=False) for row in changed.values()]
-                connection.execute(self._upsert, _columns_params(self.table, values))
+                if len(values) >= FEW_ROWS:
+                    connection.execute(self._upsert, _columns_params(self.table, values))
+                else:
+                    connection.execute(self._upsert_few, values if len(values) > 1 else values[0])
         except BaseException:
             self._cache.clear()  # the transaction will not commit: forget what it would have written
             raise
