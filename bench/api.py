@@ -54,9 +54,10 @@ import psycopg
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
-from domain.tokens import derive_otp_code
+from domain.tokens import TokenKeys, derive_otp_code
 from infra.db.embedded import start_embedded
 from infra.services.clients import create_client
+from infra.services.unit_of_work import ServiceContext
 from infra.db.schema import init_schema
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +84,7 @@ def _prepare(uri: str) -> tuple[str, dict[str, str]]:
     admin.dispose()
     app_engine = create_engine(_url(uri, DATABASE, "postgresql+psycopg"),
                                connect_args={"options": "-c role=authledger_app"})
-    api_key = create_client(app_engine, "bench").api_key
+    api_key = create_client(ServiceContext(engine=app_engine, keys=TokenKeys("bench", {"bench": KEY})), "bench").api_key
     app_engine.dispose()
     return api_key, settings
 

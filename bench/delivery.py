@@ -78,12 +78,10 @@ from domain.reset import RequestReset, decide_reset_request, initial_reset_state
 from domain.tokens import TokenKeys
 from infra.db.engine import Database, ping
 from infra.db.embedded import start_embedded
-from infra.projector.inline import apply_inline
 from infra.logs import configure_logging
-from infra.eventlog.postgres import PostgresEventStore
 from infra.delivery.providers import OutboundEmail, ProviderReceipt
 from infra.db.schema import init_schema
-from infra.services.unit_of_work import ServiceContext
+from infra.services.unit_of_work import ServiceContext, append_and_fold
 from infra.delivery.worker import Worker
 
 TEMPLATE = "delivery_template"
@@ -186,7 +184,7 @@ def _queue_resets(engine: Engine, messages: int, chunk: int = 500) -> None:
             batches.append((reset_stream(user), 0, decision.events))
             batches += [(email_stream(queued.message_id), 0, [queued]) for queued in decision.emails]
         with engine.begin() as connection:
-            apply_inline(connection, PostgresEventStore(connection).append_many(batches, {"actor": "bench"}))
+            append_and_fold(connection, batches, {"actor": "bench"})
     engine.dispose()
 
 
@@ -410,7 +408,7 @@ PROFILE_ROWS = [
     ("  provider send (no-op)", "bench/delivery.py", ("send",)),
     ("  fenced record, one per batch: SELECT FOR UPDATE, append, upsert", "infra/delivery/leases.py", ("record_outcomes",)),
     ("    events INSERT, encode", "infra/eventlog/postgres.py", ("append_many",)),
-    ("    email_outbox upsert", "infra/projector/inline.py", ("save",)),
+    ("    email_outbox fold and upsert", "infra/projector/appliers.py", ("apply",)),
     ("  delivery log line", "infra/logs.py", ("log_event",)),
     ("across all of the above:", "", ()),
     ("  COMMIT: waiting for the WAL flush", "psycopg/connection.py", ("commit",)),

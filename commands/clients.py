@@ -20,7 +20,7 @@ def clients() -> None:
 @click.pass_obj
 def clients_create(app: App, name: str, as_json: bool) -> None:
     """Register a client and print its API key, once: only its SHA-256 is kept."""
-    created = client_service.create_client(app.engine, name, metadata=cli_metadata("clients create"))
+    created = client_service.create_client(app.services, name, metadata=cli_metadata("clients create"))
     emit({"name": created.name, "api_key": created.api_key}, as_json,
          f"client {created.name} created; its API key, shown this once (send it as 'Authorization: Bearer <key>'):"
          f"\n{created.api_key}")
@@ -45,6 +45,6 @@ def clients_list(app: App, as_json: bool) -> None:
 @click.pass_obj
 def clients_revoke(app: App, name: str, as_json: bool) -> None:
     """Revoke a client's key; its next request gets 401."""
-    revoked = client_service.revoke_client(app.engine, name, metadata=cli_metadata("clients revoke"))
+    revoked = client_service.revoke_client(app.services, name, metadata=cli_metadata("clients revoke"))
     emit({"name": name, "revoked": True, "already_revoked": not revoked}, as_json,
          f"client {name} revoked" if revoked else f"client {name} was already revoked")

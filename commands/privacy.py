@@ -21,7 +21,7 @@ def privacy() -> None:
 @click.pass_obj
 def privacy_forget(app: App, user_id: str, as_json: bool) -> None:
     """Destroy the user's data keys: their addresses in the log read [erased] from now on."""
-    erasure = forget_subject(app.engine, user_id, now=app.clock.now(), metadata=cli_metadata("privacy forget"))
+    erasure = forget_subject(app.services, user_id, metadata=cli_metadata("privacy forget"))
     if not erasure.recorded:
         said = f"user {user_id} was already erased at {erasure.erased_at.isoformat()}; nothing changed"
     elif not erasure.key_ids:
@@ -40,12 +40,12 @@ def privacy_forget(app: App, user_id: str, as_json: bool) -> None:
 @click.pass_obj
 def privacy_rewrap(app: App, batch_size: int, dry_run: bool, as_json: bool) -> None:
     """Re-wrap every data key under the newest master key, so older master key ids can be retired."""
-    master, now = app.master_keys, app.clock.now()
-    to_move = key_rotation.pending(app.engine, master, check=True)  # refused before a bar shows
+    master = app.master_keys
+    to_move = key_rotation.pending(app.services, master, check=True)  # refused before a bar shows
     if dry_run or not to_move:
-        result = key_rotation.rewrap(app.engine, master, now=now, dry_run=dry_run)
+        result = key_rotation.rewrap(app.services, master, dry_run=dry_run)
     else:
         with progress_bar(sum(to_move.values()), "re-wrapping") as bar:
-            result = key_rotation.rewrap(app.engine, master, now=now, batch_size=batch_size,
+            result = key_rotation.rewrap(app.services, master, batch_size=batch_size,
                                          metadata=cli_metadata("privacy rewrap"), progress=bar.update)
     emit(result.as_dict(), as_json, result.summary())

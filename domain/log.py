@@ -58,7 +58,3 @@ class EventStore(Protocol):
     def load(self, stream_id: str) -> list[RecordedEvent]:
         """Every event of one stream, oldest first."""
         ...
-
-    def read_all(self, after: Checkpoint = Checkpoint(), limit: int = 1000) -> list[RecordedEvent]:
-        """Committed events after a checkpoint, in horizon order; never one still in flight."""
-        ...

@@ -77,7 +77,7 @@ class App:
         return ServiceContext(
             engine=self.engine,
             clock=self.clock,
-            keys=load_token_keys(s),
+            keys=functools.partial(load_token_keys, s),  # loaded when a service first needs them
             reset_policy=policy(s, ResetPolicy),
             otp_policy=policy(s, OtpPolicy),
             delivery_policy=policy(s, DeliveryPolicy),

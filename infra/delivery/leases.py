@@ -1,7 +1,9 @@
 """The lease queries on ``email_outbox``: claim due messages, record outcomes fenced by lease token.
 
-Both write events and fold them into the outbox row in the same transaction,
-through the same pure ``evolve_outbox`` a replay uses.
+Both write through the unit of work, which appends the events and folds them
+into the outbox rows in the same transaction, through the same pure
+``evolve_outbox`` a replay uses. The rows are already locked here, so they
+are handed to it rather than read again.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from sqlalchemy import Connection, text
 from domain.delivery import DeliveryPolicy, LeaseView, claim_events
 from domain.email import email_stream
 from infra.projector.inline import OUTBOX
-from infra.eventlog.postgres import PostgresEventStore
-from projections.outbox import OutboxRow, evolve_outbox
+from infra.services.unit_of_work import append_and_fold
+from projections.outbox import OutboxRow
 
 # Due: pending and available, or leased with a lease that ran out (a leased
 # row's available_at is its lease expiry). SKIP LOCKED lets many workers
@@ -50,21 +52,17 @@ def claim_due(
     new_token: Callable[[], UUID] = uuid4,
 ) -> list[Claim]:
     """Lease up to ``limit`` due messages to ``owner``; the caller commits."""
-    due = [OutboxRow(**row._mapping) for row in connection.execute(CLAIM, {"now": now, "limit": limit})]
+    found = connection.execute(CLAIM, {"now": now, "limit": limit})
+    due = {row.message_id: OutboxRow(**row._mapping) for row in found}
     if not due:
         return []
-    batches, claims = [], []
-    for row in due:
+    batches = []
+    for row in due.values():
         view = LeaseView(row.message_id, row.state, row.lease_owner, row.lease_token, row.attempt_count)
         events = claim_events(view, owner=owner, lease_token=new_token(), now=now, policy=policy)
         batches.append((email_stream(row.message_id), row.stream_version, events))
-        claimed = row
-        for event in events:
-            claimed = evolve_outbox(claimed, event)
-        claims.append(Claim(claimed))
-    PostgresEventStore(connection).append_many(batches, {"actor": owner})
-    OUTBOX.save(connection, [claim.row for claim in claims])
-    return claims
+    append_and_fold(connection, batches, {"actor": owner}, loaded={OUTBOX.name: due})
+    return [Claim(row) for row in due.values()]
 
 
 def record_outcomes(
@@ -85,16 +83,9 @@ def record_outcomes(
     ]
     if not ours:
         return set()
-    PostgresEventStore(connection).append_many(
-        [(email_stream(row.message_id), row.stream_version, events) for row, events in ours], {"actor": owner}
-    )
-    folded = []
-    for row, events in ours:
-        for event in events:
-            row = evolve_outbox(row, event)
-        folded.append(row)
-    OUTBOX.save(connection, folded)
-    return {row.message_id for row in folded}
+    append_and_fold(connection, [(email_stream(row.message_id), row.stream_version, events) for row, events in ours],
+                    {"actor": owner}, loaded={OUTBOX.name: {row.message_id: row for row, _ in ours}})
+    return {row.message_id for row, _ in ours}
 
 
 def record_outcome(connection: Connection, claim: Claim, events: Sequence[object], *, owner: str) -> bool:

@@ -84,5 +84,6 @@ class InMemoryEventStore:
             return self._versions.get(stream_id, 0)
 
     def read_all(self, after: Checkpoint = Checkpoint(), limit: int = 1000) -> list[RecordedEvent]:
+        """Events after a checkpoint in horizon order; on PostgreSQL, ``infra.eventlog.reader`` does this."""
         with self._lock:
             return [event for event in self._events if event.checkpoint > after][:limit]

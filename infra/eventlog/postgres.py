@@ -11,7 +11,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
 from domain.errors import ConcurrencyConflict
-from domain.log import Checkpoint, RecordedEvent
+from domain.log import RecordedEvent
 from infra.eventlog.codec import EventCodec, default_codec
 from infra.eventlog.subject_keys import PostgresKeyring
 
@@ -60,22 +60,7 @@ LOAD_STREAM = text("""
 
 STREAM_VERSION = text("SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :stream_id")
 
-# Only transactions below the oldest one still running are certain to be
-# complete: nothing can commit later with a smaller transaction id. Reading up
-# to that horizon, in (transaction_id, global_position) order, never skips a
-# late commit, and costs writers nothing. ORDER BY names the columns with
-# their table: a bare ``transaction_id`` would mean the text output column and
-# sort "1000" before "999", so that pages skip events once xids gain a digit.
-READ_ALL = text("""
-    SELECT global_position, stream_id, stream_version, event_id, event_type, schema_version,
-           payload, metadata, recorded_at, transaction_id::text
-      FROM events
-     WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-       AND (transaction_id, global_position) > (CAST(:tx AS text)::xid8, :pos)
-     ORDER BY events.transaction_id, events.global_position
-     LIMIT :limit
-""")
-
+ANY_EVENTS = text("SELECT EXISTS (SELECT FROM events WHERE stream_id = ANY(CAST(:stream_ids AS text[])))")
 
 def _unique_violation_on_stream_version(error: IntegrityError) -> bool:
     diag = getattr(error.orig, "diag", None)
@@ -180,11 +165,9 @@ class PostgresEventStore:
     def stream_version(self, stream_id: str) -> int:
         return self.connection.execute(STREAM_VERSION, {"stream_id": stream_id}).scalar_one()
 
-    def read_all(self, after: Checkpoint = Checkpoint(), limit: int = 1000) -> list[RecordedEvent]:
-        rows = self.connection.execute(
-            READ_ALL, {"tx": str(after.transaction_id), "pos": after.global_position, "limit": limit}
-        ).all()
-        return self._decode_all(rows)
+    def has_events(self, stream_ids: Sequence[str]) -> bool:
+        """Whether any of these streams holds an event."""
+        return self.connection.execute(ANY_EVENTS, {"stream_ids": list(stream_ids)}).scalar_one()
 
     def _decode_all(self, rows: Sequence[Any]) -> list[RecordedEvent]:
         self.keyring.prefetch((row.event_type, row.payload) for row in rows)

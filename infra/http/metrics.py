@@ -16,8 +16,9 @@ import threading
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
+from infra.eventlog.queries import delivery_events_after, horizon_head
 from infra.delivery.status import outbox_status
 from infra.projector.status import projection_status
 from infra.services.unit_of_work import ServiceContext
@@ -27,35 +28,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_EVENTS_PER_SCRAPE = 20_000
 BATCH = 5_000
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-
-HORIZON_HEAD = text("""
-    SELECT transaction_id::text AS tx, global_position FROM events
-     WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-     ORDER BY transaction_id DESC, global_position DESC LIMIT 1
-""")
-# The delivery events past the checkpoint, with what their latencies need:
-# the queue time of the message (its stream's first event) and, for an
-# acceptance, when the lease it was sent under was claimed.
-DELIVERY_EVENTS = text("""
-    SELECT e.transaction_id::text AS tx, e.global_position, e.event_type,
-           (e.payload->>'attempt')::int AS attempt,
-           coalesce(e.payload->>'claimed_at', e.payload->>'accepted_at')::timestamptz AS at,
-           q.queued_at, c.claimed_at
-      FROM events e
-      LEFT JOIN LATERAL (
-            SELECT (x.payload->>'available_at')::timestamptz AS queued_at FROM events x
-             WHERE x.stream_id = e.stream_id AND x.stream_version = 1
-            ) q ON e.event_type IN ('LeaseClaimed', 'ProviderAccepted')
-      LEFT JOIN LATERAL (
-            SELECT (x.payload->>'claimed_at')::timestamptz AS claimed_at FROM events x
-             WHERE x.stream_id = e.stream_id AND x.event_type = 'LeaseClaimed'
-               AND x.payload->>'lease_token' = e.payload->>'lease_token'
-            ) c ON e.event_type = 'ProviderAccepted'
-     WHERE e.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-       AND (e.transaction_id, e.global_position) > (CAST(:tx AS text)::xid8, :pos)
-     ORDER BY e.transaction_id, e.global_position
-     LIMIT :limit
-""")
 
 COUNTED = {
     "EmailQueued": "authledger_emails_queued_total",
@@ -114,7 +86,7 @@ class LogMetrics:
         """Count from the log's horizon now (at app start, or else at the first scrape)."""
         with self._lock:
             if self._checkpoint is None:
-                head = connection.execute(HORIZON_HEAD).first()
+                head = horizon_head(connection)
                 self._checkpoint = (head.tx, head.global_position) if head else ("0", 0)
 
     def catch_up(self, connection: Connection) -> None:
@@ -126,7 +98,7 @@ class LogMetrics:
             while folded < MAX_EVENTS_PER_SCRAPE:
                 assert self._checkpoint is not None
                 tx, pos = self._checkpoint
-                rows = connection.execute(DELIVERY_EVENTS, {"tx": tx, "pos": pos, "limit": BATCH}).all()
+                rows = delivery_events_after(connection, tx, pos, BATCH)
                 for row in rows:
                     self._fold(row)
                 if rows:

@@ -42,10 +42,10 @@ def ensure_dev_key(app: App) -> tuple[str, Path]:
         if client_of_key(app.engine, key) == DEV_CLIENT:
             return key, path
     try:  # the file was lost or the database reset: start the dev client afresh
-        revoke_client(app.engine, DEV_CLIENT, metadata=SERVE_METADATA)
+        revoke_client(app.services, DEV_CLIENT, metadata=SERVE_METADATA)
     except NotFound:
         pass
-    key = create_client(app.engine, DEV_CLIENT, metadata=SERVE_METADATA).api_key
+    key = create_client(app.services, DEV_CLIENT, metadata=SERVE_METADATA).api_key
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchmod(descriptor, 0o600)

@@ -44,6 +44,12 @@ def _unnest_insert(table: Table, conflict: str) -> TextClause:
     return text(f"INSERT INTO {qualified_name(table)} ({names}) SELECT * FROM unnest({arrays}) {conflict}")
 
 
+def _values_upsert(table: Table, key_column: str) -> Any:
+    statement = postgresql.insert(table)
+    updates = {c.name: statement.excluded[c.name] for c in table.c if c.name != key_column}
+    return statement.on_conflict_do_update(index_elements=[key_column], set_=updates)
+
+
 def _columns_params(table: Table, rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
     return {f"c{i}": [row[c.name] for row in rows] for i, c in enumerate(table.columns)}
 
@@ -128,35 +134,47 @@ class Applier(Protocol):
         ...
 
 
+# Below this many rows (an inline fold writes one to ten) a plain upsert of
+# the rows costs the client less than adapting every column to an array:
+# with unnest alone the outbox's claim and record lost about 4% of throughput.
+FEW_ROWS = 50
+
+
 class KeyedApplier:
     """One row per key: ``evolve(row | None, event) -> row | None`` over the events ``key_of`` names.
 
-    With ``cache_rows`` it remembers the rows it wrote last, which is only
-    right while nobody else writes the table: a rebuild's shadow tables.
-    With ``bulk`` it writes large pages through COPY and a temporary table
-    (rebuild, verify, replay, on the login role); the catch-up runner, on the
-    application role, always writes with one statement.
+    The one class that folds events into a table, inline and after the fact.
+    With ``lock`` it reads the rows it folds ``FOR UPDATE``: an inline
+    projection, folded in the transaction that appends, so that two writers
+    of one row take turns. With ``cache_rows`` it remembers the rows it wrote
+    last, which is only right while nobody else writes the table: a
+    rebuild's shadow tables. With ``bulk`` it writes large pages through COPY
+    and a temporary table (rebuild, verify, replay, on the login role); the
+    catch-up runner and inline folds, on the application role, always write
+    with one statement.
     """
 
     def __init__(
         self, table: Table, row_type: type, key_column: str, key_of: Callable[[object], Any],
-        evolve: Callable[[Any, object], Any], *, cache_rows: int = 0, bulk: bool = False,
+        evolve: Callable[[Any, object], Any], *, cache_rows: int = 0, bulk: bool = False, lock: bool = False,
     ) -> None:
         self.table, self.row_type, self.key_column = table, row_type, key_column
         self.key_of, self.evolve = key_of, evolve
         self.tables = (table,)
-        self.cache_rows, self.bulk = cache_rows, bulk
+        self.cache_rows, self.bulk, self.lock = cache_rows, bulk, lock
         self._cache: OrderedDict[Any, Any] = OrderedDict()
         key = _QUOTE.quote(key_column)
         names = ", ".join(_QUOTE.quote(c.name) for c in table.columns)
         self._load = text(
             f"SELECT {names} FROM {qualified_name(table)} "
             f"WHERE {key} = ANY(CAST(:keys AS {_array_type(table, key_column)}))"
+            + (" FOR UPDATE" if lock else "")
         )
         updates = ", ".join(f"{_QUOTE.quote(c.name)} = EXCLUDED.{_QUOTE.quote(c.name)}"
                             for c in table.columns if c.name != key_column)
         conflict = f"ON CONFLICT ({key}) DO UPDATE SET {updates}"
         self._upsert = _unnest_insert(table, conflict)
+        self._upsert_few = _values_upsert(table, key_column)
         self._staged = Staged(table, conflict)
 
     def on(self, tables: Mapping[str, Table], *, cache_rows: int = 0) -> KeyedApplier:
@@ -178,22 +196,42 @@ class KeyedApplier:
         rows = self._step({}, recorded)
         return {self.table.name: [attrs.asdict(row, recurse=False) for row in rows.values()]}
 
-    def apply(self, connection: Connection, recorded: Sequence[RecordedEvent]) -> int:
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+    def load(self, connection: Connection, keys: Iterable[Any]) -> dict[Any, Any]:
+        """The rows of these keys that exist, by key (locked when the applier locks)."""
+        found = connection.execute(self._load, {"keys": list(keys)})
+        return {row._mapping[self.key_column]: self.row_type(**row._mapping) for row in found}
+
+    def apply(
+        self, connection: Connection, recorded: Sequence[RecordedEvent], *, loaded: dict[Any, Any] | None = None,
+    ) -> int:
+        """Fold ``recorded`` into the table; the number of rows written.
+
+        ``loaded`` holds rows the caller already read (and locked) by key:
+        they are folded instead of read again, and updated in place with the
+        rows written, so the caller sees the result without folding twice.
+        """
         keys = {key for r in recorded if (key := self.key_of(r.event)) is not None}
         if not keys:
             return 0
-        rows = {key: self._cache[key] for key in keys if key in self._cache}
+        rows = loaded if loaded is not None else {}
+        rows.update((key, self._cache[key]) for key in keys if key in self._cache and key not in rows)
         missing = [key for key in keys if key not in rows]
         if missing:
-            for found in connection.execute(self._load, {"keys": missing}):
-                rows[found._mapping[self.key_column]] = self.row_type(**found._mapping)
+            rows.update(self.load(connection, missing))
         try:
             changed = self._step(rows, recorded)
             if self.bulk and len(changed) >= Staged.WORTH_IT:
                 self._staged.write(connection, [attrs.astuple(row, recurse=False) for row in changed.values()])
             elif changed:
                 values = [attrs.asdict(row, recurse=False) for row in changed.values()]
-                connection.execute(self._upsert, _columns_params(self.table, values))
+                if len(values) >= FEW_ROWS:
+                    connection.execute(self._upsert, _columns_params(self.table, values))
+                else:
+                    connection.execute(self._upsert_few, values if len(values) > 1 else values[0])
         except BaseException:
             self._cache.clear()  # the transaction will not commit: forget what it would have written
             raise

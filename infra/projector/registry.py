@@ -22,7 +22,7 @@ from domain import clients, decisions, otp, reset
 from domain.errors import NotFound
 from infra.db import tables
 from infra.eventlog.tags import EVENT_TYPES
-from infra.projector.inline import EMAIL_EVENTS, INLINE, InlineProjection
+from infra.projector.inline import EMAIL_EVENTS, INLINE
 from infra.eventlog.reader import Reading
 from infra.projector.appliers import Applier, EntriesApplier, KeyedApplier
 from projections.audit_index import entries_of
@@ -82,11 +82,10 @@ def _summary_of(module_name: str) -> str:
     return doc.strip().splitlines()[0].replace("``", "") if doc.strip() else ""
 
 
-def _inline(projection: InlineProjection) -> Projection:
-    applier = KeyedApplier(projection.table, projection.row_type, projection.key_column, projection.key_of,
-                           projection.evolve)
-    folded = FOLDED_EVENTS.get(projection.name)
-    return Projection(projection.name, INLINE_KIND, _summary_of(projection.evolve.__module__), applier,
+def _inline(applier: KeyedApplier) -> Projection:
+    """An inline projection, with the very applier the unit of work folds it with."""
+    folded = FOLDED_EVENTS.get(applier.name)
+    return Projection(applier.name, INLINE_KIND, _summary_of(applier.evolve.__module__), applier,
                       tags_of(folded) if folded is not None else None)
 
 

@@ -17,19 +17,9 @@ from attrs import asdict, frozen
 from sqlalchemy import Connection, Engine, text
 
 from infra.projector.catchup import read_checkpoint
+from infra.eventlog.queries import horizon_state, lag_after
 from infra.projector.registry import all_projections
 
-LAG = text("""
-    SELECT count(*) AS events, extract(epoch FROM now() - min(recorded_at)) AS seconds
-      FROM events WHERE (transaction_id, global_position) > (CAST(:tx AS text)::xid8, :pos)
-""")
-HORIZON = text("""
-    SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon,
-           pg_snapshot_xmax(pg_current_snapshot())::text AS next_xid,
-           (SELECT max(transaction_id) FROM events)::text AS highest_logged,
-           (SELECT count(*) FROM events
-             WHERE transaction_id >= pg_snapshot_xmin(pg_current_snapshot())) AS events_held_back
-""")
 # backend_xid: the transaction has written and so holds the horizon back.
 # Prepared transactions hold it too, with no session to show.
 OLDEST_OPEN = text("""
@@ -96,8 +86,7 @@ def _projection_state(connection: Connection, projection: Any) -> ProjectionStat
     if not projection.catches_up:
         return state
     stored = read_checkpoint(connection, projection.name)
-    lag = connection.execute(LAG, {"tx": str(stored.checkpoint.transaction_id),
-                                   "pos": stored.checkpoint.global_position}).one()
+    lag = lag_after(connection, stored.checkpoint)
     return ProjectionState(
         state.name, state.kind, state.tables, rows,
         {"transaction_id": stored.checkpoint.transaction_id, "global_position": stored.checkpoint.global_position},
@@ -109,7 +98,7 @@ def projection_status(admin: Engine, *, warn_after_seconds: float = 60.0) -> Sta
     """Every projection's checkpoint and lag, the horizon, and the transaction holding it back."""
     with admin.connect() as connection:
         states = [_projection_state(connection, p) for p in all_projections()]
-        horizon = connection.execute(HORIZON).one()
+        horizon = horizon_state(connection)
         oldest = connection.execute(OLDEST_OPEN).first()
         shadows = list(connection.execute(SHADOWS).scalars())
     open_tx = OpenTransaction(oldest.pid, oldest.xid, round(float(oldest.age_seconds or 0), 3), oldest.state,

@@ -8,7 +8,7 @@ its key there, so a revocation takes effect on the next request.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from attrs import frozen
@@ -23,13 +23,10 @@ from domain.clients import (
 )
 from domain.tokens import hash_token
 from infra.db import tables
-from infra.clock import Clock, SystemClock
-from infra.projector.inline import apply_inline
-from infra.eventlog.postgres import PostgresEventStore
+from infra.services.unit_of_work import ServiceContext, decide_events_on_stream
 from projections.api_clients import ApiClientRow
 
 KEY_PREFIX = "alk_"  # lets secret scanners recognise a leaked key
-SYSTEM_CLOCK = SystemClock()
 
 
 def new_api_key() -> str:
@@ -43,38 +40,23 @@ class CreatedClient:
     api_key: str  # shown once, never stored
 
 
-def _decide_on_client(
-    engine: Engine, name: str, decide: Callable[[Any], list[object]], metadata: Mapping[str, Any] | None
-) -> list[object]:
-    stream = client_stream(name)
-    with engine.begin() as connection:
-        store = PostgresEventStore(connection)
-        history = store.load(stream)
-        events = decide(fold_client(r.event for r in history))
-        version = history[-1].stream_version if history else 0
-        apply_inline(connection, store.append(stream, version, events, metadata))
-    return events
-
-
-def create_client(
-    engine: Engine, name: str, *, clock: Clock = SYSTEM_CLOCK, metadata: Mapping[str, Any] | None = None
-) -> CreatedClient:
+def create_client(ctx: ServiceContext, name: str, metadata: Mapping[str, Any] | None = None) -> CreatedClient:
     """Register a client and return its key; ``InvalidInput`` for a bad or taken name.
 
     Needs no token keys: clients can be managed before the service is configured.
     """
     check_client_name(name)
-    api_key, now = new_api_key(), clock.now()
-    _decide_on_client(engine, name, lambda state: decide_register(state, name, hash_token(api_key), now=now), metadata)
+    api_key, now = new_api_key(), ctx.clock.now()
+    decide_events_on_stream(ctx, client_stream(name), fold_client,
+                            lambda state: decide_register(state, name, hash_token(api_key), now=now), metadata)
     return CreatedClient(name, api_key)
 
 
-def revoke_client(
-    engine: Engine, name: str, *, clock: Clock = SYSTEM_CLOCK, metadata: Mapping[str, Any] | None = None
-) -> bool:
+def revoke_client(ctx: ServiceContext, name: str, metadata: Mapping[str, Any] | None = None) -> bool:
     """Revoke a client's key; False when it was already revoked, ``NotFound`` when it never existed."""
-    now = clock.now()
-    return bool(_decide_on_client(engine, name, lambda state: decide_revoke(state, name, now=now), metadata))
+    now = ctx.clock.now()
+    return bool(decide_events_on_stream(ctx, client_stream(name), fold_client,
+                                        lambda state: decide_revoke(state, name, now=now), metadata))
 
 
 def list_clients(engine: Engine) -> list[ApiClientRow]:

@@ -14,24 +14,18 @@ Needs no master key: an erasure never waits for a key that was lost.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from attrs import frozen
-from sqlalchemy import Engine, text
 
 from domain.otp import otp_stream
 from domain.privacy import SubjectErased, decide_erasure, fold_subject, subject_stream
 from domain.reset import reset_stream
-from infra.projector.inline import apply_inline
 from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.subject_keys import destroy_keys
-
-# Every event about a user is on one of their request streams (an email is
-# queued in the same transaction as the request event that needs it).
-HAS_EVENTS = text("""
-    SELECT EXISTS (SELECT FROM events WHERE stream_id IN (:reset_stream, :otp_stream))
-""")
+from infra.services.unit_of_work import ServiceContext, append_and_fold
 
 
 @frozen
@@ -46,20 +40,20 @@ class Erasure:
                 "recorded": self.recorded}
 
 
-def forget(engine: Engine, user_id: str, *, now: datetime, metadata: dict[str, Any] | None = None) -> Erasure:
+def forget(ctx: ServiceContext, user_id: str, metadata: Mapping[str, Any] | None = None) -> Erasure:
     """Destroy the user's data keys and record ``SubjectErased``; ``NotFound`` for an unknown user."""
-    stream_id = subject_stream(user_id)
-    with engine.begin() as connection:
+    stream_id, now = subject_stream(user_id), ctx.clock.now()
+    with ctx.engine.begin() as connection:
         key_ids = destroy_keys(connection, user_id)
         store = PostgresEventStore(connection)
         history = store.load(stream_id)
-        has_events = connection.execute(
-            HAS_EVENTS, {"reset_stream": reset_stream(user_id), "otp_stream": otp_stream(user_id)}
-        ).scalar_one()
+        # Every event about a user is on one of their request streams (an email
+        # is queued in the same transaction as the request event that needs it).
+        has_events = store.has_events([reset_stream(user_id), otp_stream(user_id)])
         events = decide_erasure(fold_subject(r.event for r in history), user_id=user_id, destroyed_key_ids=key_ids,
                                 has_events=has_events, now=now)
         if not events:
             last = next(r.event for r in reversed(history) if isinstance(r.event, SubjectErased))
             return Erasure(user_id, last.erased_at, (), recorded=False)
-        apply_inline(connection, store.append(stream_id, len(history), events, metadata))
+        append_and_fold(connection, [(stream_id, len(history), events)], metadata)
     return Erasure(user_id, now, tuple(key_ids), recorded=True)

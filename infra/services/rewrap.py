@@ -32,15 +32,15 @@ from datetime import datetime
 from typing import Any
 
 from attrs import frozen
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, text
 from sqlalchemy.exc import ProgrammingError
 
 from domain.errors import ConfigError
 from infra.errors import SchemaMismatch
 from domain.privacy import MASTER_KEYS_STREAM, decide_rewrap
-from infra.projector.inline import apply_inline
 from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.subject_keys import MASTER_KEY_VARIABLE, SAMPLE_UNDER_MASTER, MasterKeys
+from infra.services.unit_of_work import ServiceContext, append_and_fold
 
 DEFAULT_BATCH_SIZE = 500
 INSUFFICIENT_PRIVILEGE = "42501"
@@ -104,13 +104,13 @@ class Rewrap:
         return "\n".join(lines)
 
 
-def pending(engine: Engine, master: MasterKeys, *, check: bool = False) -> dict[str, int]:
+def pending(ctx: ServiceContext, master: MasterKeys, *, check: bool = False) -> dict[str, int]:
     """How many data keys each master key id other than the newest still wraps.
 
     With ``check``, first a ``ConfigError`` unless ``master`` holds every id in
     use, each able to unwrap a key it wrapped: what a run needs to succeed.
     """
-    with engine.connect() as connection:
+    with ctx.engine.connect() as connection:
         olds = _pending(connection, master)
         if check:
             _check(connection, master, olds)
@@ -138,24 +138,24 @@ def _check(connection: Connection, master: MasterKeys, olds: Mapping[str, int]) 
 
 
 def rewrap(
-    engine: Engine,
+    ctx: ServiceContext,
     master: MasterKeys,
     *,
-    now: datetime,
     batch_size: int = DEFAULT_BATCH_SIZE,
     dry_run: bool = False,
-    metadata: dict[str, Any] | None = None,
     progress: Callable[[int], object] | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> Rewrap:
     """Re-wrap every data key under an older master key under ``master.current_id``, batch by batch."""
-    before = pending(engine, master, check=True)
+    now = ctx.clock.now()
+    before = pending(ctx, master, check=True)
     if dry_run or not before:
         return Rewrap(master.current_id, dry_run, {}, before)
     done: Counter[str] = Counter()
     after = ""
     while True:
         try:
-            with _may_update(), engine.begin() as connection:
+            with _may_update(), ctx.engine.begin() as connection:
                 moved, after = _rewrap_batch(connection, master, after, batch_size, now, metadata)
         except ConfigError as error:  # a row altered, or added under a bad key, since the check
             raise ConfigError(f"{error.message}; that batch was rolled back, and the keys re-wrapped before it "
@@ -165,7 +165,7 @@ def rewrap(
         done.update(moved)
         if progress is not None:
             progress(sum(moved.values()))
-    return Rewrap(master.current_id, False, dict(done), pending(engine, master))
+    return Rewrap(master.current_id, False, dict(done), pending(ctx, master))
 
 
 @contextlib.contextmanager
@@ -183,7 +183,7 @@ def _may_update() -> Iterator[None]:
 
 
 def _rewrap_batch(connection: Connection, master: MasterKeys, after: str, limit: int, now: datetime,
-                  metadata: dict[str, Any] | None) -> tuple[Counter[str], str]:
+                  metadata: Mapping[str, Any] | None) -> tuple[Counter[str], str]:
     """One transaction: lock a page of keys, re-wrap them, record it; the keys moved and where to go on."""
     connection.execute(BATCH_LOCK)
     rows = connection.execute(LOCK_BATCH, {"current": master.current_id, "after": after, "limit": limit}).all()
@@ -198,8 +198,7 @@ def _rewrap_batch(connection: Connection, master: MasterKeys, after: str, limit:
     connection.execute(REWRAP, {"master_key_id": master.current_id, "key_ids": key_ids,
                                 "wrapped_keys": wrapped_keys})
     moved = Counter(row.master_key_id for row in rows)
-    store = PostgresEventStore(connection)
     events = decide_rewrap(moved, master_key_id=master.current_id, now=now)
-    apply_inline(connection, store.append(MASTER_KEYS_STREAM, store.stream_version(MASTER_KEYS_STREAM), events,
-                                          metadata))
+    version = PostgresEventStore(connection).stream_version(MASTER_KEYS_STREAM)
+    append_and_fold(connection, [(MASTER_KEYS_STREAM, version, events)], metadata)
     return moved, rows[-1].key_id

@@ -1,18 +1,21 @@
-"""Service functions: load a stream, decide, append, fold the read models; one transaction.
+"""The unit of work: load a stream, decide, append, fold the read models; one transaction.
 
-Each is a few lines on top of ``decide_on_stream``, which owns the retry on
-``ConcurrencyConflict``: the user's stream is the consistency boundary, so
-two concurrent requests for one user are decided one after the other.
-Requests with an idempotency key also take an advisory lock on the key, so
-that retries in flight wait for (or are refused while) the first one runs.
+``append_and_fold`` is the one write path: the only caller of the event
+store's append, it folds what it appended into the inline projections in the
+same transaction. Service functions are a few lines on top of
+``decide_on_stream``, which owns the retry on ``ConcurrencyConflict``: the
+stream is the consistency boundary, so two concurrent requests for one user
+are decided one after the other. Requests with an idempotency key also take
+an advisory lock on the key, so that retries in flight wait for (or are
+refused while) the first one runs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
 from uuid import UUID, uuid4
 
 from attrs import field, frozen
@@ -31,6 +34,8 @@ from infra.projector.inline import apply_inline
 from infra.eventlog.postgres import PostgresEventStore
 
 CONFLICT_RETRIES = 8
+Batches = Sequence[tuple[str, int, Sequence[object]]]  # (stream_id, expected_version, events)
+Decided = TypeVar("Decided")
 
 InFlight = Literal["wait", "refuse"]
 WAIT_FOR_KEY = text("SELECT pg_advisory_xact_lock(:key)")
@@ -42,13 +47,23 @@ class ServiceContext:
     """What every service function needs; built by ``App`` or by a test."""
 
     engine: Engine
-    keys: TokenKeys = field(repr=False)
+    # The keys, or how to load them: loaded on first use, so that services
+    # which need none (clients, privacy) run where none are configured.
+    _keys: TokenKeys | Callable[[], TokenKeys] = field(repr=False, alias="keys")
     clock: Clock = field(factory=SystemClock)
     reset_policy: ResetPolicy = field(factory=ResetPolicy)
     otp_policy: OtpPolicy = field(factory=OtpPolicy)
     delivery_policy: DeliveryPolicy = field(factory=DeliveryPolicy)
     reset_url: str = "http://localhost:8000/reset"
     new_id: Callable[[], UUID] = uuid4
+
+    @property
+    def keys(self) -> TokenKeys:
+        """The token keys, loaded now if they were given as a loader."""
+        if not isinstance(self._keys, TokenKeys):
+            object.__setattr__(self, "_keys", self._keys())  # frozen, but a cache: loading twice is harmless
+        assert isinstance(self._keys, TokenKeys)
+        return self._keys
 
 
 def _check_in_flight(in_flight: object) -> None:
@@ -100,16 +115,34 @@ class IdempotencyLock:
             raise RequestInFlight()
 
 
+def append_and_fold(
+    connection: Connection, batches: Batches, metadata: Mapping[str, Any] | None = None, *,
+    loaded: Mapping[str, dict[Any, Any]] | None = None,
+) -> list[RecordedEvent]:
+    """Append to several streams in one statement and fold the events into the inline projections.
+
+    The only caller of the store's append, so no write can leave a read model
+    behind. ``loaded`` holds, by projection name and key, rows the caller
+    already read and locked (the outbox's claimed messages): they are folded
+    instead of read again, and updated in place with the rows written.
+    """
+    recorded = PostgresEventStore(connection).append_many(batches, metadata)
+    apply_inline(connection, recorded, loaded)
+    return recorded
+
+
 def record_decision(
     connection: Connection, stream_id: str, expected_version: int, decision: Decision,
     metadata: Mapping[str, Any] | None,
 ) -> list[RecordedEvent]:
     """Append a decision's events and emails in one statement and fold them inline."""
+    return append_and_fold(connection, _decision_batches(stream_id, expected_version, decision), metadata)
+
+
+def _decision_batches(stream_id: str, expected_version: int, decision: Decision) -> Batches:
     batches = [(stream_id, expected_version, decision.events)]
     batches += [(email_stream(queued.message_id), 0, [queued]) for queued in decision.emails]
-    recorded = PostgresEventStore(connection).append_many(batches, metadata)
-    apply_inline(connection, recorded)
-    return recorded
+    return batches
 
 
 def decide_on_stream(
@@ -126,16 +159,40 @@ def decide_on_stream(
     With ``idempotency_lock`` the key is locked before the stream is loaded,
     so the decision reads whatever the key's first request committed.
     """
+    return _retrying(ctx, stream_id, fold, decide, _decision_batches, metadata, idempotency_lock)
+
+
+def decide_events_on_stream(
+    ctx: ServiceContext,
+    stream_id: str,
+    fold: Callable[[Iterable[object]], Any],
+    decide: Callable[[Any], list[object]],
+    metadata: Mapping[str, Any] | None = None,
+) -> list[object]:
+    """``decide_on_stream`` for streams whose decisions are plain lists of events (clients)."""
+    return _retrying(ctx, stream_id, fold, decide, lambda stream, version, events: [(stream, version, events)],
+                     metadata, None)
+
+
+def _retrying(
+    ctx: ServiceContext,
+    stream_id: str,
+    fold: Callable[[Iterable[object]], Any],
+    decide: Callable[[Any], Decided],
+    batches_of: Callable[[str, int, Decided], Batches],
+    metadata: Mapping[str, Any] | None,
+    idempotency_lock: IdempotencyLock | None,
+) -> Decided:
     for attempt in range(CONFLICT_RETRIES):
         try:
             with ctx.engine.begin() as connection:
                 if idempotency_lock is not None:
                     idempotency_lock.take(connection)
                 history = PostgresEventStore(connection).load(stream_id)
-                decision = decide(fold(recorded.event for recorded in history))
+                decided = decide(fold(recorded.event for recorded in history))
                 version = history[-1].stream_version if history else 0
-                record_decision(connection, stream_id, version, decision, metadata)
-                return decision
+                append_and_fold(connection, batches_of(stream_id, version, decided), metadata)
+                return decided
         except ConcurrencyConflict:
             if attempt == CONFLICT_RETRIES - 1:
                 raise

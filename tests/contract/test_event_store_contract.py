@@ -12,16 +12,25 @@ from sqlalchemy import Engine
 
 from domain.email import DeliverySkipped, EmailQueued
 from domain.errors import ConcurrencyConflict, UnknownEventType
-from domain.log import Checkpoint
+from domain.log import Checkpoint, RecordedEvent
 from infra.eventlog.memory import InMemoryEventStore
 from infra.eventlog.postgres import PostgresEventStore
+from infra.eventlog.reader import HORIZON, read_page
 
 
 class CommittingPostgresStore:
-    """Each call in its own committed transaction, as a service would use it."""
+    """Each call in its own committed transaction, as a service would use it.
+
+    The whole log is read through ``infra.eventlog.reader``, the one whole-log
+    reader on PostgreSQL; the in-memory store reads its list.
+    """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+
+    def read_all(self, after: Checkpoint = Checkpoint(), limit: int = 1000) -> list[RecordedEvent]:
+        with self.engine.connect() as connection:
+            return read_page(connection, after, HORIZON, limit)
 
     def __getattr__(self, name: str) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:

@@ -39,10 +39,7 @@ def test_readers_page_across_a_transaction_id_that_gains_a_digit(engine: Engine,
     assert len(str(second)) > len(str(first)), "the ids must differ in length for text order to differ"
 
     with engine.connect() as connection:
-        store_pages = [PostgresEventStore(connection).read_all(Checkpoint(), limit=1)]
-        store_pages.append(PostgresEventStore(connection).read_all(store_pages[0][0].checkpoint, limit=1))
-        reader_pages = [read_page(connection, Checkpoint(), HORIZON, 1)]
-        reader_pages.append(read_page(connection, reader_pages[0][0].checkpoint, HORIZON, 1))
+        pages = [read_page(connection, Checkpoint(), HORIZON, 1)]
+        pages.append(read_page(connection, pages[0][0].checkpoint, HORIZON, 1))
 
-    for paged in (store_pages, reader_pages):
-        assert [page[0].transaction_id for page in paged] == [first, second]
+    assert [page[0].transaction_id for page in pages] == [first, second]

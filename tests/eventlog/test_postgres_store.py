@@ -16,6 +16,7 @@ from domain.email import EmailQueued
 from domain.errors import ConcurrencyConflict, UnknownEventType
 from domain.log import Checkpoint, RecordedEvent
 from infra.eventlog.postgres import PostgresEventStore
+from infra.eventlog.reader import HORIZON, read_page
 
 
 def queued(n: int) -> EmailQueued:
@@ -84,7 +85,7 @@ def test_a_whole_log_reader_never_skips_a_late_commit(engine: Engine) -> None:
         while True:
             finished = writers_done.is_set()
             with engine.connect() as connection:
-                page = PostgresEventStore(connection).read_all(after=checkpoint, limit=7)
+                page = read_page(connection, checkpoint, HORIZON, 7)
             if page:
                 seen.extend(page)
                 checkpoint = page[-1].checkpoint
@@ -109,7 +110,7 @@ def test_a_whole_log_reader_never_skips_a_late_commit(engine: Engine) -> None:
     assert len(set(positions)) == len(positions)
     assert checkpoints == sorted(checkpoints), "the checkpoint only moves forward"
     with engine.connect() as connection:
-        everything = PostgresEventStore(connection).read_all(limit=10_000)
+        everything = read_page(connection, Checkpoint(), HORIZON, 10_000)
     assert [e.global_position for e in everything] == positions, "a stable order, the same on every read"
 
 
@@ -118,10 +119,10 @@ def test_a_reader_does_not_see_events_of_a_transaction_still_open(engine: Engine
         writer_connection.begin()
         PostgresEventStore(writer_connection).append("email:open", 0, [queued(1)])
         with engine.connect() as connection:
-            assert PostgresEventStore(connection).read_all() == []
+            assert read_page(connection, Checkpoint()) == []
         writer_connection.commit()
     with engine.connect() as connection:
-        assert len(PostgresEventStore(connection).read_all()) == 1
+        assert len(read_page(connection, Checkpoint())) == 1
 
 
 def _seed(engine: Engine) -> None:

@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from sqlalchemy import Engine
 
 from infra.services.clients import create_client
 from infra.services.unit_of_work import ServiceContext
@@ -19,9 +18,9 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def api_key(engine: Engine) -> str:
+def api_key(ctx: ServiceContext) -> str:
     """The key of a client named "shop"."""
-    return create_client(engine, "shop").api_key
+    return create_client(ctx, "shop").api_key
 
 
 @pytest.fixture

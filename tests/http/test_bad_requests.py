@@ -167,8 +167,8 @@ async def test_the_body_limit_is_configurable(ctx: ServiceContext, api_key: str)
 
 
 async def test_a_revoked_key_is_401_and_writes_nothing(ctx: ServiceContext, engine: Engine) -> None:
-    key = create_client(engine, "leaver").api_key
-    revoke_client(engine, "leaver")
+    key = create_client(ctx, "leaver").api_key
+    revoke_client(ctx, "leaver")
     before = log_size(engine)
     async with asgi_client(ctx, key) as api:
         response = await api.post("/v1/password-resets", json=ADA, headers=CREATE)

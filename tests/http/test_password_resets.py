@@ -78,7 +78,7 @@ async def test_the_same_key_with_another_body_is_422_and_writes_nothing(api: htt
 
 async def test_keys_are_scoped_per_client(ctx: ServiceContext, api: httpx.AsyncClient, engine: Engine) -> None:
     first = await create(api, key="shared")
-    async with asgi_client(ctx, create_client(engine, "other-app").api_key) as other:
+    async with asgi_client(ctx, create_client(ctx, "other-app").api_key) as other:
         response = await create(other, {"user_id": "42", "email": "other@example.com"}, key="shared")
     # Another client's key is its own: no mismatch, though the cooldown reuses nothing (other address).
     assert response.status_code == 202 and response.json()["request_id"] != first.json()["request_id"]

@@ -195,7 +195,7 @@ def test_the_development_key_is_kept_and_replaced_once_it_stops_working(
     try:
         key, path = ensure_dev_key(app)
         assert ensure_dev_key(app) == (key, path), "the same key on every start"
-        revoke_client(engine, "dev")
+        revoke_client(app.services, "dev")
         new_key, _ = ensure_dev_key(app)
         path.write_text("alk_lost")
         newest, _ = ensure_dev_key(app)

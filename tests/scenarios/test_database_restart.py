@@ -61,7 +61,7 @@ def test_a_restart_under_load_loses_nothing_committed(own_server: tuple[Path, Da
     data_dir, database = own_server
     engine = database.engine(pool_size=4)
     ctx = ServiceContext(engine=engine, keys=TEST_KEYS, reset_policy=ResetPolicy(hourly_limit=1000))
-    api_key = create_client(engine, "outage").api_key
+    api_key = create_client(ctx, "outage").api_key
     mailer = RecordingMailer()
     worker = Worker(ctx, mailer, sender="a@app.test", concurrency=2, poll_seconds=0.2)
     delivering = threading.Thread(target=worker.run)

@@ -56,7 +56,7 @@ async def _post(ctx: ServiceContext, key: str, path: str, body: bytes, idempoten
 def test_no_body_on_any_endpoint_causes_a_5xx_or_a_partial_write(
     ctx: ServiceContext, engine: Engine, path: str, body: bytes, idempotency_key: bytes
 ) -> None:
-    key = _key(engine)
+    key = _key(ctx)
     before = log_size(engine)
     response = asyncio.run(_post(ctx, key, path, body, idempotency_key))
     assert response.status_code < 500, response.text
@@ -69,7 +69,7 @@ def test_no_body_on_any_endpoint_causes_a_5xx_or_a_partial_write(
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(query=st.dictionaries(st.sampled_from(["user_id", "request_id", "message_id", "x"]), st.one_of(st.text(max_size=40), st.sampled_from(INJECTIONS)), max_size=3))
 def test_the_timeline_refuses_garbage_queries_cleanly(ctx: ServiceContext, engine: Engine, query: dict[str, str]) -> None:
-    key = _key(engine)
+    key = _key(ctx)
 
     async def get() -> Any:
         async with asgi_client(ctx, key) as client:
@@ -83,14 +83,14 @@ def test_the_timeline_refuses_garbage_queries_cleanly(ctx: ServiceContext, engin
 _keys: dict[str, str] = {}
 
 
-def _key(engine: Engine) -> str:
-    url = str(engine.url)
+def _key(ctx: ServiceContext) -> str:
+    url = str(ctx.engine.url)
     if url not in _keys:
-        _keys[url] = create_client(engine, "hostile").api_key
+        _keys[url] = create_client(ctx, "hostile").api_key
     return _keys[url]
 
 
 def test_a_body_nested_thousands_deep_is_a_400_not_a_crash(ctx: ServiceContext, engine: Engine) -> None:
-    response = asyncio.run(_post(ctx, _key(engine), "/v1/password-resets", b"[" * 5000, b"deep"))
+    response = asyncio.run(_post(ctx, _key(ctx), "/v1/password-resets", b"[" * 5000, b"deep"))
     assert response.status_code == 400
     assert "nested too deeply" in response.json()["detail"]

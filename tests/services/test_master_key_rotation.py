@@ -23,6 +23,7 @@ from sqlalchemy.exc import ProgrammingError
 
 from cli import cli
 from domain.errors import ConfigError
+from domain.log import Checkpoint
 from domain.privacy import MASTER_KEYS_STREAM, DataKeysRewrapped, decide_rewrap
 from domain.reset import RequestReset
 from infra.services import rewrap as key_rotation
@@ -30,6 +31,7 @@ from infra.projector.catchup import CatchUpRunner
 from infra.services.rewrap import Rewrap, rewrap
 from infra.eventlog.personal_data import ERASED
 from infra.eventlog.postgres import PostgresEventStore
+from infra.eventlog.reader import HORIZON, Reading, read_page
 from infra.services.privacy import forget
 from infra.services.reset import request_reset
 from infra.db.schema import init_schema
@@ -59,7 +61,7 @@ def users_under_the_old_key(ctx: ServiceContext, engine: Engine) -> None:
     """Three users with a reset email queued under A; the third is then erased."""
     for user_id, address in ADDRESSES.items():
         request_reset(ctx, RequestReset(user_id, address))
-    forget(engine, "3", now=NOW)
+    forget(ctx, "3")
 
 
 def key_rows(engine: Engine) -> dict[str, tuple[str, str, bytes]]:
@@ -81,7 +83,7 @@ def rewrapped_events(engine: Engine) -> list[DataKeysRewrapped]:
 
 def recipients(engine: Engine) -> dict[str, set[str]]:
     with engine.connect() as connection:
-        events = PostgresEventStore(connection).read_all(limit=10_000)
+        events = read_page(connection, Checkpoint(), HORIZON, 10_000, reading=Reading(personal_data=True))
     found: dict[str, set[str]] = {}
     for r in events:
         if hasattr(r.event, "recipient"):
@@ -100,7 +102,7 @@ def test_after_a_rewrap_the_new_master_key_alone_opens_every_old_event_and_erase
     before_log, before_keys = snapshot(engine)
     assert {master for _, master, _ in before_keys.values()} == {"test"}
 
-    result = rewrap(engine, MasterKeys.parse(ROTATED), now=NOW, batch_size=1)
+    result = rewrap(ctx, MasterKeys.parse(ROTATED), batch_size=1)
 
     assert result.as_dict() == {"master_key_id": "m2", "dry_run": False, "rewrapped": 2, "remaining": 0,
                                 "by_master_key_id": {"test": {"rewrapped": 2, "remaining": 0}}}
@@ -125,10 +127,10 @@ def test_after_a_rewrap_the_new_master_key_alone_opens_every_old_event_and_erase
 
 def test_a_rerun_finds_nothing_to_do_and_records_nothing(ctx: ServiceContext, engine: Engine) -> None:
     users_under_the_old_key(ctx, engine)
-    rewrap(engine, MasterKeys.parse(ROTATED), now=NOW)
+    rewrap(ctx, MasterKeys.parse(ROTATED))
     before = snapshot(engine)
     for master_key in (ROTATED, NEW):
-        again = rewrap(engine, MasterKeys.parse(master_key), now=NOW)
+        again = rewrap(ctx, MasterKeys.parse(master_key))
         assert again.as_dict()["rewrapped"] == 0 and again.as_dict()["remaining"] == 0
         assert again.summary() == "nothing to do: every data key is wrapped under master key m2"
     assert snapshot(engine) == before
@@ -137,7 +139,7 @@ def test_a_rerun_finds_nothing_to_do_and_records_nothing(ctx: ServiceContext, en
 def test_a_dry_run_counts_and_changes_nothing(ctx: ServiceContext, engine: Engine) -> None:
     users_under_the_old_key(ctx, engine)
     before = snapshot(engine)
-    result = rewrap(engine, MasterKeys.parse(ROTATED), now=NOW, dry_run=True)
+    result = rewrap(ctx, MasterKeys.parse(ROTATED), dry_run=True)
     assert result.as_dict()["remaining"] == 2 and result.as_dict()["dry_run"] is True
     assert "2 data keys would be re-wrapped under master key m2 (test: 2); nothing changed" in result.summary()
     assert snapshot(engine) == before
@@ -151,22 +153,22 @@ def test_a_key_held_by_another_transaction_is_skipped_not_waited_for_and_a_rerun
     outcome: list[Rewrap] = []
     with admin_engine.begin() as holder:  # as an erasure in flight would hold it
         holder.execute(text("SELECT 1 FROM subject_keys WHERE user_id = '1' FOR UPDATE"))
-        runner = threading.Thread(target=lambda: outcome.append(rewrap(engine, master, now=NOW)))
+        runner = threading.Thread(target=lambda: outcome.append(rewrap(ctx, master)))
         runner.start()
         runner.join(timeout=30)
         assert not runner.is_alive(), "the rewrap waited for a locked row"
     first = outcome[0].as_dict()
     assert (first["rewrapped"], first["remaining"]) == (1, 1)
     assert "still under older master keys: 1 (held by another transaction" in outcome[0].summary()
-    second = rewrap(engine, master, now=NOW).as_dict()
+    second = rewrap(ctx, master).as_dict()
     assert (second["rewrapped"], second["remaining"]) == (1, 0)
     assert {master_id for _, master_id, _ in key_rows(engine).values()} == {"m2"}
 
 
 def test_an_erasure_after_the_rewrap_still_erases(ctx: ServiceContext, engine: Engine) -> None:
     users_under_the_old_key(ctx, engine)
-    rewrap(engine, MasterKeys.parse(ROTATED), now=NOW)
-    forget(engine, "1", now=NOW)
+    rewrap(ctx, MasterKeys.parse(ROTATED))
+    forget(ctx, "1")
     assert recipients(only(engine, NEW))["1"] == {ERASED}
 
 
@@ -190,7 +192,7 @@ def test_a_key_altered_after_the_check_stops_the_run_and_only_its_batch_is_rolle
                            {"junk": b"x" * 60, "k": last})
     before = key_rows(engine)
     with pytest.raises(ConfigError) as refused:
-        rewrap(engine, MasterKeys.parse(ROTATED), now=NOW, batch_size=1)
+        rewrap(ctx, MasterKeys.parse(ROTATED), batch_size=1)
     assert "does not unwrap the data key of user" in refused.value.message
     assert "that batch was rolled back, and the keys re-wrapped before it (1) stay re-wrapped" in refused.value.message
     after = key_rows(engine)
@@ -271,7 +273,7 @@ def test_a_different_key_under_a_known_id_is_refused_before_anything_is_written(
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     assert snapshot(engine) == before
     with pytest.raises(ConfigError, match="does not unwrap"):
-        rewrap(engine, MasterKeys.parse(f"{NEW},{WRONG_OLD}"), now=NOW)
+        rewrap(ctx, MasterKeys.parse(f"{NEW},{WRONG_OLD}"))
 
 
 def test_no_key_material_reaches_the_output_or_the_log(

@@ -19,6 +19,7 @@ from sqlalchemy import Engine, text
 
 from domain.email import EmailQueued
 from domain.errors import IdempotencyMismatch
+from domain.log import Checkpoint
 from domain.otp import RequestOtp
 from domain.privacy import SubjectErased, subject_stream
 from domain.reset import RequestReset
@@ -27,6 +28,7 @@ from infra.review.history import history
 from infra.services.otp import request_otp, verify_code
 from infra.eventlog.personal_data import ERASED
 from infra.eventlog.postgres import PostgresEventStore
+from infra.eventlog.reader import HORIZON, Reading, read_page
 from infra.services.reset import consume_token, request_reset
 from infra.services.unit_of_work import ServiceContext
 from infra.delivery.worker import Worker
@@ -65,7 +67,7 @@ def whole_flows(ctx: ServiceContext, clock: ManualClock, mailer: RecordingMailer
 def recipients_of(engine: Engine, user_id: str) -> set[str]:
     """Every recipient of the user's events, decoded as services and workers decode them."""
     with engine.connect() as connection:
-        events = PostgresEventStore(connection).read_all(limit=100_000)
+        events = read_page(connection, Checkpoint(), HORIZON, 100_000, reading=Reading(personal_data=True))
     return {r.event.recipient for r in events if getattr(r.event, "user_id", None) == user_id
             and hasattr(r.event, "recipient")}
 

@@ -17,7 +17,7 @@ from domain.otp import RequestOtp, otp_stream
 from domain.reset import RequestReset, ResetRequested, reset_stream
 from infra.clock import ManualClock
 from infra.services.otp import request_otp
-from infra.services.receipts import find_receipt
+from tests.support.receipts import find_receipt
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import IdempotencyLock, ServiceContext
 from infra.delivery.worker import Worker

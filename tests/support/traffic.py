@@ -12,10 +12,8 @@ from domain.email import EmailQueued, LeaseClaimed, ProviderAccepted
 from domain.policy import ResetPolicy
 from domain.reset import RequestReset
 from infra.clock import ManualClock
-from infra.projector.inline import apply_inline
-from infra.eventlog.postgres import PostgresEventStore
 from infra.services.reset import request_reset
-from infra.services.unit_of_work import ServiceContext
+from infra.services.unit_of_work import ServiceContext, append_and_fold
 from infra.delivery.worker import Worker
 from tests.support.mailers import RecordingMailer
 
@@ -52,4 +50,4 @@ def delivered_emails(connection: Connection, count: int, users: str = "u") -> No
             LeaseClaimed(message_id, "w1", token, now, now + timedelta(seconds=45), 1),
             ProviderAccepted(message_id, token, 1, now + timedelta(milliseconds=n), "smtp", f"id-{n}", "k2"),
         ]))
-    apply_inline(connection, PostgresEventStore(connection).append_many(batches))
+    append_and_fold(connection, batches)

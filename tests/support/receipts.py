@@ -1,9 +1,8 @@
-"""Looking up idempotency receipts: what a key named, without loading a stream.
+"""Looking up idempotency receipts in the ``receipts`` projection: what a key named, without loading a stream.
 
 The answer to a replayed request is decided on the user's stream (see
-``infra.services.unit_of_work``); this lookup is for callers that only need to know
-whether, and to what, a key was already answered: the HTTP layer before it
-decides to call a service, ``explain`` and incident review.
+``infra.services.unit_of_work``); the tests use this lookup to check what the
+receipts projection holds for a key.
 """
 
 from __future__ import annotations

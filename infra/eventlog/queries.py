@@ -1,0 +1,114 @@
+"""Named questions other capabilities ask of the ``events`` table, beside the stores and the whole-log reader.
+
+Only the event log (and the sealer) writes SQL against ``events``: a change
+to the table or its indexes is then checked here, in one folder, rather than
+hunted through status, metrics and review. Each function is one statement on
+the caller's connection and returns plain rows; the caller keeps its meaning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Row, text
+
+from domain.log import Checkpoint
+
+LAG = text("""
+    SELECT count(*) AS events, extract(epoch FROM now() - min(recorded_at)) AS seconds
+      FROM events WHERE (transaction_id, global_position) > (CAST(:tx AS text)::xid8, :pos)
+""")
+HORIZON = text("""
+    SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon,
+           pg_snapshot_xmax(pg_current_snapshot())::text AS next_xid,
+           (SELECT max(transaction_id) FROM events)::text AS highest_logged,
+           (SELECT count(*) FROM events
+             WHERE transaction_id >= pg_snapshot_xmin(pg_current_snapshot())) AS events_held_back
+""")
+HORIZON_HEAD = text("""
+    SELECT transaction_id::text AS tx, global_position FROM events
+     WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+     ORDER BY transaction_id DESC, global_position DESC LIMIT 1
+""")
+# The delivery events past the checkpoint, with what their latencies need:
+# the queue time of the message (its stream's first event) and, for an
+# acceptance, when the lease it was sent under was claimed.
+DELIVERY_EVENTS = text("""
+    SELECT e.transaction_id::text AS tx, e.global_position, e.event_type,
+           (e.payload->>'attempt')::int AS attempt,
+           coalesce(e.payload->>'claimed_at', e.payload->>'accepted_at')::timestamptz AS at,
+           q.queued_at, c.claimed_at
+      FROM events e
+      LEFT JOIN LATERAL (
+            SELECT (x.payload->>'available_at')::timestamptz AS queued_at FROM events x
+             WHERE x.stream_id = e.stream_id AND x.stream_version = 1
+            ) q ON e.event_type IN ('LeaseClaimed', 'ProviderAccepted')
+      LEFT JOIN LATERAL (
+            SELECT (x.payload->>'claimed_at')::timestamptz AS claimed_at FROM events x
+             WHERE x.stream_id = e.stream_id AND x.event_type = 'LeaseClaimed'
+               AND x.payload->>'lease_token' = e.payload->>'lease_token'
+            ) c ON e.event_type = 'ProviderAccepted'
+     WHERE e.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+       AND (e.transaction_id, e.global_position) > (CAST(:tx AS text)::xid8, :pos)
+     ORDER BY e.transaction_id, e.global_position
+     LIMIT :limit
+""")
+# The messages a user's request streams name.
+MESSAGES_NAMED = text("""
+    SELECT DISTINCT m.id FROM events,
+           LATERAL (VALUES (payload->>'message_id'), (payload->>'notice_message_id')) AS m(id)
+     WHERE stream_id = ANY(CAST(:streams AS text[])) AND m.id IS NOT NULL
+""")
+# The newest events first so that LIMIT keeps the most recent.
+EVENTS_OF_STREAMS = text("""
+    SELECT global_position, stream_id, stream_version, event_type, schema_version, recorded_at, payload, metadata
+      FROM events WHERE stream_id = ANY(CAST(:streams AS text[]))
+     ORDER BY global_position DESC LIMIT :limit
+""")
+EVENTS_OF_REQUEST = text("""
+    SELECT global_position, stream_id, stream_version, event_type, schema_version, recorded_at, payload, metadata
+      FROM events
+     WHERE (stream_id = :user_stream
+            AND (payload->>'request_id' = :id OR payload->>'challenge_id' = :id))
+        OR stream_id = ANY(CAST(:email_streams AS text[]))
+     ORDER BY global_position DESC LIMIT :limit
+""")
+
+
+def lag_after(connection: Connection, checkpoint: Checkpoint) -> Row[Any]:
+    """How many events follow ``checkpoint`` (``events``), and the age in seconds of the oldest (``seconds``)."""
+    return connection.execute(LAG, {"tx": str(checkpoint.transaction_id), "pos": checkpoint.global_position}).one()
+
+
+def horizon_state(connection: Connection) -> Row[Any]:
+    """The horizon, the next transaction id, the highest one in the log, and how many events wait above it."""
+    return connection.execute(HORIZON).one()
+
+
+def horizon_head(connection: Connection) -> Row[Any] | None:
+    """The (``tx``, ``global_position``) of the last event below the horizon; None for an empty log."""
+    return connection.execute(HORIZON_HEAD).first()
+
+
+def delivery_events_after(connection: Connection, tx: str, position: int, limit: int) -> Sequence[Row[Any]]:
+    """The next ``limit`` events below the horizon after (tx, position), with their delivery latencies' inputs."""
+    return connection.execute(DELIVERY_EVENTS, {"tx": tx, "pos": position, "limit": limit}).all()
+
+
+def messages_named_by(connection: Connection, streams: Sequence[str]) -> list[str]:
+    """The message ids the events of ``streams`` name (their emails and password-changed notices)."""
+    return list(connection.execute(MESSAGES_NAMED, {"streams": list(streams)}).scalars())
+
+
+def newest_events_of_streams(connection: Connection, streams: Sequence[str], limit: int) -> Sequence[Row[Any]]:
+    """Up to ``limit`` events of ``streams`` as stored, newest first."""
+    return connection.execute(EVENTS_OF_STREAMS, {"streams": list(streams), "limit": limit}).all()
+
+
+def newest_events_of_request(
+    connection: Connection, user_stream: str, request_id: str, email_streams: Sequence[str], limit: int,
+) -> Sequence[Row[Any]]:
+    """Up to ``limit`` events, newest first: those of one request or challenge on ``user_stream``, and its emails."""
+    params = {"user_stream": user_stream, "id": request_id, "email_streams": list(email_streams), "limit": limit}
+    return connection.execute(EVENTS_OF_REQUEST, params).all()
