@@ -32,6 +32,8 @@ CLAIM = text("""
        FOR UPDATE SKIP LOCKED
 """)
 
+LEASES_OF = text("SELECT message_id, state, lease_token FROM email_outbox WHERE message_id = ANY(:ids)")
+
 NEXT_DUE = text("SELECT min(available_at) FROM email_outbox WHERE state IN ('pending', 'leased')")
 
 
@@ -91,6 +93,16 @@ def record_outcomes(
 def record_outcome(connection: Connection, claim: Claim, events: Sequence[object], *, owner: str) -> bool:
     """``record_outcomes`` for one message: False when its lease was taken over."""
     return claim.row.message_id in record_outcomes(connection, [(claim, events)], owner=owner)
+
+
+def still_held(connection: Connection, claims: Sequence[Claim]) -> list[Claim]:
+    """The claims whose lease still stands: the same lease-token fence an outcome passes, without locking."""
+    rows = {row.message_id: row for row in connection.execute(LEASES_OF, {"ids": [c.row.message_id for c in claims]})}
+    return [
+        claim for claim in claims
+        if (row := rows.get(claim.row.message_id)) is not None
+        and row.state == "leased" and row.lease_token == claim.lease_token
+    ]
 
 
 def next_due(connection: Connection) -> datetime | None:

@@ -19,9 +19,8 @@ from datetime import datetime
 from infra.db.listen import start_listener
 from infra.delivery.send import deliver_batch
 from infra.logs import log_event
-from infra.delivery.leases import Claim, claim_due, next_due
+from infra.delivery.leases import Claim, claim_due, next_due, still_held
 from infra.delivery.providers import Mailer
-from infra.projector.inline import OUTBOX
 from infra.services.unit_of_work import ServiceContext
 
 log = logging.getLogger("authledger.worker")
@@ -81,13 +80,9 @@ class Worker:
         if not unfinished:
             return []
         with self.ctx.engine.connect() as connection:
-            rows = OUTBOX.load(connection, [claim.row.message_id for claim in unfinished], lock=False)
+            held = still_held(connection, unfinished)
         del self._unfinished[owner]
-        return [
-            claim for claim in unfinished
-            if (row := rows.get(claim.row.message_id)) is not None
-            and row.state == "leased" and row.lease_token == claim.lease_token
-        ]
+        return held
 
     def drain(self) -> dict[str, int]:
         """Deliver everything due now with ``concurrency`` threads, then return the tally."""
