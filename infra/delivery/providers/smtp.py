@@ -159,13 +159,19 @@ class SmtpMailer:
                     self._transact(attempt, email.recipient, data, options, fresh=True)
         except OSError as e:  # smtplib's errors, ssl's and socket's are all OSErrors
             raise translate(e, attempt) from e
+        finally:
+            self._keep(attempt)
         return ProviderReceipt(provider=self.name, provider_message_id=message_id_header(email.message_id))
 
     async def send_async(self, email: OutboundEmail) -> ProviderReceipt:
         return await self._threads(email)
 
     def close(self) -> None:
-        """Closes the idle sessions (QUIT); the mailer may still send, on new ones."""
+        """Closes the idle sessions (QUIT) and the send threads.
+
+        ``send`` still works afterwards, on a new connection per message;
+        ``send_async`` does not.
+        """
         self._pool.close()
         self._threads.close()
 
@@ -181,7 +187,11 @@ class SmtpMailer:
     def _transact(
         self, attempt: Attempt, recipient: str, data: bytes, options: tuple[str, ...], *, fresh: bool = False
     ) -> None:
-        """One mail transaction on an idle session (after RSET) or, failing one, a new session."""
+        """One mail transaction on an idle session (after RSET) or, failing one, a new session.
+
+        The session goes back to the pool only after the send, in ``_keep``:
+        until the watchdog is stopped, it may still shut the socket.
+        """
         session = None if fresh else self._pool.take()
         reused = session is not None
         if session is None:
@@ -201,11 +211,21 @@ class SmtpMailer:
             expect(session.data(data))
         except OSError as e:
             if session_survives(e, attempt):
-                self._pool.put(session)
+                attempt.sound_session = session
             else:
                 close_quietly(session)
             raise
-        self._pool.put(session)
+        attempt.sound_session = session
+
+    def _keep(self, attempt: Attempt) -> None:
+        """Pools the send's sound session, now that its watchdog can no longer shut it."""
+        session = attempt.sound_session
+        if session is None:
+            return
+        if attempt.timed_out:
+            close_quietly(session)
+        else:
+            self._pool.put(session)
 
     def _open(self, attempt: Attempt) -> smtplib.SMTP:
         """A new session, greeted, EHLO'd, under TLS and logged in as configured."""

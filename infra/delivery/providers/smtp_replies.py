@@ -49,6 +49,8 @@ class Attempt:
         self.seconds = seconds
         self.phase = "CONNECT"
         self.timed_out = False
+        # The session that ended the send able to carry another message.
+        self.sound_session: smtplib.SMTP | None = None
         self._conn: smtplib.SMTP | None = None
         self._timer = threading.Timer(seconds, self._expire)
         self._timer.daemon = True
@@ -62,6 +64,8 @@ class Attempt:
 
     def __exit__(self, *exc_info: object) -> None:
         self._timer.cancel()
+        # A watchdog already firing finishes first, so that ``timed_out`` is final.
+        self._timer.join()
 
     def _expire(self) -> None:
         self.timed_out = True
