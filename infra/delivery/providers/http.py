@@ -20,6 +20,7 @@ from infra.delivery.providers import (
     RetryableSendError,
     SendFailed,
 )
+from infra.delivery.providers.http_clients import ClientGroup
 
 # A provider's machine-readable error name ("validation_error") is worth
 # keeping in the error; its prose is not, as it may quote the request.
@@ -39,12 +40,12 @@ class HttpMailer:
     applies the timeout to each phase (connect, write, read) rather than to
     the whole request, and a late duplicate is answered from the key.
 
-    ``send`` goes through one ``httpx.Client``, ``send_async`` through one
-    ``httpx.AsyncClient`` made on first use inside the running event loop (a
-    client belongs to the loop it was made in). Both pools keep up to
+    ``send`` goes through one ``httpx.Client``, ``send_async`` through a
+    ``ClientGroup`` of async clients made on first use inside the running
+    event loop (a client belongs to the loop it was made in). Both keep up to
     ``window`` connections, one per send the worker has in flight, and speak
-    HTTP/2 when the provider offers it over TLS, which carries the whole
-    window over a few connections. Call ``close`` and ``aclose`` when done.
+    HTTP/2 when the provider offers it over TLS, which carries the window
+    over a few connections. Call ``close`` and ``aclose`` when done.
     """
 
     name = "http"
@@ -74,11 +75,12 @@ class HttpMailer:
             # A redirect means a wrong URL; following it would resend the
             # secret body (and the key) somewhere nobody configured.
             "follow_redirects": False,
-            "limits": httpx.Limits(max_connections=window, max_keepalive_connections=window),
             "http2": _HTTP2,
         }
-        self._client = httpx.Client(**self._client_options)
-        self._async_client: httpx.AsyncClient | None = None
+        self.window = window
+        limits = httpx.Limits(max_connections=window, max_keepalive_connections=window)
+        self._client = httpx.Client(**self._client_options, limits=limits)
+        self._async_client: ClientGroup | None = None
         self._async_loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
@@ -113,10 +115,10 @@ class HttpMailer:
             raise self._unanswered(e) from e
         return self._receipt(response)
 
-    def _loop_client(self) -> httpx.AsyncClient:
+    def _loop_client(self) -> ClientGroup:
         loop = asyncio.get_running_loop()
         if self._async_client is None:
-            self._async_client = httpx.AsyncClient(**self._client_options)
+            self._async_client = ClientGroup(self._client_options, self.window)
             self._async_loop = loop
         elif self._async_loop is not loop:
             # Its connections are bound to the other loop's transports.
