@@ -136,9 +136,11 @@ def test_a_400_is_permanent_and_does_not_quote_the_email(provider: FakeHttpProvi
 
 def test_a_wrong_api_key_is_retryable_because_an_operator_can_fix_it(provider: FakeHttpProvider) -> None:
     with HttpMailer(provider.url, api_key="re_revoked", timeout=0.5) as mailer:
-        with pytest.raises(RetryableSendError, match="refused the API key"):
+        with pytest.raises(RetryableSendError, match="refused the API key") as failure:
             mailer.send(an_email())
 
+    # Every email would be refused alike: the account, not this email.
+    assert failure.value.provider_down
     assert provider.accepted == []
 
 

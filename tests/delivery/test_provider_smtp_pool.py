@@ -99,6 +99,17 @@ def test_a_421_mid_session_reconnects_and_the_message_arrives_once(relay: Relay)
     assert arrivals(relay) == Counter(message_id_header(e.message_id) for e in emails)
 
 
+def test_a_relay_that_ends_every_session_at_once_is_tried_on_one_fresh_session_only(relay: Relay) -> None:
+    relay.hang_up_at_mail = 1
+
+    with pytest.raises(RetryableSendError, match="421") as failure:
+        a_mailer(relay.port).send(an_email())
+
+    assert failure.value.provider_down
+    assert relay.connections == 2
+    assert relay.envelopes == []
+
+
 def test_a_session_the_relay_dropped_while_idle_is_replaced_and_the_message_arrives(relay: Relay) -> None:
     mailer = a_mailer(relay.port)
     mailer.send(an_email())
