@@ -96,14 +96,16 @@ class App:
 
 def build_mailer(settings: Settings) -> Mailer:
     """The configured provider; Maildir under the data directory by default."""
+    window = settings.delivery_inflight
     if settings.provider == "smtp":
         assert settings.smtp_url is not None
-        return SmtpMailer.from_url(settings.smtp_url, sender=settings.sender, timeout=settings.provider_timeout)
+        return SmtpMailer.from_url(settings.smtp_url, sender=settings.sender, timeout=settings.provider_timeout,
+                                   window=window)
     if settings.provider == "http":
         assert settings.http_provider_url is not None
         return HttpMailer(settings.http_provider_url, api_key=settings.http_provider_key,
-                          timeout=settings.provider_timeout)
-    return MaildirMailer(settings.maildir_path, sender=settings.sender)
+                          timeout=settings.provider_timeout, window=window)
+    return MaildirMailer(settings.maildir_path, sender=settings.sender, window=window)
 
 
 def stop_on_sigterm() -> None:

@@ -199,6 +199,8 @@ class Settings:
         doc="Seconds of lease a worker needs left to start a provider call.")
     provider_timeout: int = _setting("AUTHLEDGER_PROVIDER_TIMEOUT", 10, _whole(1, 600),
         doc="Seconds allowed for one provider call.")
+    delivery_inflight: int = _setting("AUTHLEDGER_DELIVERY_INFLIGHT", 64, _whole(1, 1024),
+        doc="Provider calls a worker process keeps in flight at once; each provider keeps as many connections.")
     max_attempts: int | None = _setting("AUTHLEDGER_MAX_ATTEMPTS", None, _whole(1, 1000),
         feeds=(DeliveryPolicy, "max_attempts"),
         doc="Optional hard cap on send attempts; unset, a message is retried until its link or code expires.")

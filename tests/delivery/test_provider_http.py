@@ -106,6 +106,7 @@ def test_a_503_is_retryable_and_the_retry_sends_once(provider: FakeHttpProvider,
     mailer.send(email)
 
     assert failure.value.retryable and not failure.value.outcome_unknown
+    assert failure.value.provider_down
     assert str(failure.value) == "http 503 (injected_failure)"
     assert provider.sends_by_key == {str(email.message_id): 1}
 
@@ -116,8 +117,10 @@ def test_rate_limits_and_server_errors_are_retryable(
 ) -> None:
     provider.fail_next(1, status)
 
-    with pytest.raises(RetryableSendError):
+    with pytest.raises(RetryableSendError) as failure:
         mailer.send(an_email())
+
+    assert failure.value.provider_down
 
 
 def test_a_400_is_permanent_and_does_not_quote_the_email(provider: FakeHttpProvider, mailer: HttpMailer) -> None:
@@ -126,16 +129,18 @@ def test_a_400_is_permanent_and_does_not_quote_the_email(provider: FakeHttpProvi
     with pytest.raises(PermanentSendError) as failure:
         mailer.send(an_email())
 
-    assert not failure.value.retryable
+    assert not failure.value.retryable and not failure.value.provider_down
     assert str(failure.value) == "http 400 (injected_failure)"
     assert CODE not in str(failure.value)
 
 
 def test_a_wrong_api_key_is_retryable_because_an_operator_can_fix_it(provider: FakeHttpProvider) -> None:
     with HttpMailer(provider.url, api_key="re_revoked", timeout=0.5) as mailer:
-        with pytest.raises(RetryableSendError, match="refused the API key"):
+        with pytest.raises(RetryableSendError, match="refused the API key") as failure:
             mailer.send(an_email())
 
+    # Every email would be refused alike: the account, not this email.
+    assert failure.value.provider_down
     assert provider.accepted == []
 
 
@@ -149,7 +154,7 @@ def test_a_response_slower_than_the_timeout_is_an_unknown_outcome_that_a_retry_s
     with pytest.raises(OutcomeUnknown) as failure:
         mailer.send(email)
     assert time.monotonic() - started < 1.5
-    assert failure.value.retryable and failure.value.outcome_unknown
+    assert failure.value.retryable and failure.value.outcome_unknown and failure.value.provider_down
     assert CODE not in str(failure.value)
 
     provider.delay(0)
@@ -184,6 +189,7 @@ def test_a_refused_connection_is_retryable_with_nothing_sent() -> None:
             mailer.send(an_email())
 
     assert not failure.value.outcome_unknown
+    assert failure.value.provider_down
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import mailbox
 import os
 import uuid
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.delivery.providers import Mailer, OutboundEmail, PermanentSendError, ProviderReceipt
+from infra.delivery.providers import AsyncMailer, Mailer, OutboundEmail, PermanentSendError, ProviderReceipt
 from infra.delivery.providers.maildir import MaildirMailer
 
 TOKEN = "q7Yc2lWmZt0v9bX1kR4sNw"  # stands for the secret a real email carries
@@ -143,3 +144,20 @@ def test_a_sender_with_a_display_name_writes_the_bare_address_as_return_path(tmp
 
     [message] = delivered(tmp_path / "mail").values()
     assert message["Return-Path"] == "<no-reply@authledger.localhost>"
+
+
+def test_send_async_delivers_a_window_of_messages_each_once(tmp_path: Path) -> None:
+    mailer = MaildirMailer(tmp_path / "mail", "bounces@example.com", window=8)
+    emails = [an_email(f"message {i}") for i in range(24)]
+    assert isinstance(mailer, AsyncMailer)
+
+    async def send_all() -> list[ProviderReceipt]:
+        try:
+            return await asyncio.gather(*(mailer.send_async(email) for email in emails))
+        finally:
+            await mailer.aclose()
+
+    receipts = asyncio.run(send_all())
+
+    assert receipts == [ProviderReceipt("maildir", str(e.message_id)) for e in emails]
+    assert set(delivered(tmp_path / "mail")) == {str(e.message_id) for e in emails}

@@ -98,6 +98,8 @@ def test_a_temporary_refusal_is_retryable_and_the_retry_delivers(relay: Relay, r
     mailer.send(email)
 
     assert not failure.value.outcome_unknown
+    # 421 closes the relay's session for every email; a 451 to DATA is about this one.
+    assert failure.value.provider_down == refusal.startswith("421")
     assert str(failure.value) == f"smtp DATA refused: {refusal[:9]}"
     assert len(relay.envelopes) == 1
 

@@ -21,6 +21,11 @@ workers. Behaviour:
   answers the error, the provider's half of an unknown outcome.
 - ``delay(seconds)`` holds every answer that long *after* the send is done,
   so a client that times out has still had its email sent.
+- ``connections`` counts the TCP connections it accepted. Each answer
+  closes its connection (HTTP/1.0) unless ``keep_alive=True``; then close
+  every client before the provider, which waits for their connections.
+- ``peak_in_flight`` is the most requests it was serving at one moment,
+  from reading the request to writing the answer (delay included).
 - With ``api_key`` set, a request without ``Authorization: Bearer <api_key>``
   gets 401.
 """
@@ -28,6 +33,7 @@ workers. Behaviour:
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import uuid
@@ -60,8 +66,9 @@ class Received:
 
 
 class FakeHttpProvider:
-    def __init__(self, *, api_key: str | None = None, replay_status: int = 200) -> None:
+    def __init__(self, *, api_key: str | None = None, replay_status: int = 200, keep_alive: bool = False) -> None:
         self.api_key = api_key
+        self.keep_alive = keep_alive
         self.replay_status = replay_status
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -70,6 +77,9 @@ class FakeHttpProvider:
         self._requests: list[Received] = []
         self._failures: list[tuple[int, bool]] = []
         self._delay = 0.0
+        self._connections = 0
+        self._in_flight = 0
+        self._peak_in_flight = 0
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.provider = self
         # A short poll interval keeps shutdown (and so every test) fast.
@@ -117,6 +127,16 @@ class FakeHttpProvider:
             return dict(Counter(r.idempotency_key for r in self._requests))
 
     @property
+    def connections(self) -> int:
+        with self._lock:
+            return self._connections
+
+    @property
+    def peak_in_flight(self) -> int:
+        with self._lock:
+            return self._peak_in_flight
+
+    @property
     def accepted(self) -> list[Accepted]:
         with self._lock:
             return list(self._accepted)
@@ -127,6 +147,19 @@ class FakeHttpProvider:
             return list(self._requests)
 
     # -- serving -----------------------------------------------------------
+
+    def _connected(self) -> None:
+        with self._lock:
+            self._connections += 1
+
+    def _arrived(self) -> None:
+        with self._lock:
+            self._in_flight += 1
+            self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
+
+    def _answered(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
 
     def _answer(self, key: str | None, authorization: str | None, payload: Any) -> tuple[int, dict[str, Any], float]:
         with self._lock:
@@ -167,7 +200,14 @@ def _problem(status: int, name: str) -> dict[str, Any]:
 class _Server(ThreadingHTTPServer):
     # Request threads are joined on close, so none outlives the provider.
     daemon_threads = False
+    # A worker opens a window of connections at once; the default backlog of
+    # 5 would make the kernel drop the rest and their clients wait a second.
+    request_queue_size = 256
     provider: FakeHttpProvider
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.provider._connected()
+        super().process_request(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that timed out hangs up before its delayed answer: expected.
@@ -177,6 +217,15 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        # The answer goes out as two writes (head, body); without NODELAY the
+        # second waits for the client's delayed ACK, 40 ms per request on a
+        # kept-alive connection. Real servers set it too.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # HTTP/1.1 keeps the connection open for the next request.
+        self.protocol_version = "HTTP/1.1" if self.server.provider.keep_alive else "HTTP/1.0"
 
     def do_POST(self) -> None:
         if self.path != PATH:
@@ -188,12 +237,16 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             payload = None
         provider = self.server.provider
-        status, body, delay = provider._answer(
-            self.headers.get("Idempotency-Key"), self.headers.get("Authorization"), payload
-        )
-        if delay:
-            provider._closing.wait(delay)
-        self._reply(status, body)
+        provider._arrived()
+        try:
+            status, body, delay = provider._answer(
+                self.headers.get("Idempotency-Key"), self.headers.get("Authorization"), payload
+            )
+            if delay:
+                provider._closing.wait(delay)
+            self._reply(status, body)
+        finally:
+            provider._answered()
 
     def _reply(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()

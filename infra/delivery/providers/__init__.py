@@ -10,6 +10,14 @@ and an HTTP JSON API (and the fakes in tests) are interchangeable:
 - The message id is the idempotency key. Sending the same message id twice
   must not deliver twice wherever the provider lets us prevent it (Maildir,
   HTTP ``Idempotency-Key``); SMTP can only carry it as the Message-ID header.
+- ``provider_down`` on a ``SendFailed`` says the failure is about the
+  provider (unreachable, overloaded, refusing every email), not this email.
+  The worker's circuit breaker opens on such failures across different
+  messages; a refusal of one email never counts towards it.
+- ``send_async`` (the ``AsyncMailer`` port) has the same contract as
+  ``send``. A worker keeps up to its window of calls in flight and passes the
+  window to the provider's constructor as ``window``: the number of
+  connections worth keeping open.
 - Error messages are short, fixed phrases plus status codes. They end up in
   events and logs, so they never quote the email: its body holds a live
   token or code.
@@ -26,6 +34,7 @@ from attrs import field, frozen
 from domain.errors import AuthledgerError, ConfigError
 
 __all__ = [
+    "AsyncMailer",
     "Mailer",
     "OutboundEmail",
     "OutcomeUnknown",
@@ -88,6 +97,28 @@ class Mailer(Protocol):
         ...
 
 
+@runtime_checkable
+class AsyncMailer(Protocol):
+    """``Mailer`` for an event loop: many sends in flight on one provider object.
+
+    ``send_async`` keeps ``send``'s contract (a receipt, or ``SendFailed``
+    and never a driver exception). ``aclose`` releases the connections, from
+    inside the loop that used them.
+    """
+
+    name: str
+    timeout_seconds: float
+    idempotent: bool
+
+    async def send_async(self, email: OutboundEmail) -> ProviderReceipt:
+        """Send ``email`` once, keyed by ``email.message_id``, as ``Mailer.send`` does."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close what ``send_async`` opened; the mailer is not used afterwards."""
+        ...
+
+
 _HEADERS = HeaderRegistry()
 
 
@@ -115,21 +146,29 @@ class SendFailed(AuthledgerError):
     exit_code = 69  # EX_UNAVAILABLE
     problem_type = "send-failed"
 
-    def __init__(self, message: str | None, retryable: bool, outcome_unknown: bool = False) -> None:
+    def __init__(
+        self, message: str | None, retryable: bool, outcome_unknown: bool = False, *, provider_down: bool = False
+    ) -> None:
         if outcome_unknown and not retryable:
             # An unknown outcome can only be settled by asking again with the
             # same idempotency key; giving up would leave it unknown forever.
             raise ValueError("an unknown outcome is always retryable")
+        if provider_down and not retryable:
+            # A provider that is down refuses nothing for good.
+            raise ValueError("a provider outage is always retryable")
         super().__init__(message)
         self.retryable = retryable
         self.outcome_unknown = outcome_unknown
+        # True when the failure says the provider is unavailable (refused or
+        # lost connections, timeouts, 5xx/429, SMTP 421), not this email.
+        self.provider_down = provider_down
 
 
 class RetryableSendError(SendFailed):
     """The provider did not accept the email this time; a later attempt may succeed."""
 
-    def __init__(self, message: str | None = None) -> None:
-        super().__init__(message, retryable=True)
+    def __init__(self, message: str | None = None, *, provider_down: bool = False) -> None:
+        super().__init__(message, retryable=True, provider_down=provider_down)
 
 
 class PermanentSendError(SendFailed):
@@ -142,5 +181,5 @@ class PermanentSendError(SendFailed):
 class OutcomeUnknown(RetryableSendError):
     """The request may have reached the provider; retry with the same idempotency key."""
 
-    def __init__(self, message: str | None = None) -> None:
-        SendFailed.__init__(self, message, retryable=True, outcome_unknown=True)
+    def __init__(self, message: str | None = None, *, provider_down: bool = False) -> None:
+        SendFailed.__init__(self, message, retryable=True, outcome_unknown=True, provider_down=provider_down)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import ipaddress
 import re
 import ssl
@@ -18,10 +20,15 @@ from infra.delivery.providers import (
     RetryableSendError,
     SendFailed,
 )
+from infra.delivery.providers.http_clients import ClientGroup
 
 # A provider's machine-readable error name ("validation_error") is worth
 # keeping in the error; its prose is not, as it may quote the request.
 _ERROR_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+# httpx speaks HTTP/2 (negotiated over TLS, so plain-http stubs stay on 1.1)
+# only with the h2 package, which ``httpx[http2]`` brings.
+_HTTP2 = importlib.util.find_spec("h2") is not None
 
 
 class HttpMailer:
@@ -33,13 +40,18 @@ class HttpMailer:
     applies the timeout to each phase (connect, write, read) rather than to
     the whole request, and a late duplicate is answered from the key.
 
-    One ``httpx.Client`` is kept for the mailer's life so connections are
-    reused; call ``close`` (or use it as a context manager) when done.
+    ``send`` goes through one ``httpx.Client``, ``send_async`` through a
+    ``ClientGroup`` of async clients made on first use inside the running
+    event loop (a client belongs to the loop it was made in). Both keep up to
+    ``window`` connections, one per send the worker has in flight, and speak
+    HTTP/2 when the provider offers it over TLS, which carries the window
+    over a few connections. Call ``close`` and ``aclose`` when done.
     """
 
     name = "http"
     idempotent = True  # the provider honours Idempotency-Key
-    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 10.0) -> None:
+
+    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 10.0, window: int = 1) -> None:
         try:
             parsed = httpx.URL(url)
         except httpx.InvalidURL:
@@ -50,20 +62,37 @@ class HttpMailer:
             raise ConfigError("HTTP provider API key needs https unless the provider is on this machine")
         if not timeout > 0:
             raise ConfigError("HTTP provider timeout must be positive")
+        if window < 1:
+            raise ConfigError("HTTP provider window must be at least 1")
         self.url = url
         self.timeout_seconds = float(timeout)
         headers = {"User-Agent": "authledger", "Accept": "application/json"}
         if api_key is not None:
             headers["Authorization"] = f"Bearer {api_key}"
-        # A redirect means a wrong URL; following it would resend the secret
-        # body (and the key) somewhere nobody configured.
-        self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout), follow_redirects=False)
+        self._client_options: dict[str, Any] = {
+            "headers": headers,
+            "timeout": httpx.Timeout(timeout),
+            # A redirect means a wrong URL; following it would resend the
+            # secret body (and the key) somewhere nobody configured.
+            "follow_redirects": False,
+            "http2": _HTTP2,
+        }
+        self.window = window
+        limits = httpx.Limits(max_connections=window, max_keepalive_connections=window)
+        self._client = httpx.Client(**self._client_options, limits=limits)
+        self._async_client: ClientGroup | None = None
+        self._async_loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
         return f"HttpMailer({self.url!r})"
 
     def close(self) -> None:
         self._client.close()
+
+    async def aclose(self) -> None:
+        client, self._async_client, self._async_loop = self._async_client, None, None
+        if client is not None:
+            await client.aclose()
 
     def __enter__(self) -> HttpMailer:
         return self
@@ -72,25 +101,47 @@ class HttpMailer:
         self.close()
 
     def send(self, email: OutboundEmail) -> ProviderReceipt:
-        payload = {
-            "from": email.sender,
-            "to": email.recipient,
-            "subject": email.subject,
-            "text": email.text_body,
-            "html": email.html_body,
-        }
         try:
-            response = self._client.post(self.url, json=payload, headers={"Idempotency-Key": str(email.message_id)})
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as e:
-            # Nothing was sent: the request never left this machine.
-            raise RetryableSendError(f"http connect failed: {_reason(e)}") from e
-        except httpx.TimeoutException as e:
-            raise OutcomeUnknown(
-                f"http timed out after sending (limit {self.timeout_seconds:g}s); the provider may have accepted it"
-            ) from e
+            response = self._client.post(self.url, **_request(email))
         except httpx.RequestError as e:
-            raise OutcomeUnknown(f"http connection lost ({type(e).__name__}); the provider may have accepted it") from e
+            raise self._unanswered(e) from e
         return self._receipt(response)
+
+    async def send_async(self, email: OutboundEmail) -> ProviderReceipt:
+        client = self._loop_client()
+        try:
+            response = await client.post(self.url, **_request(email))
+        except httpx.RequestError as e:
+            raise self._unanswered(e) from e
+        return self._receipt(response)
+
+    def _loop_client(self) -> ClientGroup:
+        loop = asyncio.get_running_loop()
+        if self._async_client is None:
+            self._async_client = ClientGroup(self._client_options, self.window)
+            self._async_loop = loop
+        elif self._async_loop is not loop:
+            # Its connections are bound to the other loop's transports.
+            raise RuntimeError("HttpMailer.send_async was used from another event loop; aclose() it there first")
+        return self._async_client
+
+    def _unanswered(self, error: httpx.RequestError) -> SendFailed:
+        """The failure when no HTTP answer came back, by how far the request got."""
+        if isinstance(error, httpx.PoolTimeout):
+            # Our own pool was full: more sends in flight than the window. It
+            # says nothing about the provider, and nothing was sent.
+            return RetryableSendError("http connection pool exhausted")
+        if isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout)):
+            # Nothing was sent: the request never left this machine.
+            return RetryableSendError(f"http connect failed: {_reason(error)}", provider_down=True)
+        if isinstance(error, httpx.TimeoutException):
+            return OutcomeUnknown(
+                f"http timed out after sending (limit {self.timeout_seconds:g}s); the provider may have accepted it",
+                provider_down=True,
+            )
+        return OutcomeUnknown(
+            f"http connection lost ({type(error).__name__}); the provider may have accepted it", provider_down=True
+        )
 
     def _receipt(self, response: httpx.Response) -> ProviderReceipt:
         status = response.status_code
@@ -103,25 +154,45 @@ class HttpMailer:
         raise _failure(status, body)
 
 
+def _request(email: OutboundEmail) -> dict[str, Any]:
+    """The POST's body and headers, the same for ``send`` and ``send_async``."""
+    payload = {
+        "from": email.sender,
+        "to": email.recipient,
+        "subject": email.subject,
+        "text": email.text_body,
+        "html": email.html_body,
+    }
+    return {"json": payload, "headers": {"Idempotency-Key": str(email.message_id)}}
+
+
 def _failure(status: int, body: dict[str, Any]) -> SendFailed:
+    """The failure an HTTP answer means.
+
+    ``provider_down`` is set where every email would get the same answer:
+    5xx, 429 (rate limited), 408 (the provider gave up waiting for us), 401
+    and 403 (the account), a 2xx without an id (a proxy or portal in the
+    way) and other unexpected statuses (a wrong URL). A 409 and the other
+    4xx are about this one request.
+    """
     detail = f"http {status}" + _error_name(body)
     if 200 <= status < 300:
         # Not necessarily the provider: a proxy or a captive portal answers
         # 200 with HTML too. Asking again with the same key settles it.
-        return OutcomeUnknown(f"{detail} without an id in the response")
+        return OutcomeUnknown(f"{detail} without an id in the response", provider_down=True)
     if status == 409:
         # The key is in flight elsewhere, or was used with another body; only
         # a later answer for the same key says whether the email went out.
         return OutcomeUnknown(f"{detail}: idempotency conflict")
     if status in (408, 429) or status >= 500:
-        return RetryableSendError(detail)
+        return RetryableSendError(detail, provider_down=True)
     if status in (401, 403):
         # The account, not this email: keep the email retrying while an
         # operator fixes the key, instead of failing every email meanwhile.
-        return RetryableSendError(f"{detail}: the provider refused the API key")
+        return RetryableSendError(f"{detail}: the provider refused the API key", provider_down=True)
     if 400 <= status < 500:
         return PermanentSendError(detail)
-    return RetryableSendError(f"{detail}: unexpected status")
+    return RetryableSendError(f"{detail}: unexpected status", provider_down=True)
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:

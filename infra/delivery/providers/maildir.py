@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import email.policy
 import mailbox
 import os
@@ -10,6 +11,7 @@ from uuid import uuid4
 
 from infra.delivery.providers import OutboundEmail, ProviderReceipt, RetryableSendError, envelope_address
 from infra.delivery.providers.mime import render_mime
+from infra.delivery.providers.threads import SendThreads
 
 # Not a Maildir++ folder (those start with a dot), so mail readers and
 # ``mailbox.Maildir.list_folders`` leave it alone.
@@ -39,7 +41,8 @@ class MaildirMailer:
     twice (if the mail was also read in that window), never lose the email.
 
     ``sender`` is the envelope sender, written as ``Return-Path``; the From
-    header comes from the email.
+    header comes from the email. ``send_async`` runs ``send`` on up to
+    ``window`` threads of the mailer's own: each send waits on an fsync.
     """
 
     name = "maildir"
@@ -49,13 +52,23 @@ class MaildirMailer:
     # sized from, with room for a slow disk.
     timeout_seconds = 5.0
 
-    def __init__(self, path: Path, sender: str) -> None:
+    def __init__(self, path: Path, sender: str, *, window: int = 1) -> None:
         self.path = Path(path)
         self.sender = envelope_address(sender)
         # Creates path/{cur,new,tmp} (mode 0700) if they are missing.
         mailbox.Maildir(self.path, create=True)
         self._delivered = self.path / _DELIVERED_DIR
         self._delivered.mkdir(mode=0o700, exist_ok=True)
+        self._threads = SendThreads(self.send, window, self.name)
+
+    async def send_async(self, email: OutboundEmail) -> ProviderReceipt:
+        return await self._threads(email)
+
+    def close(self) -> None:
+        self._threads.close()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
 
     def send(self, email: OutboundEmail) -> ProviderReceipt:
         key = str(email.message_id)  # a UUID: no "/" or ":", safe as a file name

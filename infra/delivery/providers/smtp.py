@@ -2,30 +2,28 @@
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import ipaddress
-import re
 import smtplib
 import socket
 import ssl
-import threading
 from email.policy import SMTP as SMTP_POLICY
 from email.policy import SMTPUTF8 as SMTPUTF8_POLICY
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
 from domain.errors import ConfigError
-from infra.delivery.providers import (
-    OutboundEmail,
-    OutcomeUnknown,
-    PermanentSendError,
-    ProviderReceipt,
-    RetryableSendError,
-    SendFailed,
-    envelope_address,
-    message_id_header,
-)
+from infra.delivery.providers import OutboundEmail, ProviderReceipt, envelope_address, message_id_header
 from infra.delivery.providers.mime import render_mime
+from infra.delivery.providers.smtp_pool import SessionPool, close_quietly
+from infra.delivery.providers.smtp_replies import (
+    Attempt,
+    expect,
+    session_survives,
+    translate,
+    worth_a_fresh_session,
+)
+from infra.delivery.providers.threads import SendThreads
 
 Security = Literal["none", "starttls", "tls"]
 
@@ -36,22 +34,22 @@ _SCHEMES: dict[str, tuple[Security, int]] = {
     "smtps": ("tls", 465),
 }
 
-# Only a reply about this message's envelope or content can reject the
-# message for good. A 5xx to EHLO, STARTTLS or AUTH is about the account or
-# the relay, which an operator can fix: retrying keeps the email alive until
-# then, and the attempt limit still ends it.
-_MESSAGE_PHASES = frozenset({"MAIL", "RCPT", "DATA"})
-
-_ENHANCED_STATUS = re.compile(rb"^\s*([245]\.\d{1,3}\.\d{1,3})\b")
-
 
 class SmtpMailer:
-    """Sends each email in one SMTP conversation, within ``timeout`` seconds in all.
+    """Sends each email as one mail transaction, within ``timeout`` seconds in all.
 
-    smtplib's timeout applies to each socket operation, and one send is some
-    ten round trips, so a relay that answers every command just in time could
-    stretch a send far past the lease. A watchdog therefore shuts the socket
-    when the whole conversation runs out of time.
+    Sessions persist: up to ``window`` logged-in connections stay open
+    between messages (``SessionPool``), so a message costs RSET, MAIL, RCPT
+    and DATA rather than a connect, TLS and login. ``send`` is thread-safe;
+    a worker calls it from up to ``window`` threads at once, and
+    ``send_async`` runs it on threads of the mailer's own. A reused session
+    that the relay has closed (421, or a dropped connection, noticed before
+    DATA) is replaced and the message sent once more on a fresh one.
+
+    smtplib's timeout applies to each socket operation, and one send is
+    several round trips, so a relay that answers every command just in time
+    could stretch a send far past the lease. A watchdog therefore shuts the
+    socket when the whole send, a fresh session included, runs out of time.
 
     SMTP has no idempotency key. The message id goes out as the Message-ID
     header and is the receipt's provider message id; a retry after an unknown
@@ -59,8 +57,7 @@ class SmtpMailer:
     the known limit of SMTP.
 
     ``sender`` is the envelope sender (MAIL FROM, where bounces go); the From
-    header comes from the email. Reply text from the relay is not copied into
-    errors, only its codes: relays echo addresses back.
+    header comes from the email. ``smtp_replies`` says what each reply means.
     """
 
     name = "smtp"
@@ -77,6 +74,8 @@ class SmtpMailer:
         timeout: float = 10.0,
         ssl_context: ssl.SSLContext | None = None,
         local_hostname: str | None = None,
+        window: int = 1,
+        idle_seconds: float = 30.0,
     ) -> None:
         if security not in _SECURITY_VALUES:
             raise ConfigError("SMTP security must be one of: none, starttls, tls")
@@ -88,6 +87,8 @@ class SmtpMailer:
             raise ConfigError("SMTP credentials need starttls or tls unless the relay is on this machine")
         if not timeout > 0:
             raise ConfigError("SMTP timeout must be positive")
+        if window < 1:
+            raise ConfigError("SMTP window must be at least 1")
         self.host = host
         self.port = port
         self.sender = envelope_address(sender)
@@ -97,6 +98,8 @@ class SmtpMailer:
         self._ssl_context = ssl_context or ssl.create_default_context()
         # smtplib would look the FQDN up again for every connection.
         self._local_hostname = local_hostname or socket.getfqdn()
+        self._pool = SessionPool(window, idle_seconds)
+        self._threads = SendThreads(self.send, window, self.name)
 
     @classmethod
     def from_url(
@@ -106,6 +109,7 @@ class SmtpMailer:
         timeout: float = 10.0,
         *,
         ssl_context: ssl.SSLContext | None = None,
+        window: int = 1,
     ) -> SmtpMailer:
         """Build from ``smtp://``, ``smtp+starttls://`` or ``smtps://[user:pass@]host[:port]``.
 
@@ -136,25 +140,96 @@ class SmtpMailer:
             password=None if parts.password is None else unquote(parts.password),
             timeout=timeout,
             ssl_context=ssl_context,
+            window=window,
         )
 
     def __repr__(self) -> str:
         return f"SmtpMailer({self.host!r}, {self.port}, security={self.security!r})"
 
     def send(self, email: OutboundEmail) -> ProviderReceipt:
+        data, options = self._encode(email)
+        attempt = Attempt(self.timeout_seconds)
+        try:
+            with attempt:
+                try:
+                    self._transact(attempt, email.recipient, data, options)
+                except OSError as e:
+                    if not worth_a_fresh_session(e, attempt):
+                        raise
+                    self._transact(attempt, email.recipient, data, options, fresh=True)
+        except OSError as e:  # smtplib's errors, ssl's and socket's are all OSErrors
+            raise translate(e, attempt) from e
+        finally:
+            self._keep(attempt)
+        return ProviderReceipt(provider=self.name, provider_message_id=message_id_header(email.message_id))
+
+    async def send_async(self, email: OutboundEmail) -> ProviderReceipt:
+        return await self._threads(email)
+
+    def close(self) -> None:
+        """Closes the idle sessions (QUIT) and the send threads.
+
+        ``send`` still works afterwards, on a new connection per message;
+        ``send_async`` does not.
+        """
+        self._pool.close()
+        self._threads.close()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    def _encode(self, email: OutboundEmail) -> tuple[bytes, tuple[str, ...]]:
         message = render_mime(email)
         utf8 = not all(a.isascii() for a in (self.sender, email.sender, email.recipient))
         data = message.as_bytes(policy=SMTPUTF8_POLICY if utf8 else SMTP_POLICY)
-        options = ("SMTPUTF8", "BODY=8BITMIME") if utf8 else ()
-        attempt = _Attempt(self.timeout_seconds)
-        try:
-            with attempt:
-                self._converse(attempt, email.recipient, data, options)
-        except OSError as e:  # smtplib's errors, ssl's and socket's are all OSErrors
-            raise _translate(e, attempt) from e
-        return ProviderReceipt(provider=self.name, provider_message_id=message_id_header(email.message_id))
+        return data, (("SMTPUTF8", "BODY=8BITMIME") if utf8 else ())
 
-    def _converse(self, attempt: _Attempt, recipient: str, data: bytes, options: tuple[str, ...]) -> None:
+    def _transact(
+        self, attempt: Attempt, recipient: str, data: bytes, options: tuple[str, ...], *, fresh: bool = False
+    ) -> None:
+        """One mail transaction on an idle session (after RSET) or, failing one, a new session.
+
+        The session goes back to the pool only after the send, in ``_keep``:
+        until the watchdog is stopped, it may still shut the socket.
+        """
+        session = None if fresh else self._pool.take()
+        reused = session is not None
+        if session is None:
+            session = self._open(attempt)
+        attempt.watch(session)
+        try:
+            if reused:
+                attempt.phase = "RSET"
+                # Clears any state a refused message left, and finds out
+                # whether the relay has dropped the session while it was idle.
+                expect(session.rset())
+            attempt.phase = "MAIL"
+            expect(session.mail(self.sender, options))
+            attempt.phase = "RCPT"
+            expect(session.rcpt(recipient))
+            attempt.phase = "DATA"
+            expect(session.data(data))
+        except OSError as e:
+            if session_survives(e, attempt):
+                attempt.sound_session = session
+            else:
+                close_quietly(session)
+            raise
+        attempt.sound_session = session
+
+    def _keep(self, attempt: Attempt) -> None:
+        """Pools the send's sound session, now that its watchdog can no longer shut it."""
+        session = attempt.sound_session
+        if session is None:
+            return
+        if attempt.timed_out:
+            close_quietly(session)
+        else:
+            self._pool.put(session)
+
+    def _open(self, attempt: Attempt) -> smtplib.SMTP:
+        """A new session, greeted, EHLO'd, under TLS and logged in as configured."""
+        attempt.phase = "CONNECT"
         if self.security == "tls":
             conn: smtplib.SMTP = smtplib.SMTP_SSL(
                 local_hostname=self._local_hostname, timeout=self.timeout_seconds, context=self._ssl_context
@@ -167,7 +242,7 @@ class SmtpMailer:
         conn._host = self.host
         attempt.watch(conn)
         try:
-            _expect("CONNECT", conn.connect(self.host, self.port), wanted=220)
+            expect(conn.connect(self.host, self.port), wanted=220)
             attempt.phase = "EHLO"
             conn.ehlo_or_helo_if_needed()
             if self.security == "starttls":
@@ -178,115 +253,10 @@ class SmtpMailer:
             if self._credentials is not None:
                 attempt.phase = "AUTH"
                 conn.login(*self._credentials)
-            attempt.phase = "MAIL"
-            _expect("MAIL", conn.mail(self.sender, options))
-            attempt.phase = "RCPT"
-            _expect("RCPT", conn.rcpt(recipient))
-            attempt.phase = "DATA"
-            _expect("DATA", conn.data(data))
-            attempt.phase = "QUIT"  # accepted: whatever happens now does not matter
-        finally:
-            _close_quietly(conn)
-
-
-class _Attempt:
-    """One SMTP conversation: the command in progress and a deadline for the whole.
-
-    When the deadline passes, the watchdog shuts the socket down (the plain
-    socket's shutdown, under any TLS layer), which wakes the blocked read or
-    write in the sending thread with an error that ``_translate`` then reads
-    as a timeout.
-    """
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.phase = "CONNECT"
-        self.timed_out = False
-        self._conn: smtplib.SMTP | None = None
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-
-    def watch(self, conn: smtplib.SMTP) -> None:
-        self._conn = conn
-
-    def __enter__(self) -> _Attempt:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._timer.cancel()
-
-    def _expire(self) -> None:
-        self.timed_out = True
-        sock = getattr(self._conn, "sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
-def _expect(phase: str, reply: tuple[int, bytes], *, wanted: int | None = None) -> None:
-    code, text = reply
-    accepted = code == wanted if wanted is not None else 200 <= code < 300
-    if not accepted:
-        raise _refused(phase, code, text)
-
-
-def _refused(phase: str, code: int, text: bytes | str) -> SendFailed:
-    raw = text.encode("utf-8", "replace") if isinstance(text, str) else text
-    match = _ENHANCED_STATUS.match(raw or b"")
-    detail = f"smtp {phase} refused: {code}" + (f" {match.group(1).decode()}" if match else "")
-    if phase in _MESSAGE_PHASES and 500 <= code < 600:
-        return PermanentSendError(detail)
-    return RetryableSendError(detail)
-
-
-def _translate(error: OSError, attempt: _Attempt) -> SendFailed:
-    """Map an smtplib, ssl or socket error to the port's errors, by command in progress."""
-    phase = attempt.phase
-    if isinstance(error, smtplib.SMTPResponseException):
-        return _refused(phase, error.smtp_code, error.smtp_error)
-    if isinstance(error, smtplib.SMTPNotSupportedError):
-        # In MAIL it is SMTPUTF8 for this message's addresses: permanent.
-        what = "SMTPUTF8" if phase == "MAIL" else phase
-        kind = PermanentSendError if phase == "MAIL" else RetryableSendError
-        return kind(f"smtp server does not support {what}")
-    timed_out = attempt.timed_out or _caused_by(error, TimeoutError)
-    if phase == "DATA":
-        # The message may be on the relay already, its 250 lost on the way.
-        cause = "timed out" if timed_out else "connection lost"
-        return OutcomeUnknown(f"smtp {cause} during DATA; the relay may have accepted the message")
-    if timed_out:
-        return RetryableSendError(f"smtp timed out during {phase} (limit {attempt.seconds:g}s)")
-    tls = _cause(error, ssl.SSLError)
-    if tls is not None:
-        reason = getattr(tls, "verify_message", None) or getattr(tls, "reason", None) or type(tls).__name__
-        return RetryableSendError(f"smtp TLS failed during {phase}: {reason}")
-    if _caused_by(error, ConnectionRefusedError):
-        return RetryableSendError("smtp connection refused")
-    if isinstance(error, smtplib.SMTPServerDisconnected) or _caused_by(error, ConnectionError):
-        return RetryableSendError(f"smtp connection lost during {phase}")
-    return RetryableSendError(f"smtp {phase} failed: {error.strerror or type(error).__name__}")
-
-
-def _cause(error: BaseException, kind: type[BaseException]) -> BaseException | None:
-    """The first error of ``kind`` in the chain (smtplib re-raises socket errors as its own)."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, kind):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
-    return _cause(error, kind) is not None
-
-
-def _close_quietly(conn: smtplib.SMTP) -> None:
-    try:
-        conn.quit()
-    except OSError:
-        conn.close()
+        except OSError:
+            close_quietly(conn)
+            raise
+        return conn
 
 
 def _is_loopback(host: str) -> bool:

@@ -1,0 +1,211 @@
+"""SmtpMailer's persistent sessions: many messages per connection, from many threads at once."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from infra.delivery.providers import (
+    AsyncMailer,
+    OutboundEmail,
+    OutcomeUnknown,
+    PermanentSendError,
+    RetryableSendError,
+    message_id_header,
+)
+from infra.delivery.providers.smtp import SmtpMailer
+from tests.support.smtp_relay import LocalController, Relay, start_relay
+
+
+@pytest.fixture
+def relay() -> Iterator[Relay]:
+    relay = Relay()
+    controller = start_relay(relay)
+    relay.controller = controller  # type: ignore[attr-defined]
+    yield relay
+    controller.stop()
+
+
+def controller_of(relay: Relay) -> LocalController:
+    return relay.controller  # type: ignore[attr-defined,no-any-return]
+
+
+def a_mailer(port: int, **options: Any) -> SmtpMailer:
+    options.setdefault("timeout", 5.0)
+    return SmtpMailer("127.0.0.1", port, sender="bounces@example.com", security="none",
+                      local_hostname="worker.test", **options)
+
+
+def an_email() -> OutboundEmail:
+    return OutboundEmail(
+        message_id=uuid.uuid4(),
+        sender="Authledger <no-reply@example.com>",
+        recipient="alice@example.com",
+        subject="Your sign-in code",
+        text_body="Your code is 731904.",
+        html_body="<p>Your code is <b>731904</b>.</p>",
+    )
+
+
+def arrivals(relay: Relay) -> Counter[str]:
+    """Deliveries per Message-ID: 1 each when every message arrived once."""
+    return Counter(str(message["Message-ID"]) for message in relay.messages())
+
+
+def wait_until(condition: Any, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_smtp_mailer_is_an_async_mailer(relay: Relay) -> None:
+    assert isinstance(a_mailer(relay.port), AsyncMailer)
+
+
+def test_200_messages_from_16_threads_arrive_once_each_over_at_most_16_connections(relay: Relay) -> None:
+    emails = [an_email() for _ in range(200)]
+    mailer = a_mailer(relay.port, window=16)
+
+    with ThreadPoolExecutor(16) as threads:
+        receipts = list(threads.map(mailer.send, emails))
+    mailer.close()
+
+    assert arrivals(relay) == Counter(message_id_header(e.message_id) for e in emails)
+    assert [r.provider_message_id for r in receipts] == [message_id_header(e.message_id) for e in emails]
+    assert relay.connections <= 16
+
+
+def test_a_421_mid_session_reconnects_and_the_message_arrives_once(relay: Relay) -> None:
+    relay.hang_up_at_mail = 3  # the relay ends each session at its third MAIL FROM
+    emails = [an_email() for _ in range(5)]
+    mailer = a_mailer(relay.port)
+
+    for email in emails:
+        mailer.send(email)
+    mailer.close()
+
+    # Messages 1-2 on the first session, 3-4 on the second, 5 on the third.
+    assert relay.mails_refused_421 == 2
+    assert relay.connections == 3
+    assert arrivals(relay) == Counter(message_id_header(e.message_id) for e in emails)
+
+
+def test_a_relay_that_ends_every_session_at_once_is_tried_on_one_fresh_session_only(relay: Relay) -> None:
+    relay.hang_up_at_mail = 1
+
+    with pytest.raises(RetryableSendError, match="421") as failure:
+        a_mailer(relay.port).send(an_email())
+
+    assert failure.value.provider_down
+    assert relay.connections == 2
+    assert relay.envelopes == []
+
+
+def test_a_session_the_relay_dropped_while_idle_is_replaced_and_the_message_arrives(relay: Relay) -> None:
+    mailer = a_mailer(relay.port)
+    mailer.send(an_email())
+    controller_of(relay).hang_up_all()
+
+    email = an_email()
+    mailer.send(email)
+    mailer.close()
+
+    assert relay.connections == 2
+    assert arrivals(relay)[message_id_header(email.message_id)] == 1
+
+
+def test_a_550_fails_the_email_for_good_without_calling_the_provider_down(relay: Relay) -> None:
+    relay.refusals["RCPT"].append("550 5.1.1 mailbox unavailable")
+    mailer = a_mailer(relay.port)
+
+    with pytest.raises(PermanentSendError) as failure:
+        mailer.send(an_email())
+    mailer.send(an_email())  # the session survives a refusal, after RSET
+    mailer.close()
+
+    assert not failure.value.retryable and not failure.value.provider_down
+    assert relay.connections == 1
+    assert len(relay.envelopes) == 1
+
+
+@pytest.mark.parametrize("reply", ["450 4.2.1 mailbox busy", "451 4.3.0 try later", "452 4.5.3 too many"])
+def test_a_temporary_refusal_of_the_recipient_is_about_this_email_only(relay: Relay, reply: str) -> None:
+    relay.refusals["RCPT"].append(reply)
+
+    with pytest.raises(RetryableSendError) as failure:
+        a_mailer(relay.port).send(an_email())
+
+    assert not failure.value.provider_down
+
+
+def test_a_refused_connection_says_the_provider_is_down() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    with pytest.raises(RetryableSendError, match="connection refused") as failure:
+        a_mailer(port, timeout=2.0).send(an_email())
+
+    assert failure.value.provider_down
+
+
+def test_a_lost_answer_to_data_is_never_sent_again_on_a_fresh_session(relay: Relay) -> None:
+    relay.stall["DATA"] = 3.0
+
+    with pytest.raises(OutcomeUnknown) as failure:
+        a_mailer(relay.port, timeout=0.5).send(an_email())
+
+    assert failure.value.provider_down
+    assert relay.connections == 1
+
+
+def test_idle_sessions_are_closed_after_a_while(relay: Relay) -> None:
+    mailer = a_mailer(relay.port, idle_seconds=0.2)
+    mailer.send(an_email())
+
+    wait_until(lambda: not controller_of(relay).open_sessions)
+    mailer.send(an_email())
+    mailer.close()
+
+    assert relay.connections == 2
+
+
+def test_close_ends_the_idle_sessions(relay: Relay) -> None:
+    mailer = a_mailer(relay.port, window=4)
+    with ThreadPoolExecutor(4) as threads:
+        list(threads.map(mailer.send, [an_email() for _ in range(8)]))
+    assert controller_of(relay).open_sessions
+
+    mailer.close()
+
+    wait_until(lambda: not controller_of(relay).open_sessions)
+
+
+def test_send_async_keeps_a_window_of_sends_in_flight_on_threads_of_its_own(relay: Relay) -> None:
+    relay.stall["DATA"] = 0.05
+    emails = [an_email() for _ in range(48)]
+    mailer = a_mailer(relay.port, window=16)
+
+    async def send_all() -> None:
+        try:
+            await asyncio.gather(*(mailer.send_async(email) for email in emails))
+        finally:
+            await mailer.aclose()
+
+    started = time.monotonic()
+    asyncio.run(send_all())
+    elapsed = time.monotonic() - started
+
+    assert arrivals(relay) == Counter(message_id_header(e.message_id) for e in emails)
+    assert relay.connections <= 16
+    # One at a time, 48 stalled DATA replies would take 2.4 s; 16 at once, about 0.15 s.
+    assert elapsed < 2.0
