@@ -116,13 +116,14 @@ def test_a_550_is_permanent_and_quotes_neither_address_nor_body(relay: Relay) ->
 
 
 def test_a_relay_that_does_not_answer_the_data_is_an_unknown_outcome(relay: Relay) -> None:
-    relay.stall["DATA"] = 3.0
+    relay.stall["DATA"] = 5.0
 
     started = time.monotonic()
     with pytest.raises(OutcomeUnknown) as failure:
         a_mailer(relay.port, timeout=0.5).send(an_email())
 
-    assert time.monotonic() - started < 1.5
+    # Well before the relay's 5 s answer, with room for a loaded machine.
+    assert time.monotonic() - started < 2.5
     assert failure.value.retryable and failure.value.outcome_unknown
     assert TOKEN not in str(failure.value)
 
@@ -131,11 +132,11 @@ def test_the_timeout_bounds_the_whole_conversation_not_each_command(relay: Relay
     # Each command is answered within the timeout, but together they are not.
     relay.stall["MAIL"] = relay.stall["RCPT"] = 0.7
 
-    started = time.monotonic()
     with pytest.raises(RetryableSendError) as failure:
         a_mailer(relay.port, timeout=1.0).send(an_email())
 
-    assert time.monotonic() - started < 1.3
+    # RCPT alone answers within the limit: only a bound on the whole
+    # conversation can time it out. (Timing it instead raced a busy machine.)
     assert str(failure.value) == "smtp timed out during RCPT (limit 1s)"
     assert not failure.value.outcome_unknown
 
