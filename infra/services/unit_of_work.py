@@ -48,8 +48,8 @@ Batches = Sequence[tuple[str, int, Sequence[object]]]  # (stream_id, expected_ve
 Decided = TypeVar("Decided")
 
 InFlight = Literal["wait", "refuse"]
-WAIT_FOR_KEY = text("SELECT pg_advisory_xact_lock(:key)")
-TRY_KEY = text("SELECT pg_try_advisory_xact_lock(:key)")
+WAIT_FOR_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
+TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(:key)")
 
 
 @frozen
@@ -119,8 +119,8 @@ class IdempotencyLock:
     def take(self, connection: Connection) -> None:
         """Hold the key until the transaction ends; ``RequestInFlight`` when refusing and taken."""
         if self.in_flight == "wait":
-            connection.execute(WAIT_FOR_KEY, {"key": self.key})
-        elif not connection.execute(TRY_KEY, {"key": self.key}).scalar_one():
+            connection.execute(WAIT_FOR_LOCK, {"key": self.key})
+        elif not connection.execute(TRY_LOCK, {"key": self.key}).scalar_one():
             raise RequestInFlight()
 
 
@@ -141,7 +141,7 @@ def lock_stream(connection: Connection, stream_id: str) -> None:
     Take it after any idempotency key lock, never before: one order for
     every transaction is what makes a deadlock between them impossible.
     """
-    connection.execute(WAIT_FOR_KEY, {"key": stream_lock_id(stream_id)})
+    connection.execute(WAIT_FOR_LOCK, {"key": stream_lock_id(stream_id)})
 
 
 def append_and_fold(
