@@ -36,9 +36,12 @@ class ConfigError(AuthledgerError):
 
 
 class ConcurrencyConflict(AuthledgerError):
-    """Another writer appended to this stream first."""
+    """Too many concurrent changes to the same records; try again."""
 
-    http_status = 409
+    # Writers of one stream are serialised, and a conflict left over is retried
+    # before it gets here: reaching a user, it is a temporary failure (503),
+    # not a conflict in what they asked for (409).
+    http_status = 503
     exit_code = 75  # EX_TEMPFAIL
     problem_type = "concurrency-conflict"
 

@@ -9,22 +9,22 @@ from __future__ import annotations
 import functools
 import signal
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine
-
-from domain.delivery import DeliveryPolicy
-from domain.policy import OtpPolicy, ResetPolicy
 from infra.clock import SystemClock
 from infra.config import Settings, load_settings, policy
-from infra.db.engine import Database
-from infra.keys import load_master_keys, load_token_keys
-from infra.delivery.providers import Mailer
-from infra.delivery.providers.http import HttpMailer
-from infra.delivery.providers.maildir import MaildirMailer
-from infra.delivery.providers.smtp import SmtpMailer
-from infra.services.unit_of_work import ServiceContext
-from infra.eventlog.subject_keys import MasterKeys, bind_master_keys
+
+# The adapters (SQLAlchemy, the providers' clients, the services) are
+# imported where they are first built, not here: every CLI command imports
+# this module, and `authledger config show` should not pay for a database
+# driver it never opens.
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from infra.db.engine import Database
+    from infra.delivery.providers import Mailer
+    from infra.eventlog.subject_keys import MasterKeys
+    from infra.services.unit_of_work import ServiceContext
 
 
 class App:
@@ -42,6 +42,8 @@ class App:
     @property
     def database(self) -> Database:
         if self._database is None:
+            from infra.db.engine import Database
+
             self._database = Database.locate(self.settings.database_url, self.settings.data_dir)
         return self._database
 
@@ -58,21 +60,32 @@ class App:
 
     @functools.cached_property
     def engine(self) -> Engine:
+        from infra.eventlog.subject_keys import bind_master_keys
+
         return bind_master_keys(self.database.engine(pool_size=self._pool_size), lambda: self.master_keys)
 
     @functools.cached_property
     def admin_engine(self) -> Engine:
+        from infra.eventlog.subject_keys import bind_master_keys
+
         return bind_master_keys(self.database.admin_engine(), lambda: self.master_keys)
 
     @functools.cached_property
     def master_keys(self) -> MasterKeys:
         """Loaded when personal data is first sealed or opened: other commands run without one."""
+        from infra.keys import load_master_keys
+
         return load_master_keys(self.settings)
 
     clock = SystemClock()
 
     @functools.cached_property
     def services(self) -> ServiceContext:
+        from domain.delivery import DeliveryPolicy
+        from domain.policy import OtpPolicy, ResetPolicy
+        from infra.keys import load_token_keys
+        from infra.services.unit_of_work import ServiceContext
+
         s = self.settings
         return ServiceContext(
             engine=self.engine,
@@ -96,6 +109,10 @@ class App:
 
 def build_mailer(settings: Settings) -> Mailer:
     """The configured provider; Maildir under the data directory by default."""
+    from infra.delivery.providers.http import HttpMailer
+    from infra.delivery.providers.maildir import MaildirMailer
+    from infra.delivery.providers.smtp import SmtpMailer
+
     window = settings.delivery_inflight
     if settings.provider == "smtp":
         assert settings.smtp_url is not None

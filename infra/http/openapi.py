@@ -50,6 +50,10 @@ COMMON_PROBLEMS = {
     "500": _problem("An unexpected failure; no details are given (`internal-error`)."),
     "503": _problem("The database cannot be reached (`database-unavailable`, `schema-mismatch`)."),
 }
+WRITE_UNAVAILABLE = _problem(
+    "The database cannot be reached (`database-unavailable`, `schema-mismatch`), or, rarely, concurrent "
+    "requests for this user could not be put in order (`concurrency-conflict`, with Retry-After). Concurrent "
+    "requests for one user are otherwise answered one after the other, never with a conflict.", RETRY_AFTER)
 BODY_PROBLEMS = {
     "413": _problem("The body is larger than the limit (`body-too-large`)."),
     "415": _problem("The body is not application/json (`unsupported-media-type`)."),
@@ -97,7 +101,7 @@ def _operation(summary: str, operation_id: str, responses: Json, *, body: str | 
 def _create(summary: str, operation_id: str, body: str, created: str) -> Json:
     responses = {
         "202": _json("Accepted: the email is queued (or this is a replay of the first answer).", created),
-        **COMMON_PROBLEMS, **BODY_PROBLEMS, **CREATE_PROBLEMS,
+        **COMMON_PROBLEMS, **BODY_PROBLEMS, **CREATE_PROBLEMS, "503": WRITE_UNAVAILABLE,
     }
     return _operation(summary, operation_id, responses, body=body, parameters=[IDEMPOTENCY_KEY])
 
@@ -144,7 +148,8 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 "Use a reset token once; the application then changes the password", "consumePasswordReset",
                 "TokenBody", "Consumed: other open requests are superseded and a notice is queued.",
                 "PasswordResetConsumed",
-                rejected="An unknown, expired, replaced or used token is `token-invalid`.")},
+                rejected="An unknown, expired, replaced or used token is `token-invalid`.",
+                extra={"503": WRITE_UNAVAILABLE})},
             "/v1/otp/challenges": {"post": _create(
                 "Create an OTP challenge and queue the code's email", "createOtpChallenge",
                 "OtpChallengeCreate", "OtpChallengeCreated")},
@@ -154,7 +159,8 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 rejected="A wrong, expired, replaced, used or locked code is `code-rejected`, with "
                          "`attempts_left`.",
                 extra={"404": _problem("The challenge id is not a UUID (`not-found`)."),
-                       "429": _problem("One-time codes are locked for this user (`locked-out`).", RETRY_AFTER)})},
+                       "429": _problem("One-time codes are locked for this user (`locked-out`).", RETRY_AFTER),
+                       "503": WRITE_UNAVAILABLE})},
             "/v1/timeline": {"get": _operation(
                 "The events of a user, a request or a message, for support (exactly one query parameter)",
                 "getTimeline",

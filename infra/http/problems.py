@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from domain.errors import AuthledgerError, CodeRejected, InvalidInput, LockedOut, NotFound
+from domain.errors import AuthledgerError, CodeRejected, ConcurrencyConflict, InvalidInput, LockedOut, NotFound
 from infra.errors import RateLimited, Unauthorized
 
 PROBLEM_JSON = "application/problem+json"
@@ -125,7 +125,8 @@ def problem_body(error: AuthledgerError) -> dict[str, Any]:
 
 
 def _safe_503(error: AuthledgerError) -> bool:
-    # A schema mismatch tells an operator what to run; an outage message names hosts.
+    # A schema mismatch tells an operator what to run; an outage message names
+    # hosts, and the event store's conflict message names internal streams.
     return error.problem_type == "schema-mismatch"
 
 
@@ -135,6 +136,8 @@ def problem_response(error: AuthledgerError, *, now: datetime | None = None,
     headers = dict(headers or {})
     if isinstance(error, RateLimited | LockedOut) and error.retry_at is not None and now is not None:
         headers["Retry-After"] = str(max(1, math.ceil((error.retry_at - now).total_seconds())))
+    if isinstance(error, ConcurrencyConflict):
+        headers["Retry-After"] = "1"
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = 'Bearer realm="authledger"'
     return Response(safe_json(problem_body(error)), status_code=error.http_status, headers=headers,

@@ -46,17 +46,16 @@ def create_client(ctx: ServiceContext, name: str, metadata: Mapping[str, Any] | 
     Needs no token keys: clients can be managed before the service is configured.
     """
     check_client_name(name)
-    api_key, now = new_api_key(), ctx.clock.now()
+    api_key = new_api_key()
     decide_events_on_stream(ctx, client_stream(name), fold_client,
-                            lambda state: decide_register(state, name, hash_token(api_key), now=now), metadata)
+                            lambda state, now: decide_register(state, name, hash_token(api_key), now=now), metadata)
     return CreatedClient(name, api_key)
 
 
 def revoke_client(ctx: ServiceContext, name: str, metadata: Mapping[str, Any] | None = None) -> bool:
     """Revoke a client's key; False when it was already revoked, ``NotFound`` when it never existed."""
-    now = ctx.clock.now()
     return bool(decide_events_on_stream(ctx, client_stream(name), fold_client,
-                                        lambda state: decide_revoke(state, name, now=now), metadata))
+                                        lambda state, now: decide_revoke(state, name, now=now), metadata))
 
 
 def list_clients(engine: Engine) -> list[ApiClientRow]:

@@ -46,12 +46,11 @@ def request_otp(
     ``in_flight`` says whether to "wait" for it or "refuse" with
     ``RequestInFlight``.
     """
-    now = ctx.clock.now()
     challenge_id, message_id = ctx.new_id(), ctx.new_id()
     lock = IdempotencyLock.for_request("otp", cmd.client, cmd.user_id, cmd.idempotency_key, in_flight)
     decision = decide_on_stream(
         ctx, otp_stream(cmd.user_id), fold_otp,
-        lambda state: decide_otp_request(
+        lambda state, now: decide_otp_request(
             state, cmd, now=now, challenge_id=challenge_id, message_id=message_id,
             keys=ctx.keys, policy=ctx.otp_policy,
         ),
@@ -121,10 +120,9 @@ def verify_code(
     # The code's shape is checked against the challenge's own length, which
     # only its stream knows (decide_otp_verify).
     user_id = _user_of_challenge(ctx, challenge_id, code)
-    now = ctx.clock.now()
     decision = decide_on_stream(
         ctx, otp_stream(user_id), fold_otp,
-        lambda state: decide_otp_verify(state, challenge_id, code, now=now, keys=ctx.keys, policy=ctx.otp_policy),
+        lambda state, now: decide_otp_verify(state, challenge_id, code, now=now, keys=ctx.keys, policy=ctx.otp_policy),
         metadata,
     )
     outcome = decision.outcome

@@ -25,7 +25,7 @@ from domain.privacy import SubjectErased, decide_erasure, fold_subject, subject_
 from domain.reset import reset_stream
 from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.subject_keys import destroy_keys
-from infra.services.unit_of_work import ServiceContext, append_and_fold
+from infra.services.unit_of_work import ServiceContext, append_and_fold, lock_stream
 
 
 @frozen
@@ -42,8 +42,10 @@ class Erasure:
 
 def forget(ctx: ServiceContext, user_id: str, metadata: Mapping[str, Any] | None = None) -> Erasure:
     """Destroy the user's data keys and record ``SubjectErased``; ``NotFound`` for an unknown user."""
-    stream_id, now = subject_stream(user_id), ctx.clock.now()
+    stream_id = subject_stream(user_id)
     with ctx.engine.begin() as connection:
+        lock_stream(connection, stream_id)
+        now = ctx.clock.now()
         key_ids = destroy_keys(connection, user_id)
         store = PostgresEventStore(connection)
         history = store.load(stream_id)

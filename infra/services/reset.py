@@ -39,12 +39,11 @@ def request_reset(
     same key runs, ``in_flight`` says whether to "wait" for it or "refuse"
     with ``RequestInFlight``.
     """
-    now = ctx.clock.now()
     lock = IdempotencyLock.for_request("reset", cmd.client, cmd.user_id, cmd.idempotency_key, in_flight)
     request_id, message_id = ctx.new_id(), ctx.new_id()
     decision = decide_on_stream(
         ctx, reset_stream(cmd.user_id), fold_reset,
-        lambda state: decide_reset_request(
+        lambda state, now: decide_reset_request(
             state, cmd, now=now, request_id=request_id, message_id=message_id,
             keys=ctx.keys, policy=ctx.reset_policy,
         ),
@@ -81,10 +80,10 @@ def verify_token(ctx: ServiceContext, token: str) -> ResetRequest:
 def consume_token(ctx: ServiceContext, token: str, metadata: Mapping[str, Any] | None = None) -> ConsumeOutcome:
     """Use the token once: complete the reset, supersede the rest, queue a "password changed" notice."""
     user_id, token_hash = _user_of_token(ctx, token)
-    now, notice_id = ctx.clock.now(), ctx.new_id()
+    notice_id = ctx.new_id()
     decision = decide_on_stream(
         ctx, reset_stream(user_id), fold_reset,
-        lambda state: decide_consume(state, token_hash, now=now, notice_message_id=notice_id),
+        lambda state, now: decide_consume(state, token_hash, now=now, notice_message_id=notice_id),
         metadata,
     )
     return decision.outcome

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime
 from typing import Any
 
 from attrs import frozen
@@ -36,6 +35,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import ProgrammingError
 
 from domain.errors import ConfigError
+from infra.clock import Clock
 from infra.errors import SchemaMismatch
 from domain.privacy import MASTER_KEYS_STREAM, decide_rewrap
 from infra.eventlog.postgres import PostgresEventStore
@@ -147,7 +147,6 @@ def rewrap(
     metadata: Mapping[str, Any] | None = None,
 ) -> Rewrap:
     """Re-wrap every data key under an older master key under ``master.current_id``, batch by batch."""
-    now = ctx.clock.now()
     before = pending(ctx, master, check=True)
     if dry_run or not before:
         return Rewrap(master.current_id, dry_run, {}, before)
@@ -156,7 +155,7 @@ def rewrap(
     while True:
         try:
             with _may_update(), ctx.engine.begin() as connection:
-                moved, after = _rewrap_batch(connection, master, after, batch_size, now, metadata)
+                moved, after = _rewrap_batch(connection, master, after, batch_size, ctx.clock, metadata)
         except ConfigError as error:  # a row altered, or added under a bad key, since the check
             raise ConfigError(f"{error.message}; that batch was rolled back, and the keys re-wrapped before it "
                               f"({sum(done.values())}) stay re-wrapped") from None
@@ -182,7 +181,7 @@ def _may_update() -> Iterator[None]:
         raise
 
 
-def _rewrap_batch(connection: Connection, master: MasterKeys, after: str, limit: int, now: datetime,
+def _rewrap_batch(connection: Connection, master: MasterKeys, after: str, limit: int, clock: Clock,
                   metadata: Mapping[str, Any] | None) -> tuple[Counter[str], str]:
     """One transaction: lock a page of keys, re-wrap them, record it; the keys moved and where to go on."""
     connection.execute(BATCH_LOCK)
@@ -198,7 +197,8 @@ def _rewrap_batch(connection: Connection, master: MasterKeys, after: str, limit:
     connection.execute(REWRAP, {"master_key_id": master.current_id, "key_ids": key_ids,
                                 "wrapped_keys": wrapped_keys})
     moved = Counter(row.master_key_id for row in rows)
-    events = decide_rewrap(moved, master_key_id=master.current_id, now=now)
+    # Read after BATCH_LOCK: the stream's event times follow the order of its batches.
+    events = decide_rewrap(moved, master_key_id=master.current_id, now=clock.now())
     version = PostgresEventStore(connection).stream_version(MASTER_KEYS_STREAM)
     append_and_fold(connection, [(MASTER_KEYS_STREAM, version, events)], metadata)
     return moved, rows[-1].key_id

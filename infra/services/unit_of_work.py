@@ -3,18 +3,25 @@
 ``append_and_fold`` is the one write path: the only caller of the event
 store's append, it folds what it appended into the inline projections in the
 same transaction. Service functions are a few lines on top of
-``decide_on_stream``, which owns the retry on ``ConcurrencyConflict``: the
-stream is the consistency boundary, so two concurrent requests for one user
-are decided one after the other. Requests with an idempotency key also take
-an advisory lock on the key, so that retries in flight wait for (or are
-refused while) the first one runs.
+``decide_on_stream``, which serialises the writers of a stream: it takes a
+transaction-scoped advisory lock on the stream before loading it, so two
+concurrent requests for one user and flow are decided one after the other,
+the second on what the first committed. Requests with an idempotency key
+take an advisory lock on the key first (always key, then stream: no two
+transactions can wait for each other), so that retries in flight wait for
+(or are refused while) the first one runs. The time a decision is stamped
+with is read after the locks are held, so a stream's event times never go
+backwards.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 from uuid import UUID, uuid4
 
@@ -33,13 +40,16 @@ from infra.clock import Clock, SystemClock
 from infra.projector.inline import apply_inline
 from infra.eventlog.postgres import PostgresEventStore
 
-CONFLICT_RETRIES = 8
+# The stream lock makes a conflict on a user's stream impossible between
+# services; the retry stays as a safety net for writers that skip the lock.
+CONFLICT_RETRIES = 5
+FIRST_BACKOFF_SECONDS = 0.005
 Batches = Sequence[tuple[str, int, Sequence[object]]]  # (stream_id, expected_version, events)
 Decided = TypeVar("Decided")
 
 InFlight = Literal["wait", "refuse"]
-WAIT_FOR_KEY = text("SELECT pg_advisory_xact_lock(:key)")
-TRY_KEY = text("SELECT pg_try_advisory_xact_lock(:key)")
+WAIT_FOR_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
+TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(:key)")
 
 
 @frozen
@@ -104,15 +114,34 @@ class IdempotencyLock:
 
         A collision only makes two unrelated requests wait for each other.
         """
-        scope = json.dumps(["idempotency", self.flow, self.client, self.user_id, self.idempotency_key])
-        return int.from_bytes(hashlib.sha256(scope.encode("utf-8")).digest()[:8], "big", signed=True)
+        return _lock_id(["idempotency", self.flow, self.client, self.user_id, self.idempotency_key])
 
     def take(self, connection: Connection) -> None:
         """Hold the key until the transaction ends; ``RequestInFlight`` when refusing and taken."""
         if self.in_flight == "wait":
-            connection.execute(WAIT_FOR_KEY, {"key": self.key})
-        elif not connection.execute(TRY_KEY, {"key": self.key}).scalar_one():
+            connection.execute(WAIT_FOR_LOCK, {"key": self.key})
+        elif not connection.execute(TRY_LOCK, {"key": self.key}).scalar_one():
             raise RequestInFlight()
+
+
+def _lock_id(scope: list[str | None]) -> int:
+    """A signed 64-bit digest of ``scope``; its first item keeps the kinds of lock apart."""
+    text_of_scope = json.dumps(scope)
+    return int.from_bytes(hashlib.sha256(text_of_scope.encode("utf-8")).digest()[:8], "big", signed=True)
+
+
+def stream_lock_id(stream_id: str) -> int:
+    """The advisory lock id of a stream; never equal to a key's but by a 64-bit hash collision."""
+    return _lock_id(["stream", stream_id])
+
+
+def lock_stream(connection: Connection, stream_id: str) -> None:
+    """Wait for, then hold until the transaction ends, the right to decide on ``stream_id``.
+
+    Take it after any idempotency key lock, never before: one order for
+    every transaction is what makes a deadlock between them impossible.
+    """
+    connection.execute(WAIT_FOR_LOCK, {"key": stream_lock_id(stream_id)})
 
 
 def append_and_fold(
@@ -149,36 +178,38 @@ def decide_on_stream(
     ctx: ServiceContext,
     stream_id: str,
     fold: Callable[[Iterable[object]], Any],
-    decide: Callable[[Any], Decision],
+    decide: Callable[[Any, datetime], Decision],
     metadata: Mapping[str, Any] | None = None,
     *,
     idempotency_lock: IdempotencyLock | None = None,
 ) -> Decision:
-    """Load the stream, decide on its state, append the result; retry when another writer won.
+    """Lock the stream, load it, decide on its state and the time now, append the result.
 
-    With ``idempotency_lock`` the key is locked before the stream is loaded,
-    so the decision reads whatever the key's first request committed.
+    ``decide(state, now)`` is called with ``now`` read from ``ctx.clock``
+    once the locks are held, in the transaction that commits. With
+    ``idempotency_lock`` the key is locked first, so the decision reads
+    whatever the key's first request committed.
     """
-    return _retrying(ctx, stream_id, fold, decide, _decision_batches, metadata, idempotency_lock)
+    return _serialised(ctx, stream_id, fold, decide, _decision_batches, metadata, idempotency_lock)
 
 
 def decide_events_on_stream(
     ctx: ServiceContext,
     stream_id: str,
     fold: Callable[[Iterable[object]], Any],
-    decide: Callable[[Any], list[object]],
+    decide: Callable[[Any, datetime], list[object]],
     metadata: Mapping[str, Any] | None = None,
 ) -> list[object]:
     """``decide_on_stream`` for streams whose decisions are plain lists of events (clients)."""
-    return _retrying(ctx, stream_id, fold, decide, lambda stream, version, events: [(stream, version, events)],
-                     metadata, None)
+    return _serialised(ctx, stream_id, fold, decide,
+                       lambda stream, version, events: [(stream, version, events)], metadata, None)
 
 
-def _retrying(
+def _serialised(
     ctx: ServiceContext,
     stream_id: str,
     fold: Callable[[Iterable[object]], Any],
-    decide: Callable[[Any], Decided],
+    decide: Callable[[Any, datetime], Decided],
     batches_of: Callable[[str, int, Decided], Batches],
     metadata: Mapping[str, Any] | None,
     idempotency_lock: IdempotencyLock | None,
@@ -188,15 +219,23 @@ def _retrying(
             with ctx.engine.begin() as connection:
                 if idempotency_lock is not None:
                     idempotency_lock.take(connection)
+                lock_stream(connection, stream_id)
                 history = PostgresEventStore(connection).load(stream_id)
-                decided = decide(fold(recorded.event for recorded in history))
+                decided = decide(fold(recorded.event for recorded in history), ctx.clock.now())
                 version = history[-1].stream_version if history else 0
                 append_and_fold(connection, batches_of(stream_id, version, decided), metadata)
                 return decided
-        except ConcurrencyConflict:
+        except ConcurrencyConflict as conflict:
             if attempt == CONFLICT_RETRIES - 1:
-                raise
+                # The store's message names the stream: kept as the cause, for the log only.
+                raise ConcurrencyConflict() from conflict
+            _back_off(attempt)
     raise AssertionError("unreachable")
+
+
+def _back_off(attempt: int) -> None:
+    """Sleep a random time up to an exponentially growing bound, so that racing writers spread out."""
+    time.sleep(random.uniform(0, FIRST_BACKOFF_SECONDS * 2**attempt))
 
 
 def load_state(

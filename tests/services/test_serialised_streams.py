@@ -1,0 +1,79 @@
+"""The unit of work's locks: writers of one stream take turns; a conflict never shows its stream."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime
+
+import pytest
+from sqlalchemy import Engine, text
+
+from domain.clients import fold_client
+from domain.errors import ConcurrencyConflict
+from infra.services.unit_of_work import (
+    IdempotencyLock,
+    ServiceContext,
+    decide_events_on_stream,
+    lock_stream,
+    stream_lock_id,
+)
+
+WAITERS = text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+
+
+def test_a_conflict_that_outlasts_the_retries_is_raised_without_the_stream_name(ctx: ServiceContext) -> None:
+    attempts = []
+
+    def always_conflicting(state: object, now: datetime) -> list[object]:
+        attempts.append(now)
+        raise ConcurrencyConflict("stream client:shop moved on while appending")
+
+    with pytest.raises(ConcurrencyConflict) as raised:
+        decide_events_on_stream(ctx, "client:shop", fold_client, always_conflicting)
+
+    assert len(attempts) > 1, "retried"
+    assert "client:shop" not in str(raised.value) and "stream" not in str(raised.value)
+    assert "client:shop" in str(raised.value.__cause__), "the cause keeps it, for the log"
+
+
+def test_a_stream_lock_is_never_a_key_lock_of_the_same_words() -> None:
+    key = IdempotencyLock("reset", "shop", "42", "k-1")
+    assert stream_lock_id("reset-user:42") != key.key
+    assert stream_lock_id("reset-user:42") == stream_lock_id("reset-user:42") != stream_lock_id("reset-user:43")
+
+
+def test_a_writer_waits_for_the_stream_lock_and_reads_the_clock_once_it_has_it(
+    ctx: ServiceContext, engine: Engine
+) -> None:
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with engine.begin() as connection:
+            lock_stream(connection, "client:shop")
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    seen: list[datetime] = []
+    writer = threading.Thread(target=decide_events_on_stream, args=(
+        ctx, "client:shop", fold_client, lambda state, now: seen.append(now) or []))
+    writer.start()
+    _wait_for_a_waiter(engine)
+    assert seen == [], "it waits for the lock before deciding"
+    ctx.clock.advance(5)
+    release.set()
+    holder.join(10)
+    writer.join(10)
+    assert seen == [ctx.clock.now()], "stamped with the time after the wait"
+
+
+def _wait_for_a_waiter(engine: Engine) -> None:
+    deadline = time.monotonic() + 10
+    with engine.connect() as connection:
+        while connection.execute(WAITERS).scalar_one() == 0:
+            assert time.monotonic() < deadline, "nobody waited for the lock"
+            time.sleep(0.01)
+            connection.rollback()
