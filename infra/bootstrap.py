@@ -20,6 +20,7 @@ from infra.config import Settings, load_settings, policy
 from infra.db.engine import Database
 from infra.keys import load_master_keys, load_token_keys
 from infra.delivery.providers import Mailer
+from infra.emails.templates import load_templates
 from infra.delivery.providers.http import HttpMailer
 from infra.delivery.providers.maildir import MaildirMailer
 from infra.delivery.providers.smtp import SmtpMailer
@@ -82,6 +83,7 @@ class App:
             otp_policy=policy(s, OtpPolicy),
             delivery_policy=policy(s, DeliveryPolicy),
             reset_url=s.reset_url,
+            email_templates=load_templates(s.templates_dir),
         )
 
     @functools.cached_property
