@@ -119,6 +119,9 @@ def docs_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
         "API": f"http://127.0.0.1:{port}",
         "HOME": str(workdir),
         "PWD": str(workdir),
+        # The embedded server's process lock lives in the runtime folder: a
+        # folder of its own keeps the docs from queueing behind other test runs.
+        "XDG_RUNTIME_DIR": str(tmp_path_factory.mktemp("runtime")),
     }
     log = (workdir / "serve.log").open("w")
     serve = subprocess.Popen(["authledger", "serve", "--port", str(port)], cwd=workdir, env=env,
