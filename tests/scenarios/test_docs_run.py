@@ -1,6 +1,7 @@
-"""Every ```sh block of README.md and docs/*.md runs as written, against a fresh embedded data directory.
+"""Every command block of README.md and docs/*.md runs as written, against a fresh embedded data directory.
 
-The blocks are read from the Markdown, never copied into this test, so a
+The blocks (```sh, and the ``$ `` lines of a terminal session shown in a
+plain ``` block) are read from the Markdown, never copied into this test, so a
 command that stops working fails here. Each file's blocks run in order in
 one bash (``set -e -o pipefail``), so a later block may use what an earlier
 one set, as a reader pasting them in turn would; ``authledger serve`` runs
@@ -18,10 +19,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,8 +35,9 @@ from attrs import frozen
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-# README: the quick start (runs the suite, starts a server in the foreground).
-EXCLUDED = 1
+# README: the quick start (runs the suite, starts a server in the foreground);
+# docs/incident-review.md: four sessions over the worked example's own log.
+EXCLUDED = 5
 MARKER = re.compile(r"<!--\s*(not run|run twice):\s*(.+?)\s*-->")
 BLOCK_START = "@@ block "
 FAILED_AT = "@@ failed at script line "
@@ -57,18 +61,28 @@ def shown(path: Path) -> str:
 
 
 def sh_blocks(path: Path) -> list[Block]:
-    """The ```sh blocks of one Markdown file, with the marker on the line before each, if any."""
+    """The command blocks of one Markdown file, with the marker on the line before each, if any.
+
+    A command block is a ```sh block, or a plain ``` block that shows a
+    terminal session: its ``$ `` lines are the commands (the other lines,
+    their output, become blank lines so that line numbers still match).
+    """
     lines = path.read_text().splitlines()
     blocks, index = [], 0
     while index < len(lines):
-        if lines[index].strip() != "```sh":
+        fence = lines[index].strip()
+        if not fence.startswith("```"):
             index += 1
             continue
         end = next(i for i in range(index + 1, len(lines)) if lines[i].strip() == "```")
-        marker = MARKER.search(lines[index - 1]) if index else None
-        kind, reason = marker.groups() if marker else (None, None)
-        code = "\n".join(lines[index + 1:end])
-        blocks.append(Block(path, index + 1, code, reason if kind == "not run" else None, kind == "run twice"))
+        body = lines[index + 1:end]
+        session = fence == "```" and any(line.startswith("$ ") for line in body)
+        if fence == "```sh" or session:
+            marker = MARKER.search(lines[index - 1]) if index else None
+            kind, reason = marker.groups() if marker else (None, None)
+            code = "\n".join(line.removeprefix("$ ") if line.startswith("$ ") else "" for line in body) \
+                if session else "\n".join(body)
+            blocks.append(Block(path, index + 1, code, reason if kind == "not run" else None, kind == "run twice"))
         index = end + 1
     return blocks
 
@@ -106,10 +120,21 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def docs_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def docs_env() -> Iterator[dict[str, str]]:
     """A fresh working directory with its own embedded data directory, and ``authledger serve`` on it."""
-    workdir = tmp_path_factory.mktemp("docs")
-    port = free_port()
+    # Not pytest's tmp_path: a concurrent pytest run makes its parent private
+    # again, and the embedded server (its own OS user when run as root) must
+    # reach the data directory.
+    workdir = Path(tempfile.mkdtemp(prefix="authledger-docs-"))
+    try:
+        yield from _served(workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _served(workdir: Path) -> Iterator[dict[str, str]]:
+    port, runtime = free_port(), workdir / "runtime"
+    runtime.mkdir()
     env = {name: value for name, value in os.environ.items()
            if not name.startswith("AUTHLEDGER_") and name != "DATABASE_URL"}
     env |= {
@@ -121,7 +146,7 @@ def docs_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
         "PWD": str(workdir),
         # The embedded server's process lock lives in the runtime folder: a
         # folder of its own keeps the docs from queueing behind other test runs.
-        "XDG_RUNTIME_DIR": str(tmp_path_factory.mktemp("runtime")),
+        "XDG_RUNTIME_DIR": str(runtime),
     }
     log = (workdir / "serve.log").open("w")
     serve = subprocess.Popen(["authledger", "serve", "--port", str(port)], cwd=workdir, env=env,
