@@ -60,7 +60,7 @@ def shown(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def sh_blocks(path: Path) -> list[Block]:
+def command_blocks(path: Path) -> list[Block]:
     """The command blocks of one Markdown file, with the marker on the line before each, if any.
 
     A command block is a ```sh block, or a plain ``` block that shows a
@@ -175,7 +175,7 @@ def _wait_until_ready(api: str, serve: subprocess.Popen[bytes], log: Path) -> No
 
 
 def test_the_docs_mark_every_block_they_leave_out_and_say_why() -> None:
-    excluded = [block for path in DOCS for block in sh_blocks(path) if block.skip_reason is not None]
+    excluded = [block for path in DOCS for block in command_blocks(path) if block.skip_reason is not None]
 
     assert all(len(block.skip_reason or "") >= 10 for block in excluded), [b.where for b in excluded]
     assert len(excluded) == EXCLUDED, (
@@ -187,7 +187,7 @@ def test_the_docs_mark_every_block_they_leave_out_and_say_why() -> None:
 def test_a_failing_doc_command_is_reported_with_its_file_line_and_output(tmp_path: Path) -> None:
     doc = tmp_path / "guide.md"
     doc.write_text("Intro.\n\n```sh\necho first\n```\n\n```sh\necho second\nfalse | cat\necho never\n```\n")
-    code, origin = script(sh_blocks(doc))
+    code, origin = script(command_blocks(doc))
 
     run = subprocess.run(["bash", "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -198,12 +198,12 @@ def test_a_failing_doc_command_is_reported_with_its_file_line_and_output(tmp_pat
     assert "first" not in report and "never" not in report
 
 
-RUNNABLE = [path for path in DOCS if any(block.skip_reason is None for block in sh_blocks(path))]
+RUNNABLE = [path for path in DOCS if any(block.skip_reason is None for block in command_blocks(path))]
 
 
 @pytest.mark.parametrize("path", RUNNABLE, ids=lambda path: path.name)
 def test_every_command_block_of_the_docs_runs_as_written(path: Path, docs_env: dict[str, str]) -> None:
-    code, origin = script([block for block in sh_blocks(path) if block.skip_reason is None])
+    code, origin = script([block for block in command_blocks(path) if block.skip_reason is None])
 
     try:
         run = subprocess.run(["bash", "-c", code], cwd=docs_env["PWD"], env=docs_env, timeout=120,
