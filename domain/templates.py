@@ -1,15 +1,56 @@
 """The words of every email authledger sends: plain text and HTML, pure.
 
-The worker calls these at send time with a freshly derived token or code;
-nothing rendered here is ever stored.
+The texts themselves are templates (``string.Template``, ``$name``
+placeholders) that infra loads, from the package or from an operator's
+folder, and passes in; this module only fills them. The worker calls these
+at send time with a freshly derived token or code; nothing rendered here is
+ever stored.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from html import escape
+from string import Template
 
 from attrs import frozen
+
+PARTS = ("subject", "txt", "html")
+
+
+@frozen
+class Placeholders:
+    """What one email's templates may use, and what its bodies must use."""
+
+    allowed: frozenset[str]
+    required_in_bodies: frozenset[str]  # the text and html parts both carry these; a subject need not
+
+
+# Each email by name: the link or code is what the email is for, so a body
+# that leaves it out is refused when the templates load, not found out by a user.
+EMAILS: dict[str, Placeholders] = {
+    "reset_link": Placeholders(frozenset({"link", "expires_at"}), frozenset({"link"})),
+    "password_changed": Placeholders(frozenset({"changed_at"}), frozenset()),
+    "otp_code": Placeholders(frozenset({"code", "code_name", "purpose", "expires_at"}), frozenset({"code"})),
+}
+
+
+@frozen
+class EmailTemplate:
+    """One email's three parts, as template texts."""
+
+    subject: str
+    txt: str
+    html: str
+
+
+@frozen
+class EmailTemplates:
+    """The templates of every email, one field per name in ``EMAILS``."""
+
+    reset_link: EmailTemplate
+    password_changed: EmailTemplate
+    otp_code: EmailTemplate
 
 
 @frozen
@@ -19,53 +60,55 @@ class Rendered:
     html: str
 
 
+# A code's name in the subject and the text, by the purpose it was asked for.
+_CODE_NAMES = {
+    "login": "sign-in code",
+    "signin": "sign-in code",
+    "sign-in": "sign-in code",
+    "verify": "verification code",
+    "verification": "verification code",
+    "verify_email": "email verification code",
+    "email_verification": "email verification code",
+    "mfa": "two-step verification code",
+    "2fa": "two-step verification code",
+    "confirm": "confirmation code",
+    "confirmation": "confirmation code",
+    "password_reset": "password reset code",
+    "reset": "password reset code",
+}
+
+
+def code_name(purpose: str) -> str:
+    """How an email names a code asked for ``purpose``: "sign-in code", "verification code", ..."""
+    known = _CODE_NAMES.get(purpose.lower())
+    if known:
+        return known
+    words = " ".join(purpose.replace("_", " ").replace("-", " ").replace(".", " ").replace(":", " ").split())
+    return f"one-time code for {words}"
+
+
 def _when(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _html(paragraphs: list[str]) -> str:
-    body = "".join(f"<p>{paragraph}</p>" for paragraph in paragraphs)
-    return f'<!doctype html><html><body style="font-family: sans-serif">{body}</body></html>'
-
-
-def reset_link(link: str, *, expires_at: datetime) -> Rendered:
-    text = (
-        "Someone asked to reset the password of your account.\n\n"
-        f"To choose a new password, open this link before {_when(expires_at)}:\n\n"
-        f"{link}\n\n"
-        "If it was not you, ignore this email: your password stays as it is.\n"
+def _fill(template: EmailTemplate, values: dict[str, str]) -> Rendered:
+    # Values go into the HTML part escaped: a link or purpose never becomes markup.
+    escaped = {name: escape(value) for name, value in values.items()}
+    return Rendered(
+        Template(template.subject).substitute(values).strip(),
+        Template(template.txt).substitute(values),
+        Template(template.html).substitute(escaped),
     )
-    html = _html([
-        "Someone asked to reset the password of your account.",
-        f'<a href="{escape(link)}">Choose a new password</a> before {escape(_when(expires_at))}.',
-        "If it was not you, ignore this email: your password stays as it is.",
-    ])
-    return Rendered("Reset your password", text, html)
 
 
-def password_changed(*, changed_at: datetime) -> Rendered:
-    text = (
-        f"The password of your account was changed at {_when(changed_at)}.\n\n"
-        "If you did not change it, contact support at once.\n"
-    )
-    html = _html([
-        f"The password of your account was changed at {escape(_when(changed_at))}.",
-        "If you did not change it, contact support at once.",
-    ])
-    return Rendered("Your password was changed", text, html)
+def reset_link(template: EmailTemplate, link: str, *, expires_at: datetime) -> Rendered:
+    return _fill(template, {"link": link, "expires_at": _when(expires_at)})
 
 
-def otp_code(code: str, *, expires_at: datetime, purpose: str) -> Rendered:
-    # The code stands on a line of its own so that mail clients and people
-    # can pick it out and copy it without the surrounding words.
-    text = (
-        f"Your one-time code ({purpose}):\n\n"
-        f"{code}\n\n"
-        f"It is valid until {_when(expires_at)} and works once. Never share it.\n"
-    )
-    html = _html([
-        f"Your one-time code ({escape(purpose)}):",
-        f'<strong style="font-size: 1.5em; letter-spacing: 0.2em">{escape(code)}</strong>',
-        f"It is valid until {escape(_when(expires_at))} and works once. Never share it.",
-    ])
-    return Rendered(f"Your code: {purpose}", text, html)
+def password_changed(template: EmailTemplate, *, changed_at: datetime) -> Rendered:
+    return _fill(template, {"changed_at": _when(changed_at)})
+
+
+def otp_code(template: EmailTemplate, code: str, *, expires_at: datetime, purpose: str) -> Rendered:
+    values = {"code": code, "code_name": code_name(purpose), "purpose": purpose, "expires_at": _when(expires_at)}
+    return _fill(template, values)

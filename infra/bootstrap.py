@@ -83,6 +83,7 @@ class App:
     def services(self) -> ServiceContext:
         from domain.delivery import DeliveryPolicy
         from domain.policy import OtpPolicy, ResetPolicy
+        from infra.emails.templates import load_templates
         from infra.keys import load_token_keys
         from infra.services.unit_of_work import ServiceContext
 
@@ -95,6 +96,7 @@ class App:
             otp_policy=policy(s, OtpPolicy),
             delivery_policy=policy(s, DeliveryPolicy),
             reset_url=s.reset_url,
+            email_templates=load_templates(s.templates_dir),
         )
 
     @functools.cached_property

@@ -166,6 +166,8 @@ class Settings:
         doc="From address of every email.")
     reset_url: str = _setting("AUTHLEDGER_RESET_URL", "http://localhost:8000/reset", _http_url,
         doc="Page that reset links open, with `?token=` added.")
+    templates_dir: Path | None = _setting("AUTHLEDGER_TEMPLATES_DIR", None, Path,
+        doc="Folder of email templates that replace the shipped ones, file by file (see README, The emails).")
     token_keys: str | None = _setting("AUTHLEDGER_TOKEN_KEYS", None, _checked_text(parse_token_keys), secret=True,
         doc="`id:base64key,...` newest first, each at least 32 bytes: derive tokens and codes.")
     # DESIGN: a reset link never lives past 24 h.

@@ -46,12 +46,12 @@ def prepare(ctx: ServiceContext, claim: Claim, *, sender: str, connection: Conne
             return Prepared(None, "erased")
         if row.template == reset.PASSWORD_CHANGED:
             assert request.completed_at is not None
-            content, key_id = templates.password_changed(changed_at=request.completed_at), None
+            content, key_id = templates.password_changed(ctx.email_templates.password_changed, changed_at=request.completed_at), None
             useful_until = request.completed_at + ctx.delivery_policy.notice_useful_for
         else:
             token = reset.reset_token_for(request, ctx.keys)
             link = f"{ctx.reset_url}?{urlencode({'token': token})}"
-            content, key_id = templates.reset_link(link, expires_at=request.expires_at), request.key_id
+            content, key_id = templates.reset_link(ctx.email_templates.reset_link, link, expires_at=request.expires_at), request.key_id
             useful_until = request.expires_at
         recipient = request.recipient
     elif row.flow == "otp":
@@ -63,7 +63,9 @@ def prepare(ctx: ServiceContext, claim: Claim, *, sender: str, connection: Conne
         if challenge.recipient == ERASED:
             return Prepared(None, "erased")
         code = otp.otp_code_for(challenge, ctx.keys)
-        content = templates.otp_code(code, expires_at=challenge.expires_at, purpose=challenge.purpose)
+        content = templates.otp_code(
+            ctx.email_templates.otp_code, code, expires_at=challenge.expires_at, purpose=challenge.purpose
+        )
         recipient, key_id, useful_until = challenge.recipient, challenge.key_id, challenge.expires_at
     else:
         return Prepared(None, f"unknown_flow:{row.flow}")

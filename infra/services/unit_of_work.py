@@ -35,8 +35,10 @@ from domain.errors import ConcurrencyConflict
 from infra.errors import RequestInFlight
 from domain.log import RecordedEvent
 from domain.policy import OtpPolicy, ResetPolicy
+from domain.templates import EmailTemplates
 from domain.tokens import TokenKeys
 from infra.clock import Clock, SystemClock
+from infra.emails.templates import default_templates
 from infra.projector.inline import apply_inline
 from infra.eventlog.postgres import PostgresEventStore
 
@@ -65,6 +67,7 @@ class ServiceContext:
     otp_policy: OtpPolicy = field(factory=OtpPolicy)
     delivery_policy: DeliveryPolicy = field(factory=DeliveryPolicy)
     reset_url: str = "http://localhost:8000/reset"
+    email_templates: EmailTemplates = field(factory=default_templates)
     new_id: Callable[[], UUID] = uuid4
 
     @property

@@ -1,0 +1,108 @@
+"""The emails' words: natural subjects, templates an operator can replace, checked at start."""
+
+from __future__ import annotations
+
+import base64
+import mailbox
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cli import cli
+from domain import templates
+from domain.errors import ConfigError
+from infra.emails.templates import default_templates, load_templates
+
+EXPIRES = datetime(2030, 5, 1, 10, 30, tzinfo=UTC)
+KEYS = "k1:" + base64.urlsafe_b64encode(b"t" * 32).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(("purpose", "subject"), [
+    ("login", "Your sign-in code"),
+    ("verify_email", "Your email verification code"),
+    ("verification", "Your verification code"),
+    ("mfa", "Your two-step verification code"),
+    ("delete-account", "Your one-time code for delete account"),
+])
+def test_the_code_email_names_the_code_by_its_purpose(purpose: str, subject: str) -> None:
+    rendered = templates.otp_code(default_templates().otp_code, "042917", expires_at=EXPIRES, purpose=purpose)
+
+    assert rendered.subject == subject
+    assert f"Here is your {subject.removeprefix('Your ')}:" in rendered.text
+    assert "\n042917\n" in rendered.text and "042917" in rendered.html
+    assert "2030-05-01 10:30 UTC" in rendered.text
+
+
+def test_the_reset_link_is_escaped_in_html_and_verbatim_in_text() -> None:
+    link = "https://app.test/reset?token=a&b"
+    rendered = templates.reset_link(default_templates().reset_link, link, expires_at=EXPIRES)
+
+    assert rendered.subject == "Reset your password"
+    assert f"\n{link}\n" in rendered.text
+    assert 'href="https://app.test/reset?token=a&amp;b"' in rendered.html
+
+
+def test_a_folder_replaces_the_templates_it_holds_and_keeps_the_others(tmp_path: Path) -> None:
+    (tmp_path / "otp_code.subject").write_text("$code_name for Example Shop\n")
+    (tmp_path / "otp_code.txt").write_text("Code: $code ($purpose), until $expires_at. Costs $$0.\n")
+
+    loaded = load_templates(tmp_path)
+    rendered = templates.otp_code(loaded.otp_code, "123456", expires_at=EXPIRES, purpose="login")
+
+    assert rendered.subject == "sign-in code for Example Shop"
+    assert rendered.text == "Code: 123456 (login), until 2030-05-01 10:30 UTC. Costs $0.\n"
+    assert loaded.otp_code.html == default_templates().otp_code.html
+    assert loaded.reset_link == default_templates().reset_link
+
+
+@pytest.mark.parametrize(("name", "content", "says"), [
+    ("otp_code.txt", "Your code is on its way.\n", "lacks $code"),
+    ("reset_link.html", "<p>Open $url</p>", "uses $url"),
+    ("reset_link.subject", "Reset\nyour password\n", "must be one line"),
+    ("password_changed.txt", "It cost $5.\n", "malformed placeholder"),
+    ("reset-link.txt", "$link\n", "is not one authledger sends"),
+])
+def test_a_template_folder_with_a_bad_file_is_refused_in_one_line_naming_it(
+    tmp_path: Path, name: str, content: str, says: str
+) -> None:
+    (tmp_path / name).write_text(content)
+
+    with pytest.raises(ConfigError) as refused:
+        load_templates(tmp_path)
+
+    assert says in refused.value.message and name in refused.value.message
+    assert "\n" not in refused.value.message
+
+
+def test_start_up_refuses_a_template_folder_that_leaves_out_the_code(tmp_path: Path, database_url: str) -> None:
+    folder = tmp_path / "templates"
+    folder.mkdir()
+    (folder / "otp_code.txt").write_text("Your code is on its way.\n")
+    env = {"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS, "AUTHLEDGER_TEMPLATES_DIR": str(folder)}
+
+    result = CliRunner().invoke(cli, ["worker", "--once"], env=env)
+
+    assert result.exit_code == 78
+    assert result.output.strip().splitlines() == [f"Error: email template {folder / 'otp_code.txt'} lacks $code, "
+                                                  "which the email exists to carry"]
+
+
+def test_a_delivered_email_uses_the_operator_template_and_says_it_was_auto_generated(
+    tmp_path: Path, database_url: str
+) -> None:
+    folder = tmp_path / "templates"
+    folder.mkdir()
+    (folder / "otp_code.subject").write_text("Example Shop: your $code_name\n")
+    env = {"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS, "AUTHLEDGER_TEMPLATES_DIR": str(folder),
+           "AUTHLEDGER_MAILDIR": str(tmp_path / "maildir"), "AUTHLEDGER_LOG_FORMAT": "json"}
+    runner = CliRunner()
+
+    requested = runner.invoke(cli, ["otp", "request", "--user-id", "7", "--email", "ada@example.test"], env=env)
+    delivered = runner.invoke(cli, ["worker", "--once"], env=env)
+
+    assert requested.exit_code == 0 and delivered.exit_code == 0, requested.output + delivered.output
+    [message] = mailbox.Maildir(tmp_path / "maildir", create=False)
+    assert message["Subject"] == "Example Shop: your sign-in code"
+    assert message["Auto-Submitted"] == "auto-generated"
