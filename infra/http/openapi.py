@@ -53,7 +53,8 @@ REPLAYED_HEADER = {"Idempotency-Replayed": {
     "required": False, "schema": {"type": "string", "const": "true"},
 }}
 BAD_HEADER = "A malformed X-Request-Id (`request-id-invalid`)."
-BAD_BODY = "Malformed JSON or a body that does not match the schema (`malformed-json`, `invalid-body`, `invalid-email`)."
+BAD_BODY = ("Malformed JSON or a body that does not match the schema (`malformed-json`, `invalid-body`, "
+            "`invalid-email`).")
 
 COMMON_PROBLEMS = {
     "401": _problem("No valid API key (`unauthorized`).", WWW_AUTHENTICATE),

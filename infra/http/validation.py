@@ -125,16 +125,23 @@ def parse_json(raw: bytes) -> Any:
         raise MalformedJson("the body is not valid JSON: it is nested too deeply") from None
 
 
+def _declared_over(content_length: str, limit: int) -> bool:
+    """Whether a Content-Length header declares more than ``limit`` bytes; False when it is not a number."""
+    # ASCII only: "²" is a digit to isdigit() but not to int(). Length before
+    # value: int() of thousands of digits is an error, not a number.
+    if not (content_length.isascii() and content_length.isdigit()):
+        return False
+    significant = content_length.lstrip("0") or "0"
+    return len(significant) > len(str(limit)) or int(significant) > limit
+
+
 async def read_json(request: Request, schema: Schema, *, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
     """The request's JSON body, checked against ``schema``; read no further than ``limit`` bytes."""
     media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media_type != "application/json":
         raise UnsupportedMediaType(f"send the body as application/json, not {media_type or 'nothing'}")
     declared = request.headers.get("content-length", "")
-    # Length first: int() of thousands of digits is an error, not a number;
-    # ASCII only: "²" is a digit to isdigit() but not to int().
-    digits = declared.isascii() and declared.isdigit()
-    if digits and (len(declared.lstrip("0")) > len(str(limit)) or int(declared) > limit):
+    if _declared_over(declared, limit):
         raise BodyTooLarge(f"the body is {declared} bytes; the limit is {limit}")
     chunks, size = [], 0
     async for chunk in request.stream():
