@@ -26,13 +26,15 @@ class RequestOutcome:
     """A reset request or OTP challenge the caller can point the user to.
 
     ``reused`` is True when nothing new was written: an idempotent replay or
-    a repeat within the cooldown.
+    a repeat within the cooldown. ``replayed`` is True only for the replay:
+    the same idempotency key answered again with its first outcome.
     """
 
     request_id: UUID
     message_id: UUID
     expires_at: datetime
     reused: bool
+    replayed: bool = False
 
 
 @frozen
@@ -145,7 +147,7 @@ def replay_receipt(
         return None
     if first.params != params:
         raise IdempotencyMismatch()
-    return Decision(events=(), emails=(), outcome=evolve(first.outcome, reused=True))
+    return Decision(events=(), emails=(), outcome=evolve(first.outcome, reused=True, replayed=True))
 
 
 def reuse_or_refuse(

@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from domain.errors import AuthledgerError, InvalidInput, NotFound
 from infra.errors import SchemaMismatch, Unauthorized
+from domain.decisions import RequestOutcome
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
 from infra.services import otp as otp_service, reset as reset_service
@@ -50,7 +51,14 @@ from infra.http.problems import (
     safe_json,
 )
 from infra.review.timeline import message_timeline, request_timeline, user_timeline
-from infra.http.validation import MAX_BODY_BYTES, bearer_key, idempotency_key, read_json, single_query
+from infra.http.validation import (
+    MAX_BODY_BYTES,
+    bearer_key,
+    canonical_uuid,
+    idempotency_key,
+    read_json,
+    single_query,
+)
 from infra.logs import FIELDS, log_event
 from infra.db.schema import SCHEMA_VERSION, current_version
 from infra.services.unit_of_work import ServiceContext
@@ -60,11 +68,18 @@ from infra.delivery.worker import Worker
 log = logging.getLogger("authledger.http")
 REQUEST_ID = re.compile(schemas.REQUEST_ID_PATTERN.strip("^$"))
 MISSING_TABLES = text("SELECT name FROM unnest(CAST(:names AS text[])) AS name WHERE to_regclass(name) IS NULL")
-TIMELINE_QUERY = {"user_id": schemas.USER_ID, "request_id": {"type": "string"}, "message_id": {"type": "string"}}
+REPLAYED = "Idempotency-Replayed"
 
 
-def _json(data: dict[str, Any], status_code: int = 200) -> Response:
-    return Response(safe_json(data), status_code=status_code, media_type="application/json")
+def _json(data: dict[str, Any], status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(safe_json(data), status_code=status_code, headers=headers, media_type="application/json")
+
+
+def _accepted(data: dict[str, Any], outcome: RequestOutcome) -> Response:
+    """A create's 202: ``data`` with ``reused``, and ``Idempotency-Replayed: true`` on a replay of the key."""
+    headers = {REPLAYED: "true"} if outcome.replayed else None
+    return _json({**data, "message_id": str(outcome.message_id), "expires_at": outcome.expires_at.isoformat(),
+                  "reused": outcome.reused}, 202, headers)
 
 
 class Api:
@@ -110,8 +125,7 @@ class Api:
         outcome = await self._authenticated(request, lambda client: reset_service.request_reset(
             self.ctx, RequestReset(body["user_id"], body["email"], key, client), self._metadata(request, client),
             in_flight="refuse"))
-        return _json({"request_id": str(outcome.request_id), "message_id": str(outcome.message_id),
-                      "expires_at": outcome.expires_at.isoformat()}, 202)
+        return _accepted({"request_id": str(outcome.request_id)}, outcome)
 
     async def verify_reset(self, request: Request) -> Response:
         body, _ = await self._checked(request, schemas.TOKEN_BODY)
@@ -133,8 +147,7 @@ class Api:
         outcome = await self._authenticated(request, lambda client: otp_service.request_otp(
             self.ctx, RequestOtp(body["user_id"], body["email"], body.get("purpose", "login"), key, client),
             self._metadata(request, client), in_flight="refuse"))
-        return _json({"challenge_id": str(outcome.request_id), "message_id": str(outcome.message_id),
-                      "expires_at": outcome.expires_at.isoformat()}, 202)
+        return _accepted({"challenge_id": str(outcome.request_id)}, outcome)
 
     async def verify_challenge(self, request: Request) -> Response:
         challenge_id = _path_uuid(request.path_params["challenge_id"], "challenge")
@@ -147,7 +160,7 @@ class Api:
 
     async def timeline(self, request: Request) -> Response:
         bearer_key(request)
-        query = single_query(request, TIMELINE_QUERY)
+        query = single_query(request, schemas.TIMELINE_SUBJECTS)
         if len(query) != 1:
             raise InvalidQuery("give exactly one of user_id, request_id or message_id")
         [(name, value)] = query.items()
@@ -156,7 +169,7 @@ class Api:
             if name == "user_id":
                 return user_timeline(self.ctx, value)
             finder = request_timeline if name == "request_id" else message_timeline
-            return finder(self.ctx, _query_uuid(name, value))
+            return finder(self.ctx, UUID(value))  # single_query held it to the canonical form
 
         found = await self._authenticated(request, work)
         return _json(found.as_json())
@@ -194,17 +207,10 @@ class Api:
 
 
 def _path_uuid(value: str, what: str) -> UUID:
-    try:
-        return UUID(value)
-    except ValueError:
-        raise NotFound(f"no {what} {value!r}: ids are UUIDs") from None
-
-
-def _query_uuid(name: str, value: str) -> UUID:
-    try:
-        return UUID(value)
-    except ValueError:
-        raise InvalidQuery(f"{name} must be a UUID") from None
+    found = canonical_uuid(value)
+    if found is None:
+        raise NotFound(f"no {what} {value!r}: ids are UUIDs like 123e4567-e89b-12d3-a456-426614174000")
+    return found
 
 
 class RequestContext:

@@ -18,16 +18,19 @@ def _ref(name: str) -> Json:
 REQUEST_ID_HEADER: Json = {
     "description": "The request's id: the X-Request-Id sent, or one made up. It is stored with every event "
                    "the request causes.",
+    "required": True,
     "schema": {"type": "string"},
 }
 
 
-def _json(status_description: str, schema_name: str, headers: Json | None = None) -> Json:
+def _json(status_description: str, schema_name: str, headers: Json | None = None, links: Json | None = None) -> Json:
     response: Json = {
         "description": status_description,
         "headers": {"X-Request-Id": REQUEST_ID_HEADER, **(headers or {})},
         "content": {"application/json": {"schema": _ref(schema_name)}},
     }
+    if links:
+        response["links"] = links
     return response
 
 
@@ -39,13 +42,21 @@ def _problem(description: str, headers: Json | None = None) -> Json:
     }
 
 
-RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "string"}}}
-WWW_AUTHENTICATE = {"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}}
+def _retry_after(required: bool) -> Json:
+    return {"Retry-After": {"description": "Seconds to wait before retrying.", "required": required,
+                            "schema": {"type": "string", "pattern": "^[1-9][0-9]*$"}}}
+
+
+WWW_AUTHENTICATE = {"WWW-Authenticate": {"description": "Bearer", "required": True, "schema": {"type": "string"}}}
+REPLAYED_HEADER = {"Idempotency-Replayed": {
+    "description": "Sent, as `true`, only when this answer replays the first answer to this Idempotency-Key.",
+    "required": False, "schema": {"type": "string", "const": "true"},
+}}
+BAD_HEADER = "A malformed X-Request-Id (`request-id-invalid`)."
+BAD_BODY = ("Malformed JSON or a body that does not match the schema (`malformed-json`, `invalid-body`, "
+            "`invalid-email`).")
 
 COMMON_PROBLEMS = {
-    "400": _problem("Malformed JSON, a body or query that does not match the schema, or a bad header "
-                    "(`malformed-json`, `invalid-body`, `invalid-email`, `invalid-query`, `invalid-input`, "
-                    "`request-id-invalid`)."),
     "401": _problem("No valid API key (`unauthorized`).", WWW_AUTHENTICATE),
     "500": _problem("An unexpected failure; no details are given (`internal-error`)."),
     "503": _problem("The database cannot be reached (`database-unavailable`, `schema-mismatch`)."),
@@ -53,23 +64,22 @@ COMMON_PROBLEMS = {
 WRITE_UNAVAILABLE = _problem(
     "The database cannot be reached (`database-unavailable`, `schema-mismatch`), or, rarely, concurrent "
     "requests for this user could not be put in order (`concurrency-conflict`, with Retry-After). Concurrent "
-    "requests for one user are otherwise answered one after the other, never with a conflict.", RETRY_AFTER)
+    "requests for one user are otherwise answered one after the other, never with a conflict.", _retry_after(False))
 BODY_PROBLEMS = {
     "413": _problem("The body is larger than the limit (`body-too-large`)."),
     "415": _problem("The body is not application/json (`unsupported-media-type`)."),
 }
 CREATE_PROBLEMS = {
     "409": _problem("The first request with this Idempotency-Key is still being processed "
-                    "(`idempotency-key-in-flight`); retry shortly."),
+                    "(`idempotency-key-in-flight`); retry after `Retry-After` seconds.", _retry_after(True)),
     "422": _problem("This Idempotency-Key was used with a different body (`idempotency-key-mismatch`)."),
-    "429": _problem("Too many emails for this user and flow (`rate-limited`), or one-time codes are locked "
-                    "for this user (`locked-out`).", RETRY_AFTER),
 }
 
 IDEMPOTENCY_KEY: Json = {
     "name": "Idempotency-Key", "in": "header", "required": True,
     "description": "Unique per intended request (e.g. a UUID), as a Structured Field string or bare. "
-                   "A retry with the same key and body returns the first response; with another body, 422. "
+                   "A retry with the same key and body returns the first response, marked with "
+                   "`Idempotency-Replayed: true`; with another body, 422. "
                    "Keys are scoped to the client and the user and kept for at least 24 hours.",
     "schema": {"type": "string", "pattern": schemas.IDEMPOTENCY_KEY_PATTERN},
 }
@@ -85,8 +95,9 @@ def _body(schema_name: str) -> Json:
 
 
 def _operation(summary: str, operation_id: str, responses: Json, *, body: str | None = None,
-               parameters: list[Json] | None = None, secured: bool = True) -> Json:
-    responses = {"400": _problem("A malformed X-Request-Id (`request-id-invalid`)."), **responses}
+               parameters: list[Json] | None = None, secured: bool = True, bad_request: str = "") -> Json:
+    """An operation; its 400 lists ``bad_request``'s problems after the malformed X-Request-Id every one has."""
+    responses = {"400": _problem(f"{BAD_HEADER} {bad_request}".strip()), **responses}
     operation: Json = {
         "summary": summary, "operationId": operation_id,
         "parameters": [*(parameters or []), REQUEST_ID], "responses": responses,
@@ -98,30 +109,51 @@ def _operation(summary: str, operation_id: str, responses: Json, *, body: str | 
     return operation
 
 
-def _create(summary: str, operation_id: str, body: str, created: str) -> Json:
+def _create(summary: str, operation_id: str, body: str, created: str, *, too_many: str, links: Json) -> Json:
     responses = {
-        "202": _json("Accepted: the email is queued (or this is a replay of the first answer).", created),
-        **COMMON_PROBLEMS, **BODY_PROBLEMS, **CREATE_PROBLEMS, "503": WRITE_UNAVAILABLE,
+        "202": _json("Accepted: the email is queued, or `reused` names the open request (see "
+                     "`Idempotency-Replayed` for a replay of this key).", created, REPLAYED_HEADER, links),
+        **COMMON_PROBLEMS, **BODY_PROBLEMS, **CREATE_PROBLEMS,
+        "429": _problem(too_many, _retry_after(False)), "503": WRITE_UNAVAILABLE,
     }
-    return _operation(summary, operation_id, responses, body=body, parameters=[IDEMPOTENCY_KEY])
+    return _operation(summary, operation_id, responses, body=body, parameters=[IDEMPOTENCY_KEY],
+                      bad_request=f"{BAD_BODY} A missing or malformed Idempotency-Key (`idempotency-key-missing`, "
+                                  "`idempotency-key-invalid`).")
 
 
 def _action(summary: str, operation_id: str, body: str, ok: str, ok_schema: str, *,
             rejected: str, extra: Json | None = None, parameters: list[Json] | None = None) -> Json:
     responses = {"200": _json(ok, ok_schema), **COMMON_PROBLEMS, **BODY_PROBLEMS, **(extra or {})}
-    responses["400"] = _problem(responses["400"]["description"] + " " + rejected)
-    return _operation(summary, operation_id, responses, body=body, parameters=parameters)
+    return _operation(summary, operation_id, responses, body=body, parameters=parameters,
+                      bad_request=f"{BAD_BODY} {rejected}")
 
 
-CHALLENGE_ID: Json = {"name": "challenge_id", "in": "path", "required": True, "schema": schemas.UUID}
-TIMELINE_QUERY = [
-    {"name": "user_id", "in": "query", "required": False, "schema": schemas.USER_ID,
-     "description": "Every request, challenge and email of this user."},
-    {"name": "request_id", "in": "query", "required": False, "schema": schemas.UUID,
-     "description": "One reset request or OTP challenge and its emails."},
-    {"name": "message_id", "in": "query", "required": False, "schema": schemas.UUID,
-     "description": "One email and the request it serves."},
-]
+def _link(operation_id: str, description: str, parameters: Json | None = None) -> Json:
+    link: Json = {"operationId": operation_id, "description": description}
+    if parameters:
+        link["parameters"] = parameters
+    return link
+
+
+RESET_LINKS: Json = {
+    "VerifyToken": _link("verifyPasswordReset", "Check the token that the queued email carries."),
+    "ConsumeToken": _link("consumePasswordReset", "Use the token that the queued email carries."),
+}
+OTP_LINKS: Json = {
+    "VerifyCode": _link("verifyOtpChallenge", "Check the code that the queued email carries.",
+                        {"challenge_id": "$response.body#/challenge_id"}),
+}
+CHALLENGE_ID: Json = {
+    "name": "challenge_id", "in": "path", "required": True, "schema": schemas.UUID,
+    "description": "The challenge_id of the created challenge; anything but a canonical UUID is a 404.",
+}
+TIMELINE_QUERY: Json = {
+    "name": "subject", "in": "query", "required": True, "style": "form", "explode": True,
+    "schema": schemas.TIMELINE_QUERY,
+    "description": "Exactly one of `user_id` (every request, challenge and email of this user), `request_id` "
+                   "(one reset request or OTP challenge and its emails) or `message_id` (one email and the "
+                   "request it serves), as `?user_id=42`. None, two or an unknown name is a 400 `invalid-query`.",
+}
 
 
 def openapi_document(*, max_body_bytes: int) -> Json:
@@ -139,7 +171,8 @@ def openapi_document(*, max_body_bytes: int) -> Json:
         "paths": {
             "/v1/password-resets": {"post": _create(
                 "Create a password-reset request and queue its email", "createPasswordReset",
-                "PasswordResetCreate", "PasswordResetCreated")},
+                "PasswordResetCreate", "PasswordResetCreated", links=RESET_LINKS,
+                too_many="Too many reset emails for this user within the hour (`rate-limited`).")},
             "/v1/password-resets/verify": {"post": _action(
                 "Check a reset token without using it", "verifyPasswordReset", "TokenBody",
                 "The token is valid: the user may choose a new password.", "PasswordResetValid",
@@ -152,21 +185,27 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 extra={"503": WRITE_UNAVAILABLE})},
             "/v1/otp/challenges": {"post": _create(
                 "Create an OTP challenge and queue the code's email", "createOtpChallenge",
-                "OtpChallengeCreate", "OtpChallengeCreated")},
+                "OtpChallengeCreate", "OtpChallengeCreated", links=OTP_LINKS,
+                too_many="Too many codes for this user within the hour (`rate-limited`), or one-time codes are "
+                         "locked for this user (`locked-out`).")},
             "/v1/otp/challenges/{challenge_id}/verify": {"post": _action(
                 "Check a code", "verifyOtpChallenge", "CodeBody", "The code is right; it cannot be used again.",
                 "OtpVerified", parameters=[CHALLENGE_ID],
-                rejected="A wrong, expired, replaced, used or locked code is `code-rejected`, with "
-                         "`attempts_left`.",
-                extra={"404": _problem("The challenge id is not a UUID (`not-found`)."),
-                       "429": _problem("One-time codes are locked for this user (`locked-out`).", RETRY_AFTER),
+                rejected="A wrong, expired, replaced, used or locked code, or an unknown challenge, is "
+                         "`code-rejected`, with `attempts_left`. A code with another number of digits than "
+                         "the challenge's is `invalid-input` (\"the code must be 6 digits\") and is not "
+                         "counted as an attempt.",
+                extra={"404": _problem("The challenge id is not a canonical UUID (`not-found`)."),
+                       "429": _problem("One-time codes are locked for this user (`locked-out`).",
+                                       _retry_after(False)),
                        "503": WRITE_UNAVAILABLE})},
             "/v1/timeline": {"get": _operation(
                 "The events of a user, a request or a message, for support (exactly one query parameter)",
                 "getTimeline",
                 {"200": _json("The events, oldest first; the most recent 500 when `truncated`.", "Timeline"),
                  "404": _problem("No such request or message (`not-found`)."), **COMMON_PROBLEMS},
-                parameters=TIMELINE_QUERY)},
+                parameters=[TIMELINE_QUERY],
+                bad_request="No, two or an unknown query parameter, or a malformed value (`invalid-query`).")},
             "/healthz": {"get": _operation(
                 "The process is up", "health", {"200": _json("Up.", "Health")}, secured=False)},
             "/readyz": {"get": _operation(

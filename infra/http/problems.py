@@ -19,10 +19,12 @@ from typing import Any
 from starlette.responses import Response
 
 from domain.errors import AuthledgerError, CodeRejected, ConcurrencyConflict, InvalidInput, LockedOut, NotFound
-from infra.errors import RateLimited, Unauthorized
+from infra.errors import RateLimited, RequestInFlight, Unauthorized
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:authledger:problem:"
+# A create holds its key for one short transaction: a second is plenty.
+IN_FLIGHT_RETRY_AFTER_SECONDS = 1
 
 
 class MalformedJson(InvalidInput):
@@ -138,6 +140,8 @@ def problem_response(error: AuthledgerError, *, now: datetime | None = None,
         headers["Retry-After"] = str(max(1, math.ceil((error.retry_at - now).total_seconds())))
     if isinstance(error, ConcurrencyConflict):
         headers["Retry-After"] = "1"
+    if isinstance(error, RequestInFlight):
+        headers["Retry-After"] = str(IN_FLIGHT_RETRY_AFTER_SECONDS)
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = 'Bearer realm="authledger"'
     return Response(safe_json(problem_body(error)), status_code=error.http_status, headers=headers,

@@ -20,9 +20,10 @@ USER_ID: Schema = {
     "examples": ["42"],
 }
 # The WHATWG form of an address (what browsers accept in <input type=email>),
-# with a dot required in the domain and the local part capped at 64 octets.
+# with a dot required in the domain and the local part capped at 64 octets
+# (a count, not a lookahead: generators of examples cannot follow lookaheads).
 EMAIL_PATTERN = (
-    r"^(?=[^@]{1,64}@)[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+"
+    r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}"
     r"@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
 )
 EMAIL: Schema = {
@@ -37,8 +38,16 @@ TOKEN: Schema = {
     "type": "string", "minLength": 1, "maxLength": 512,
     "description": "The token from the reset link.",
 }
-CODE: Schema = {"type": "string", "pattern": "^[0-9]{4,10}$", "description": "The code from the email."}
-UUID: Schema = {"type": "string", "format": "uuid"}
+CODE: Schema = {
+    "type": "string", "pattern": "^[0-9]{4,10}$",
+    "description": "The code from the email: exactly as many digits as the challenge was issued with "
+                   "(AUTHLEDGER_OTP_DIGITS at the time, 4-10, 6 by default).",
+}
+# The canonical form only: 8-4-4-4-12 hex digits. Python's UUID() also reads
+# "{...}", "urn:uuid:..." and 32 bare digits, which `format: uuid` forbids.
+UUID_PATTERN = "^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$"
+UUID: Schema = {"type": "string", "format": "uuid", "pattern": UUID_PATTERN,
+                "description": "A UUID in its canonical form, e.g. 123e4567-e89b-12d3-a456-426614174000."}
 TIMESTAMP: Schema = {"type": "string", "format": "date-time"}
 
 # A Structured Field string (the IETF draft's form, quotes included, no
@@ -58,8 +67,14 @@ OTP_CREATE = _object({"user_id": USER_ID, "email": EMAIL, "purpose": PURPOSE}, [
 CODE_BODY = _object({"code": CODE}, ["code"])
 
 # Responses.
+REUSED: Schema = {
+    "type": "boolean",
+    "description": "True when nothing new was made: a replay of this Idempotency-Key, or a repeat within "
+                   "the cooldown answered with the open request.",
+}
 RESET_CREATED = _object(
-    {"request_id": UUID, "message_id": UUID, "expires_at": TIMESTAMP}, ["request_id", "message_id", "expires_at"]
+    {"request_id": UUID, "message_id": UUID, "expires_at": TIMESTAMP, "reused": REUSED},
+    ["request_id", "message_id", "expires_at", "reused"],
 )
 RESET_VALID = _object(
     {"valid": {"const": True}, "request_id": UUID, "user_id": {"type": "string"}, "expires_at": TIMESTAMP},
@@ -70,7 +85,8 @@ RESET_CONSUMED = _object(
     ["consumed", "request_id", "user_id", "completed_at"],
 )
 OTP_CREATED = _object(
-    {"challenge_id": UUID, "message_id": UUID, "expires_at": TIMESTAMP}, ["challenge_id", "message_id", "expires_at"]
+    {"challenge_id": UUID, "message_id": UUID, "expires_at": TIMESTAMP, "reused": REUSED},
+    ["challenge_id", "message_id", "expires_at", "reused"],
 )
 OTP_VERIFIED = _object({"verified": {"const": True}, "challenge_id": UUID}, ["verified", "challenge_id"])
 TIMELINE_EVENT = _object(
@@ -96,6 +112,14 @@ TIMELINE = _object(
     },
     ["user_id", "request_id", "message_id", "events", "truncated"],
 )
+# Query of GET /v1/timeline: exactly one of three names. OpenAPI cannot tie
+# separate query parameters together, so the three form one exploded object
+# parameter (the wire form stays ?user_id=...) whose schema says "one of".
+TIMELINE_SUBJECTS: dict[str, Schema] = {"user_id": USER_ID, "request_id": UUID, "message_id": UUID}
+TIMELINE_QUERY: Schema = {
+    "type": "object",
+    "oneOf": [_object({name: schema}, [name]) for name, schema in TIMELINE_SUBJECTS.items()],
+}
 HEALTH = _object({"status": {"const": "ok"}}, ["status"])
 READY = _object({"status": {"const": "ready"}, "schema_version": {"type": "integer"}}, ["status", "schema_version"])
 PROBLEM: Schema = {

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
+from uuid import UUID
 
 from starlette.requests import Request
 
@@ -27,9 +28,12 @@ from infra.http.problems import (
     MissingIdempotencyKey,
     UnsupportedMediaType,
 )
-from infra.http.schemas import EMAIL_PATTERN, IDEMPOTENCY_KEY_PATTERN, Schema
+from infra.http.schemas import EMAIL_PATTERN, IDEMPOTENCY_KEY_PATTERN, UUID_PATTERN, Schema
 
 MAX_BODY_BYTES = 16 * 1024
+# No field takes a number; this only bounds the work and keeps Python's own
+# "sys.set_int_max_str_digits()" complaint (past 4300 digits) out of answers.
+MAX_NUMBER_DIGITS = 100
 API_KEY_SHAPE = re.compile(r"alk_[A-Za-z0-9_-]{43}")
 
 
@@ -102,10 +106,17 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return data
 
 
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_NUMBER_DIGITS:
+        raise ValueError(f"a number has more than {MAX_NUMBER_DIGITS} digits")
+    return int(digits)
+
+
 def parse_json(raw: bytes) -> Any:
-    """Strict JSON: UTF-8, no NaN or Infinity, no field given twice."""
+    """Strict JSON: UTF-8, no NaN or Infinity, no field given twice, no integer over 100 digits."""
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, object_pairs_hook=_no_duplicates,
+                          parse_int=_bounded_int)
     except (UnicodeDecodeError, ValueError) as error:
         reason = "it is not UTF-8" if isinstance(error, UnicodeDecodeError) else str(error)
         raise MalformedJson(f"the body is not valid JSON: {reason}") from None
@@ -114,13 +125,23 @@ def parse_json(raw: bytes) -> Any:
         raise MalformedJson("the body is not valid JSON: it is nested too deeply") from None
 
 
+def _declared_over(content_length: str, limit: int) -> bool:
+    """Whether a Content-Length header declares more than ``limit`` bytes; False when it is not a number."""
+    # ASCII only: "²" is a digit to isdigit() but not to int(). Length before
+    # value: int() of thousands of digits is an error, not a number.
+    if not (content_length.isascii() and content_length.isdigit()):
+        return False
+    significant = content_length.lstrip("0") or "0"
+    return len(significant) > len(str(limit)) or int(significant) > limit
+
+
 async def read_json(request: Request, schema: Schema, *, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
     """The request's JSON body, checked against ``schema``; read no further than ``limit`` bytes."""
     media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media_type != "application/json":
         raise UnsupportedMediaType(f"send the body as application/json, not {media_type or 'nothing'}")
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if _declared_over(declared, limit):
         raise BodyTooLarge(f"the body is {declared} bytes; the limit is {limit}")
     chunks, size = [], 0
     async for chunk in request.stream():
@@ -167,3 +188,8 @@ def single_query(request: Request, allowed: Mapping[str, Schema]) -> dict[str, s
             raise InvalidQuery(errors[0]["detail"])
         given[name] = value
     return given
+
+
+def canonical_uuid(value: str) -> UUID | None:
+    """``value`` as a UUID if it is written in the canonical 8-4-4-4-12 form, else None."""
+    return UUID(value) if _compiled(UUID_PATTERN).search(value) else None

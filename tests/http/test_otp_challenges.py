@@ -32,7 +32,7 @@ async def test_a_challenge_is_accepted_and_its_code_verifies_once(api: httpx.Asy
     created = await challenge(api, {**ADA, "purpose": "sign-in"})
     assert created.status_code == 202
     answer = created.json()
-    assert set(answer) == {"challenge_id", "message_id", "expires_at"}
+    assert set(answer) == {"challenge_id", "message_id", "expires_at", "reused"} and answer["reused"] is False
     [issued] = [e for e in stream_events(engine, "otp-user:42") if type(e).__name__ == "OtpChallengeIssued"]
     assert issued.purpose == "sign-in" and issued.client == "shop"
 
@@ -56,7 +56,7 @@ async def test_a_replay_returns_the_first_response_and_another_body_is_422(
     first = await challenge(api)
     written = log_size(engine)
     again = await challenge(api)
-    assert (again.status_code, again.content) == (first.status_code, first.content)
+    assert again.json() == {**first.json(), "reused": True} and again.headers["Idempotency-Replayed"] == "true"
     mismatch = await challenge(api, {**ADA, "purpose": "payment"})
     assert_problem(mismatch, 422, "idempotency-key-mismatch")
     assert log_size(engine) == written

@@ -29,7 +29,7 @@ async def test_a_reset_request_is_accepted_and_its_email_queued(api: httpx.Async
 
     assert response.status_code == 202
     answer = response.json()
-    assert set(answer) == {"request_id", "message_id", "expires_at"}
+    assert set(answer) == {"request_id", "message_id", "expires_at", "reused"} and answer["reused"] is False
     assert email_event_types(engine, answer["message_id"]) == ["EmailQueued"]
     assert_projections_match_log(engine)
 
@@ -50,20 +50,25 @@ async def test_every_event_a_request_causes_carries_the_client_and_the_request_i
         assert each["client"] == "shop" and each["request_id"] == "support-ticket-7"
 
 
-async def test_a_replay_returns_the_first_response_and_writes_nothing(api: httpx.AsyncClient, engine: Engine) -> None:
+async def test_a_replay_returns_the_first_response_marked_as_a_replay_and_writes_nothing(
+    api: httpx.AsyncClient, engine: Engine
+) -> None:
     first = await create(api)
     written = log_size(engine)
 
     again = await create(api)
 
-    assert (again.status_code, again.content) == (first.status_code, first.content)
+    assert first.json()["reused"] is False and "Idempotency-Replayed" not in first.headers
+    assert again.status_code == first.status_code == 202
+    assert again.json() == {**first.json(), "reused": True}
+    assert again.headers["Idempotency-Replayed"] == "true"
     assert log_size(engine) == written
 
 
 async def test_a_quoted_structured_field_key_is_the_same_key(api: httpx.AsyncClient) -> None:
     first = await create(api, key="abc-123")
     again = await create(api, key='"abc-123"')
-    assert again.json() == first.json()
+    assert again.json() == {**first.json(), "reused": True} and again.headers["Idempotency-Replayed"] == "true"
 
 
 async def test_the_same_key_with_another_body_is_422_and_writes_nothing(api: httpx.AsyncClient, engine: Engine) -> None:
@@ -84,7 +89,7 @@ async def test_keys_are_scoped_per_client(ctx: ServiceContext, api: httpx.AsyncC
     assert response.status_code == 202 and response.json()["request_id"] != first.json()["request_id"]
 
 
-async def test_a_retry_while_the_first_is_in_flight_is_409(
+async def test_a_retry_while_the_first_is_in_flight_is_409_with_retry_after(
     api: httpx.AsyncClient, ctx: ServiceContext, engine: Engine
 ) -> None:
     lock = IdempotencyLock.for_request("reset", "shop", "42", "key-1", "wait")
@@ -94,6 +99,7 @@ async def test_a_retry_while_the_first_is_in_flight_is_409(
         lock.take(connection)  # the first request holds its key until its transaction ends
         response = await create(api)
     assert_problem(response, 409, "idempotency-key-in-flight")
+    assert response.headers["Retry-After"] == "1"
     assert log_size(engine) == written
 
 

@@ -129,7 +129,7 @@ def test_an_idempotent_replay_returns_the_original_outcome() -> None:
     cmd = RequestOtp(USER, ALICE, idempotency_key="k")
     decision = when_requested(given, cmd, at=T0 + timedelta(minutes=5), n=2)
 
-    assert decision == Decision((), (), RequestOutcome(cid(1), mid(1), T0 + POLICY.ttl, reused=True))
+    assert decision == Decision((), (), RequestOutcome(cid(1), mid(1), T0 + POLICY.ttl, reused=True, replayed=True))
 
 
 @pytest.mark.parametrize(

@@ -66,7 +66,7 @@ def test_a_bound_key_replays_the_reused_request_after_the_cooldown() -> None:
     cmd = RequestReset(USER, ALICE, idempotency_key="k")
     decision = when_reset(given, cmd, at=T0 + timedelta(minutes=5), n=2)
 
-    assert decision == Decision((), (), RequestOutcome(uid(1), uid(101), T0 + RESET.ttl, reused=True))
+    assert decision == Decision((), (), RequestOutcome(uid(1), uid(101), T0 + RESET.ttl, reused=True, replayed=True))
 
 
 def test_a_bound_key_with_another_recipient_is_a_mismatch() -> None:
@@ -114,7 +114,7 @@ def test_a_key_answered_with_the_open_challenge_is_bound_and_then_replayed() -> 
     assert decision.events == (bound,) and decision.outcome.request_id == uid(1)
 
     replay = when_otp([otp_issued(1, T0), bound], cmd, at=T0 + timedelta(minutes=3), n=3)
-    assert replay == Decision((), (), RequestOutcome(uid(1), uid(101), T0 + OTP.ttl, reused=True))
+    assert replay == Decision((), (), RequestOutcome(uid(1), uid(101), T0 + OTP.ttl, reused=True, replayed=True))
 
 
 def test_a_bound_otp_key_with_another_purpose_is_a_mismatch() -> None:

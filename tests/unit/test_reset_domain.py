@@ -168,7 +168,7 @@ def test_an_idempotent_replay_returns_the_original_outcome_and_writes_nothing() 
     cmd = RequestReset(USER, ALICE, idempotency_key="key-1", client="app")
     decision = when_requested(given, cmd, at=T0 + timedelta(minutes=10), n=3)
 
-    assert decision == Decision((), (), RequestOutcome(rid(1), mid(1), T0 + POLICY.ttl, reused=True))
+    assert decision == Decision((), (), RequestOutcome(rid(1), mid(1), T0 + POLICY.ttl, reused=True, replayed=True))
 
 
 def test_an_idempotent_replay_is_answered_even_over_the_hourly_limit() -> None:
@@ -177,7 +177,7 @@ def test_an_idempotent_replay_is_answered_even_over_the_hourly_limit() -> None:
     decision = when_requested(given, cmd, at=T0 + timedelta(minutes=30), n=6)
 
     assert decision.events == ()
-    assert decision.outcome == RequestOutcome(rid(0), mid(0), T0 + POLICY.ttl, reused=True)
+    assert decision.outcome == RequestOutcome(rid(0), mid(0), T0 + POLICY.ttl, reused=True, replayed=True)
 
 
 def test_an_idempotency_key_reused_for_another_recipient_is_rejected() -> None:
