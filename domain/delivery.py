@@ -120,6 +120,8 @@ def redrive_reason(reason: str) -> str:
     reason = reason.strip()
     if not reason:
         raise InvalidInput("a re-drive needs a reason (--reason): say why the message is sent again")
+    if any(ord(c) < 32 or ord(c) == 127 for c in reason):
+        raise InvalidInput("the reason holds control characters; give it as one line of plain text")
     if len(reason) > MAX_REASON_LENGTH:
         raise InvalidInput(f"the reason is {len(reason)} characters long; keep it to {MAX_REASON_LENGTH}")
     return reason
