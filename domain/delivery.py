@@ -6,6 +6,7 @@ and appends what these functions return.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from uuid import UUID
 
@@ -113,6 +114,7 @@ def failure_events(
 # leased one is still on its way.
 REDRIVABLE = ("abandoned", "failed")
 MAX_REASON_LENGTH = 500
+EMAIL_ADDRESS = re.compile(r"[^\s@]+@[^\s@]+\.[^\s@]+")
 
 
 def redrive_reason(reason: str) -> str:
@@ -124,6 +126,9 @@ def redrive_reason(reason: str) -> str:
         raise InvalidInput("the reason holds control characters; give it as one line of plain text")
     if len(reason) > MAX_REASON_LENGTH:
         raise InvalidInput(f"the reason is {len(reason)} characters long; keep it to {MAX_REASON_LENGTH}")
+    if EMAIL_ADDRESS.search(reason):
+        # The reason stays in the log in clear: `privacy forget` could not erase an address in it.
+        raise InvalidInput("the reason holds an email address; name the message or the ticket instead")
     return reason
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from uuid import UUID
 
@@ -188,7 +189,33 @@ def test_an_unknown_message_or_a_blank_reason_is_refused(
 
     with pytest.raises(NotFound, match="no message"):
         redrive(capped, Selection(message_id=UUID(int=7)), reason="typo", metadata=OPERATOR)
-    for reason in ("", "   ", "two\nlines", "x" * 501):
+    for reason in ("", "   ", "two\nlines", "x" * 501, "ada@example.test asked"):
         with pytest.raises(InvalidInput, match="reason"):
             redrive(capped, Selection(message_id=message_id), reason=reason, metadata=OPERATOR)
     assert event_count(engine) == before
+
+
+def test_two_operators_redriving_at_once_redrive_each_message_once(
+    capped: ServiceContext, engine: Engine, clock: ManualClock
+) -> None:
+    lost = [abandon(capped, clock, user) for user in ("1", "2", "3")]
+    start = threading.Barrier(2)
+    outcomes: list[object] = []
+
+    def operator(name: str) -> None:
+        start.wait()
+        try:
+            outcomes.append(redrive(capped, Selection(), reason="outage over", metadata={"actor": name}))
+        except Exception as error:  # noqa: BLE001 - the test reports whatever either thread met
+            outcomes.append(error)
+
+    threads = [threading.Thread(target=operator, args=(name,)) for name in ("cli:alice", "cli:bob")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    redriven = [sum(isinstance(e, DeliveryRedriven) for e in stream_events(engine, email_stream(m))) for m in lost]
+    assert redriven == [1, 1, 1], outcomes
+    assert sorted(len(plan.rows) for plan in outcomes) == [0, 3]  # type: ignore[attr-defined]
+    assert_projections_match_log(engine)
