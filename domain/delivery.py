@@ -6,12 +6,14 @@ and appends what these functions return.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from uuid import UUID
 
 from attrs import frozen
 
-from domain.email import DeliveryAbandoned, LeaseClaimed, LeaseExpired, SendAttemptFailed
+from domain.email import DeliveryAbandoned, DeliveryRedriven, LeaseClaimed, LeaseExpired, SendAttemptFailed
+from domain.errors import InvalidInput, NotFound
 
 
 @frozen
@@ -22,7 +24,8 @@ class DeliveryPolicy:
     margin: timedelta = timedelta(seconds=5)
     # An optional hard cap. Without one, a transient failure is retried until
     # the link or code expires: an outage longer than five quick attempts must
-    # not lose mail that is still wanted.
+    # not lose mail that is still wanted. It counts attempts since the last
+    # re-drive (``DeliveryRedriven`` starts the count again).
     max_attempts: int | None = None
     backoff_base: timedelta = timedelta(seconds=2)
     backoff_cap: timedelta = timedelta(seconds=60)
@@ -104,3 +107,43 @@ def failure_events(
     if retry_at is not None and useful_until is not None:
         retry_at = max(min(retry_at, useful_until), now)
     return [SendAttemptFailed(message_id, lease_token, attempt, now, error, retryable, retry_at, outcome_unknown)]
+
+
+# Only messages that ended without reaching anyone can be sent again: a sent
+# one would be a second email, a skipped one was not wanted, and a pending or
+# leased one is still on its way.
+REDRIVABLE = ("abandoned", "failed")
+MAX_REASON_LENGTH = 500
+EMAIL_ADDRESS = re.compile(r"[^\s@]+@[^\s@]+\.[^\s@]+")
+
+
+def redrive_reason(reason: str) -> str:
+    """The operator's reason, trimmed; ``InvalidInput`` when it is blank or too long to be a reason."""
+    reason = reason.strip()
+    if not reason:
+        raise InvalidInput("a re-drive needs a reason (--reason): say why the message is sent again")
+    if any(ord(c) < 32 or ord(c) == 127 for c in reason):
+        raise InvalidInput("the reason holds control characters; give it as one line of plain text")
+    if len(reason) > MAX_REASON_LENGTH:
+        raise InvalidInput(f"the reason is {len(reason)} characters long; keep it to {MAX_REASON_LENGTH}")
+    if EMAIL_ADDRESS.search(reason):
+        # The reason stays in the log in clear: `privacy forget` could not erase an address in it.
+        raise InvalidInput("the reason holds an email address; name the message or the ticket instead")
+    return reason
+
+
+def redrive_events(
+    message_id: UUID, state: str | None, *, actor: str, reason: str, now: datetime
+) -> list[object]:
+    """``DeliveryRedriven`` for an abandoned or failed message; an error naming what is wrong otherwise.
+
+    ``state`` is the message's outbox state, None when there is no such
+    message. The worker still reads the request fresh before sending, so a
+    re-driven message whose link expired meanwhile is skipped, not sent.
+    """
+    reason = redrive_reason(reason)
+    if state is None:
+        raise NotFound(f"no message {message_id} in the outbox")
+    if state not in REDRIVABLE:
+        raise InvalidInput(f"message {message_id} is {state}: only abandoned or failed messages can be re-driven")
+    return [DeliveryRedriven(message_id, redriven_at=now, actor=actor, reason=reason)]

@@ -98,3 +98,17 @@ class DeliveryAbandoned:
     attempts: int
     last_error: str
     lease_token: UUID | None = None
+
+
+@frozen
+class DeliveryRedriven:
+    """An operator sent an abandoned or failed message back to the queue, saying why.
+
+    The message is due again at once and its attempts count again from one,
+    so an optional attempt cap allows the re-driven message a fresh budget.
+    """
+
+    message_id: UUID
+    redriven_at: datetime
+    actor: str
+    reason: str

@@ -196,6 +196,10 @@ def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             said = (f"{label} was abandoned at {T(at)} after {e.attempts} attempts (last error: {e.last_error}): "
                     "it was not sent.")
             ended, message.finished = "abandoned", True
+        case email.DeliveryRedriven():
+            said = (f"{label} was re-driven by {e.actor} at {T(at)} ({e.reason}): it was queued again, due at once, "
+                    "its attempts counting from one; the worker still checks that it is wanted before sending.")
+            ended, message.finished = "redriven", False
         case _:
             return
     if current is not None and current.ended is None:

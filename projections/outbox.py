@@ -14,6 +14,7 @@ from attrs import evolve, frozen
 
 from domain.email import (
     DeliveryAbandoned,
+    DeliveryRedriven,
     DeliverySkipped,
     EmailQueued,
     LeaseClaimed,
@@ -101,6 +102,10 @@ def evolve_outbox(row: OutboxRow | None, event: object) -> OutboxRow | None:
                 row, state="abandoned", last_error=event.last_error, lease_owner=None, lease_token=None,
                 lease_expires_at=None, finished_at=event.abandoned_at,
             )
+        case DeliveryRedriven():
+            # Due at once, with a fresh attempt count (an attempt cap counts
+            # from the re-drive); the last error stays as the reason it stopped.
+            return evolve(row, state="pending", available_at=event.redriven_at, attempt_count=0, finished_at=None)
     return row
 
 

@@ -144,6 +144,8 @@ def summary(event: object) -> str:
             return f"not sent: skipped ({event.reason})"
         case email.DeliveryAbandoned():
             return f"not sent: abandoned after {event.attempts} attempts ({event.last_error})"
+        case email.DeliveryRedriven():
+            return f"re-driven by {event.actor} ({event.reason}): queued again"
         case privacy.SubjectErased():
             return f"personal data erased: {erased_keys(event)}"
         case privacy.DataKeysRewrapped():

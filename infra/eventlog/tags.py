@@ -31,6 +31,7 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "ProviderAccepted": (email.ProviderAccepted, 1),
     "DeliverySkipped": (email.DeliverySkipped, 1),
     "DeliveryAbandoned": (email.DeliveryAbandoned, 1),
+    "DeliveryRedriven": (email.DeliveryRedriven, 1),
     "ClientRegistered": (clients.ClientRegistered, 1),
     "ClientRevoked": (clients.ClientRevoked, 1),
     "SubjectErased": (privacy.SubjectErased, 1),

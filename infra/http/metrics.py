@@ -7,6 +7,8 @@ horizon (DESIGN.md, "The event store") from where it stood when this process
 started (or, failing that, first scraped): like any process counter they start at zero, and Prometheus'
 ``rate()`` and ``increase()`` read them across restarts. Each scrape folds at
 most ``MAX_EVENTS_PER_SCRAPE`` new events, so a scrape stays cheap after a burst.
+Gauges of the worker running in this process (sends in flight, circuit state)
+are read from the ``Worker`` that ``create_app`` was handed.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ COUNTED = {
     "ProviderAccepted": "authledger_emails_sent_total",
     "DeliverySkipped": "authledger_emails_skipped_total",
     "DeliveryAbandoned": "authledger_emails_abandoned_total",
+    "DeliveryRedriven": "authledger_emails_redriven_total",
     "SendAttemptFailed": "authledger_send_attempts_failed_total",
     "LeaseClaimed": "authledger_leases_claimed_total",
     "LeaseExpired": "authledger_lease_expirations_total",
@@ -43,6 +46,7 @@ HELP = {
     "authledger_emails_sent_total": "Emails accepted by the provider.",
     "authledger_emails_skipped_total": "Emails skipped because they went stale (superseded, expired, used).",
     "authledger_emails_abandoned_total": "Emails given up after the attempt limit.",
+    "authledger_emails_redriven_total": "Abandoned or failed emails an operator sent back to the queue.",
     "authledger_send_attempts_failed_total": "Failed send attempts, retryable or not.",
     "authledger_leases_claimed_total": "Leases claimed by workers.",
     "authledger_lease_expirations_total": "Leases that ran out before their worker recorded an outcome.",
@@ -138,6 +142,29 @@ def _gauge(name: str, help_text: str, samples: list[tuple[str, float]]) -> list[
     return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *(f"{name}{labels} {value}" for labels, value in samples)]
 
 
+CIRCUIT_STATES = ("closed", "open", "half_open")
+
+
+def worker_lines(worker: Worker | None) -> list[str]:
+    """Sends in flight and the circuit state of this process's worker, labelled by its owner.
+
+    Read with defaults, so that a worker without a window or a circuit shows
+    0 in flight and a closed circuit rather than breaking the scrape.
+    """
+    if worker is None:
+        in_flight: list[tuple[str, float]] = []
+        circuit: list[tuple[str, float]] = []
+    else:
+        owner = str(getattr(worker, "owner", "worker")).replace("\\", "\\\\").replace('"', '\\"')
+        state = str(getattr(worker, "circuit_state", "closed"))
+        in_flight = [(f'{{worker="{owner}"}}', int(getattr(worker, "in_flight", 0)))]
+        circuit = [(f'{{worker="{owner}",state="{name}"}}', int(name == state)) for name in CIRCUIT_STATES]
+    out = _gauge("authledger_delivery_in_flight", "Provider calls this worker has in flight now.", in_flight)
+    return out + _gauge("authledger_delivery_circuit_state",
+                        "The worker's provider circuit: 1 for its current state (closed, open or half_open), "
+                        "0 for the others.", circuit)
+
+
 def operations_lines(ctx: ServiceContext, worker: Worker | None) -> list[str]:
     """Projection lag, the horizon's age and fenced outcomes: what operators alert on (docs/operations.md)."""
     status = projection_status(ctx.engine)
@@ -150,6 +177,7 @@ def operations_lines(ctx: ServiceContext, worker: Worker | None) -> list[str]:
     out += _gauge("authledger_horizon_age_seconds",
                   "How long the oldest open transaction has held back every whole-log reader (0 when none).",
                   [("", oldest.age_seconds if oldest else 0.0)])
+    out += worker_lines(worker)
     fenced = worker.delivered.get("lease_lost", 0) if worker is not None else 0
     out += [
         "# HELP authledger_fenced_outcomes_total Outcomes not recorded because the lease was taken over "

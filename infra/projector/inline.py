@@ -27,6 +27,7 @@ from projections.reset_tokens import ResetTokenRow, evolve_reset_token, reset_to
 EMAIL_EVENTS = (
     email.EmailQueued, email.LeaseClaimed, email.LeaseExpired, email.LeaseReleased, email.SendAttemptFailed,
     email.ProviderAccepted, email.DeliverySkipped, email.DeliveryAbandoned,
+    email.DeliveryRedriven,
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from infra.delivery.providers import OutboundEmail, ProviderReceipt, RetryableSendError
+from infra.delivery.providers import OutboundEmail, PermanentSendError, ProviderReceipt, RetryableSendError
 
 
 class RecordingMailer:
@@ -35,3 +35,12 @@ class RecordingMailer:
 
     def sent_to(self, recipient: str) -> list[OutboundEmail]:
         return [e for e in self.emails if e.recipient == recipient]
+
+
+class RefusingMailer(RecordingMailer):
+    """Refuses every email for good, as a provider does an address that does not exist."""
+
+    def send(self, email: OutboundEmail) -> ProviderReceipt:
+        with self._lock:
+            self.calls[str(email.message_id)] += 1
+        raise PermanentSendError("550 no such user")
