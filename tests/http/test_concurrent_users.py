@@ -11,9 +11,8 @@ the hourly limit lets through issues a new request and supersedes the last.
 
 from __future__ import annotations
 
-import re
-
 import asyncio
+import re
 import json
 import random
 from collections import Counter
