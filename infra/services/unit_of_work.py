@@ -15,11 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 from uuid import UUID, uuid4
 
+import attrs
 from attrs import field, frozen
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, Row, text
 
 from domain.decisions import Decision
 from domain.delivery import DeliveryPolicy
@@ -31,7 +33,10 @@ from domain.policy import OtpPolicy, ResetPolicy
 from domain.tokens import TokenKeys
 from infra.clock import Clock, SystemClock
 from infra.projector.inline import apply_inline
+from infra.eventlog.codec import default_codec
+from infra.eventlog.email_leases import append_fenced, claim_due_leases
 from infra.eventlog.postgres import PostgresEventStore
+from infra.eventlog.subject_keys import PostgresKeyring
 
 CONFLICT_RETRIES = 8
 Batches = Sequence[tuple[str, int, Sequence[object]]]  # (stream_id, expected_version, events)
@@ -129,6 +134,42 @@ def append_and_fold(
     recorded = PostgresEventStore(connection).append_many(batches, metadata)
     apply_inline(connection, recorded, loaded)
     return recorded
+
+
+def claim_leases(
+    connection: Connection, *, owner: str, limit: int, now: datetime, lease_expires_at: datetime,
+    tokens: Sequence[UUID],
+) -> list[Row[Any]]:
+    """The delivery claim, set-based: one statement appends the claims' events and folds them into the outbox.
+
+    The other way into the log beside ``append_and_fold``, for the one write
+    whose rows are only known to the statement itself (SKIP LOCKED picks
+    them). It writes the ``LeaseExpired``/``LeaseClaimed`` events the codec
+    would and the rows ``evolve_outbox`` would; tests compare both.
+    """
+    return claim_due_leases(connection, owner=owner, limit=limit, now=now, lease_expires_at=lease_expires_at,
+                            tokens=tokens, metadata={"actor": owner})
+
+
+def record_fenced(
+    connection: Connection, folded: Sequence[tuple[Any, UUID, int, Sequence[object]]], *, owner: str,
+) -> set[UUID]:
+    """Append outcome events to email streams whose lease still holds, in one statement; the message ids written.
+
+    ``folded`` holds (new outbox row, lease token held, stream version held,
+    events): the row is the caller's pure fold of the events onto the row it
+    claimed, written only if the lease token and version are still those.
+    """
+    codec, keyring = default_codec(), PostgresKeyring(connection)
+    rows, events = [], []
+    for row, held_token, held_version, appended in folded:
+        rows.append({**attrs.asdict(row, recurse=False), "held_token": held_token, "held_version": held_version})
+        for offset, event in enumerate(appended, start=1):
+            tag, version, payload = codec.encode(event, keyring)
+            events.append({"message_id": row.message_id, "stream_id": email_stream(row.message_id),
+                           "stream_version": held_version + offset, "event_id": uuid4(), "event_type": tag,
+                           "schema_version": version, "payload": payload})
+    return append_fenced(connection, rows, events, {"actor": owner}) if rows else set()
 
 
 def record_decision(
