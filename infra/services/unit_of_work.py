@@ -248,3 +248,15 @@ def load_state(
         return fold(recorded.event for recorded in PostgresEventStore(connection).load(stream_id))
     with ctx.engine.connect() as fresh:
         return fold(recorded.event for recorded in PostgresEventStore(fresh).load(stream_id))
+
+
+def load_streams(
+    ctx: ServiceContext, stream_ids: Sequence[str], connection: Connection | None = None
+) -> dict[str, list[object]]:
+    """The events of several streams, read in one statement, on ``connection`` or a fresh one."""
+    if connection is not None:
+        loaded = PostgresEventStore(connection).load_many(stream_ids)
+    else:
+        with ctx.engine.connect() as fresh:
+            loaded = PostgresEventStore(fresh).load_many(stream_ids)
+    return {stream_id: [recorded.event for recorded in history] for stream_id, history in loaded.items()}
