@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, column, text
 from sqlalchemy.exc import IntegrityError
 
 from domain.errors import ConcurrencyConflict
@@ -67,14 +67,19 @@ LOAD_STREAM = text("""
 LOAD_STREAMS = text("""
     SELECT e.global_position, e.stream_id, e.stream_version, e.event_id, e.event_type, e.schema_version,
            e.payload, e.metadata, e.recorded_at, e.transaction_id::text,
-           k.user_id AS key_user_id, k.key_id, k.master_key_id, k.wrapped_key
+           k.key_user_id, k.key_id, k.master_key_id, k.wrapped_key
       FROM events e
-      LEFT JOIN subject_keys k ON k.key_id = ANY(
-            SELECT substring(f.value FROM CAST(:envelope_key AS text)) FROM jsonb_each_text(e.payload) AS f
-             WHERE f.key = ANY(CAST(:personal_fields AS text[])))
+      LEFT JOIN LATERAL (
+            SELECT s.user_id AS key_user_id, s.key_id, s.master_key_id, s.wrapped_key
+              FROM jsonb_each_text(e.payload) AS f
+              JOIN subject_keys s ON s.key_id = substring(f.value FROM CAST(:envelope_key AS text))
+             WHERE f.key = ANY(CAST(:personal_fields AS text[]))
+            ) k ON true
      WHERE e.stream_id = ANY(CAST(:stream_ids AS text[]))
      ORDER BY e.stream_id, e.stream_version
-""")
+""").columns(*(column(name) for name in (  # named in order, so SQLAlchemy builds the result's metadata once
+    "global_position", "stream_id", "stream_version", "event_id", "event_type", "schema_version", "payload",
+    "metadata", "recorded_at", "transaction_id", "key_user_id", "key_id", "master_key_id", "wrapped_key")))
 _ENVELOPE_KEY = f"^{re.escape(PREFIX)}([^:]+):"  # the key id of an envelope (personal_data.key_id_of)
 _PERSONAL_FIELDS = sorted({name for names in PERSONAL_FIELDS.values() for name in names})
 
