@@ -155,8 +155,11 @@ def _prepare_template(server: Server) -> dict[str, str]:
     init_schema(admin)
     admin.dispose()
     server.execute(JOBS_TABLE, TEMPLATE)
-    subprocess.run([sys.executable, "-m", "pgqueuer", "--pg-dsn", server.url(TEMPLATE), "install"],
-                   check=True, capture_output=True)
+    installed = subprocess.run([sys.executable, "-m", "pgqueuer", "--pg-dsn", server.url(TEMPLATE), "install"],
+                               capture_output=True, text=True)
+    if installed.returncode != 0:
+        raise SystemExit(f"`pgqueuer install` failed (is the bench extra installed? pip install "
+                         f"'pgqueuer[asyncpg]>=0.18'):\n{installed.stderr.strip()[-2000:]}")
     settings = {"server_version": server.execute("SHOW server_version")[0][0]}
     return settings | {name: server.execute(f"SHOW {name}")[0][0] for name in SETTINGS}
 
