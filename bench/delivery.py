@@ -1,6 +1,7 @@
 """Delivery throughput, EmailQueued to ProviderAccepted, beside a raw SKIP LOCKED loop and pgqueuer (issue 3).
 
     .venv/bin/python bench/delivery.py [--messages 2000] [--workers 1,2,4] [--rounds 3] [--quick] [--profile]
+    .venv/bin/python bench/delivery.py --profile-only [--messages 1000]
 
 Starts its own embedded PostgreSQL in a temporary directory with the server's
 default durability (fsync and synchronous_commit stay on; the output lists
@@ -39,7 +40,8 @@ each ratio is the median of the per-round ratios. After every run the bench
 checks that each message was handled exactly once (for authledger: N
 ``ProviderAccepted`` events on N streams, every outbox row ``sent``, N calls
 to the provider). ``--profile`` then drains N messages with one worker under
-cProfile and shows where authledger's time goes.
+cProfile on the CPU clock and shows where authledger's CPU goes, and compares
+the fresh read per message (``prepare``) with one per batch (``prepare_all``).
 """
 
 from __future__ import annotations
