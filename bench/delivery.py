@@ -1,6 +1,7 @@
 """Delivery throughput, EmailQueued to ProviderAccepted, beside a raw SKIP LOCKED loop and pgqueuer (issue 3).
 
     .venv/bin/python bench/delivery.py [--messages 2000] [--workers 1,2,4] [--rounds 3] [--quick] [--profile]
+    .venv/bin/python bench/delivery.py --profile-only [--messages 1000]
 
 Starts its own embedded PostgreSQL in a temporary directory with the server's
 default durability (fsync and synchronous_commit stay on; the output lists
@@ -39,7 +40,8 @@ each ratio is the median of the per-round ratios. After every run the bench
 checks that each message was handled exactly once (for authledger: N
 ``ProviderAccepted`` events on N streams, every outbox row ``sent``, N calls
 to the provider). ``--profile`` then drains N messages with one worker under
-cProfile and shows where authledger's time goes.
+cProfile on the CPU clock and shows where authledger's CPU goes, and compares
+the fresh read per message (``prepare``) with one per batch (``prepare_all``).
 """
 
 from __future__ import annotations
@@ -155,8 +157,11 @@ def _prepare_template(server: Server) -> dict[str, str]:
     init_schema(admin)
     admin.dispose()
     server.execute(JOBS_TABLE, TEMPLATE)
-    subprocess.run([sys.executable, "-m", "pgqueuer", "--pg-dsn", server.url(TEMPLATE), "install"],
-                   check=True, capture_output=True)
+    installed = subprocess.run([sys.executable, "-m", "pgqueuer", "--pg-dsn", server.url(TEMPLATE), "install"],
+                               capture_output=True, text=True)
+    if installed.returncode != 0:
+        raise SystemExit(f"`pgqueuer install` failed (is the bench extra installed? pip install "
+                         f"'pgqueuer[asyncpg]>=0.18'):\n{installed.stderr.strip()[-2000:]}")
     settings = {"server_version": server.execute("SHOW server_version")[0][0]}
     return settings | {name: server.execute(f"SHOW {name}")[0][0] for name in SETTINGS}
 
@@ -400,20 +405,23 @@ def _run(side: str, workers: int, server: Server, messages: int) -> tuple[float,
 PROFILE_ROWS = [
     # (label, module path suffix, function names); cumulative time, so indented rows are part of the one above
     ("claim transaction (one per batch of 10, shared out)", "infra/delivery/worker.py", ("claim",)),
+    ("  the claim statement (lock, append, update)", "infra/eventlog/email_leases.py", ("claim_due_leases",)),
     ("deliver, total", "infra/delivery/send.py", ("deliver_batch",)),
-    ("  prepare: fresh request stream load, fold, render", "infra/delivery/send.py", ("prepare",)),
-    ("    stream load: checkout, SELECT, decode, ROLLBACK", "infra/services/unit_of_work.py", ("load_state",)),
+    ("  prepare: fresh read, fold, render", "infra/delivery/fresh.py", ("prepare",)),
+    ("    request stream and data key, one statement", "infra/eventlog/postgres.py", ("load_many",)),
     ("      event decode (JSON to attrs via cattrs)", "infra/eventlog/codec.py", ("decode",)),
     ("    token derivation, link, templates", "domain/templates.py", ("reset_link",)),
     ("  provider send (no-op)", "bench/delivery.py", ("send",)),
-    ("  fenced record, one per batch: SELECT FOR UPDATE, append, upsert", "infra/delivery/leases.py", ("record_outcomes",)),
-    ("    events INSERT, encode", "infra/eventlog/postgres.py", ("append_many",)),
-    ("    email_outbox fold and upsert", "infra/projector/appliers.py", ("apply",)),
+    ("  fenced record, one per batch: fold, encode, one statement", "infra/delivery/leases.py",
+     ("record_outcomes",)),
+    ("    the record statement", "infra/eventlog/email_leases.py", ("append_fenced",)),
     ("  delivery log line", "infra/logs.py", ("log_event",)),
     ("across all of the above:", "", ()),
-    ("  COMMIT: waiting for the WAL flush", "psycopg/connection.py", ("commit",)),
-    ("  pool checkout with pre-ping round trip", "sqlalchemy/pool/base.py", ("_checkout",)),
-    ("  blocked on the server (Connection.wait, own time)", "psycopg/connection.py", ("wait",)),
+    ("  COMMIT", "psycopg/connection.py", ("commit",)),
+    ("  pool checkout", "sqlalchemy/pool/base.py", ("_checkout",)),
+    ("  switching autocommit on and off (send.py, per message)", "sqlalchemy/engine/default.py",
+     ("_set_connection_characteristics",)),
+    ("  psycopg waiting on the server (Connection.wait, own CPU)", "psycopg/connection.py", ("wait",)),
 ]
 
 
@@ -424,19 +432,19 @@ def _profile(server: Server, messages: int) -> None:
         _queue("authledger", server, database, messages)
         server.execute("CHECKPOINT")
         worker, mailer = _authledger_setup(server, database, 0)
-        profiler = cProfile.Profile()
-        start = time.perf_counter()
+        profiler = cProfile.Profile(time.process_time)  # CPU, not wall time: the machine is shared
+        start, cpu_start = time.perf_counter(), time.process_time()
         profiler.enable()
         while worker.run_once():  # drain() on this thread: cProfile sees one thread only
             pass
         profiler.disable()
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         _verify("authledger", server, database, messages, [_authledger_tally(worker, mailer)])
     finally:
         server.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
     stats = pstats.Stats(profiler).stats
 
-    print(f"\none authledger worker under cProfile: {messages} messages in {elapsed:.2f} s "
+    print(f"\none authledger worker under cProfile (CPU clock): {messages} messages in {elapsed:.2f} s "
           f"({messages / elapsed:,.0f} msg/s; the profiler slows Python, not the server)")
     rows = []
     for label, suffix, names in PROFILE_ROWS:
@@ -447,8 +455,8 @@ def _profile(server: Server, messages: int) -> None:
         calls = sum(value[1] for value in found)
         seconds = sum(value[2 if names == ("wait",) else 3] for value in found)
         rows.append([label, f"{calls / messages:.2f}", f"{seconds * 1e6 / messages:.0f}",
-                     f"{100 * seconds / elapsed:.0f}%"])
-    _print_table(["where the time goes", "calls/msg", "µs/msg", "share"], rows)
+                     f"{100 * seconds / cpu:.0f}%"])
+    _print_table(["where the CPU goes", "calls/msg", "CPU µs/msg", "share"], rows)
     print("\nhottest functions by own time:")
     top = sorted(stats.items(), key=lambda item: item[1][2], reverse=True)[:12]
     _print_table(["function", "calls/msg", "own µs/msg"], [
@@ -456,6 +464,40 @@ def _profile(server: Server, messages: int) -> None:
          f"{value[2] * 1e6 / messages:.1f}"]
         for (file, line, func), value in top
     ])
+
+
+def _fresh_read_cost(server: Server, messages: int, rounds: int = 3) -> None:
+    """CPU per message of the fresh read: ``prepare`` per message (the worker today) vs ``prepare_all`` per batch."""
+    from infra.delivery.fresh import prepare, prepare_all
+    from infra.delivery.leases import claim_due
+
+    database = f"fresh_{uuid4().hex[:12]}"
+    server.execute(f"CREATE DATABASE {database} TEMPLATE {TEMPLATE}")
+    try:
+        _queue("authledger", server, database, messages)
+        worker, _ = _authledger_setup(server, database, 0)
+        ctx = worker.ctx
+        with ctx.engine.begin() as connection:
+            claims = claim_due(connection, owner="bench", limit=messages, now=ctx.clock.now(),
+                               policy=ctx.delivery_policy)
+        batches = [claims[i:i + BATCH] for i in range(0, len(claims), BATCH)]
+        costs: dict[str, list[float]] = {"per message": [], "per batch": []}
+        with ctx.engine.connect() as connection:
+            for _ in range(rounds):
+                start = time.process_time()
+                for claim in claims:
+                    prepare(ctx, claim, sender=SENDER, connection=connection)
+                costs["per message"].append(time.process_time() - start)
+                start = time.process_time()
+                for batch in batches:
+                    prepare_all(ctx, batch, sender=SENDER, connection=connection)
+                costs["per batch"].append(time.process_time() - start)
+        ctx.engine.dispose()
+    finally:
+        server.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+    print(f"\nfresh read, {len(claims)} claimed messages, CPU µs/msg, median of {rounds}: "
+          + ", ".join(f"{how} {statistics.median(c) * 1e6 / len(claims):.0f}" for how, c in costs.items())
+          + f" (batches of {BATCH})")
 
 
 # --- driver ---
@@ -481,6 +523,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating runs per side and count (default 3)")
     parser.add_argument("--quick", action="store_true", help="200 messages, 1 round: a smoke test for CI")
     parser.add_argument("--profile", action="store_true", help="then profile one authledger worker")
+    parser.add_argument("--profile-only", action="store_true", help="only profile one authledger worker")
     args = parser.parse_args()
     messages, rounds = (200, 1) if args.quick else (args.messages, args.rounds)
     counts = [int(n) for n in args.workers.split(",")]
@@ -502,6 +545,10 @@ def main() -> None:
     print(f"code: {_code_version()}")
     print(f"{messages} messages per run, batch {BATCH}, {rounds} alternating rounds; each worker a process\n")
 
+    if args.profile_only:
+        _profile(server, messages)
+        _fresh_read_cost(server, messages)
+        return
     samples: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for round_ in range(rounds):
         for position, workers in enumerate(counts):
@@ -525,6 +572,7 @@ def main() -> None:
                   "÷ raw", "÷ pgqueuer", "per send ÷ raw", "per send ÷ pgqueuer"], rows)
     if args.profile:
         _profile(server, messages)
+        _fresh_read_cost(server, messages)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ the address, and nothing is rendered for it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from typing import Any
 from urllib.parse import urlencode
 
 from attrs import frozen
@@ -21,7 +22,8 @@ from domain import otp, reset, templates
 from infra.delivery.leases import Claim
 from infra.delivery.providers import OutboundEmail
 from infra.eventlog.personal_data import ERASED
-from infra.services.unit_of_work import ServiceContext, load_state
+from infra.services.unit_of_work import ServiceContext, load_streams
+from projections.outbox import OutboxRow
 
 
 @frozen
@@ -35,9 +37,38 @@ class Prepared:
 
 
 def prepare(ctx: ServiceContext, claim: Claim, *, sender: str, connection: Connection | None = None) -> Prepared:
-    row, now = claim.row, ctx.clock.now()
+    """What to send for one claimed message, decided on its request's state read now."""
+    [prepared] = prepare_all(ctx, [claim], sender=sender, connection=connection)
+    return prepared
+
+
+def prepare_all(
+    ctx: ServiceContext, claims: Sequence[Claim], *, sender: str, connection: Connection | None = None
+) -> list[Prepared]:
+    """``prepare`` for messages about to be sent together, in claim order: their requests read in one statement."""
+    now = ctx.clock.now()
+    requests = {claim.row.message_id: _request_stream(claim.row) for claim in claims}
+    histories = load_streams(ctx, sorted({stream for stream, _ in requests.values() if stream}), connection)
+    prepared = []
+    for claim in claims:
+        stream, fold = requests[claim.row.message_id]
+        state = fold(histories[stream]) if stream and fold else None
+        prepared.append(_decide(ctx, claim, state, now=now, sender=sender))
+    return prepared
+
+
+def _request_stream(row: OutboxRow) -> tuple[str | None, Callable[[Iterable[object]], Any] | None]:
+    """The stream holding the request of this message, and its fold; (None, None) for an unknown flow."""
     if row.flow == "reset":
-        state = load_state(ctx, reset.reset_stream(row.user_id), reset.fold_reset, connection)
+        return reset.reset_stream(row.user_id), reset.fold_reset
+    if row.flow == "otp":
+        return otp.otp_stream(row.user_id), otp.fold_otp
+    return None, None
+
+
+def _decide(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sender: str) -> Prepared:
+    row = claim.row
+    if row.flow == "reset":
         reason = reset.reset_delivery_verdict(state, row.request_id, now=now, template=row.template)
         if reason:
             return Prepared(None, reason)
@@ -55,7 +86,6 @@ def prepare(ctx: ServiceContext, claim: Claim, *, sender: str, connection: Conne
             useful_until = request.expires_at
         recipient = request.recipient
     elif row.flow == "otp":
-        state = load_state(ctx, otp.otp_stream(row.user_id), otp.fold_otp, connection)
         reason = otp.otp_delivery_verdict(state, row.request_id, now=now)
         if reason:
             return Prepared(None, reason)
@@ -71,10 +101,3 @@ def prepare(ctx: ServiceContext, claim: Claim, *, sender: str, connection: Conne
         return Prepared(None, f"unknown_flow:{row.flow}")
     email = OutboundEmail(row.message_id, sender, recipient, content.subject, content.text, content.html)
     return Prepared(email, None, key_id, useful_until)
-
-
-def prepare_all(
-    ctx: ServiceContext, claims: Sequence[Claim], *, sender: str, connection: Connection | None = None
-) -> list[Prepared]:
-    """``prepare`` for messages about to be sent together, in claim order."""
-    return [prepare(ctx, claim, sender=sender, connection=connection) for claim in claims]

@@ -1,9 +1,8 @@
 """The lease queries on ``email_outbox``: claim due messages, record outcomes fenced by lease token.
 
-Both write through the unit of work, which appends the events and folds them
-into the outbox rows in the same transaction, through the same pure
-``evolve_outbox`` a replay uses. The rows are already locked here, so they
-are handed to it rather than read again.
+Both write through the unit of work, one statement each for a whole batch:
+the statement appends the events and updates the outbox rows together, so
+the rows always equal the pure ``evolve_outbox`` fold a replay computes.
 """
 
 from __future__ import annotations
@@ -12,25 +11,14 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from uuid import UUID, uuid4
 
-from attrs import frozen
+from attrs import fields, frozen
 from sqlalchemy import Connection, text
 
-from domain.delivery import DeliveryPolicy, LeaseView, claim_events
-from domain.email import email_stream
-from infra.projector.inline import OUTBOX
-from infra.services.unit_of_work import append_and_fold
-from projections.outbox import OutboxRow
+from domain.delivery import DeliveryPolicy
+from infra.services.unit_of_work import claim_leases, record_fenced
+from projections.outbox import OutboxRow, evolve_outbox
 
-# Due: pending and available, or leased with a lease that ran out (a leased
-# row's available_at is its lease expiry). SKIP LOCKED lets many workers
-# claim side by side without waiting on each other's rows.
-CLAIM = text("""
-    SELECT * FROM email_outbox
-     WHERE state IN ('pending', 'leased') AND available_at <= :now
-     ORDER BY available_at
-     LIMIT :limit
-       FOR UPDATE SKIP LOCKED
-""")
+_ROW_FIELDS = [field.name for field in fields(OutboxRow)]
 
 LEASES_OF = text("SELECT message_id, state, lease_token FROM email_outbox WHERE message_id = ANY(:ids)")
 
@@ -53,18 +41,17 @@ def claim_due(
     connection: Connection, *, owner: str, limit: int, now: datetime, policy: DeliveryPolicy,
     new_token: Callable[[], UUID] = uuid4,
 ) -> list[Claim]:
-    """Lease up to ``limit`` due messages to ``owner``; the caller commits."""
-    found = connection.execute(CLAIM, {"now": now, "limit": limit})
-    due = {row.message_id: OutboxRow(**row._mapping) for row in found}
-    if not due:
-        return []
-    batches = []
-    for row in due.values():
-        view = LeaseView(row.message_id, row.state, row.lease_owner, row.lease_token, row.attempt_count)
-        events = claim_events(view, owner=owner, lease_token=new_token(), now=now, policy=policy)
-        batches.append((email_stream(row.message_id), row.stream_version, events))
-    append_and_fold(connection, batches, {"actor": owner}, loaded={OUTBOX.name: due})
-    return [Claim(row) for row in due.values()]
+    """Lease up to ``limit`` due messages to ``owner`` in one round trip; the caller commits.
+
+    Due: pending and available, or leased with a lease that ran out (a
+    leased row's available_at is its lease expiry). The unit of work's
+    set-based claim appends ``LeaseExpired``/``LeaseClaimed`` as
+    ``claim_events`` decides them and folds them into the rows.
+    """
+    tokens = [new_token() for _ in range(limit)]
+    claimed = claim_leases(connection, owner=owner, limit=limit, now=now, lease_expires_at=now + policy.lease,
+                           tokens=tokens)
+    return [Claim(OutboxRow(**{name: row._mapping[name] for name in _ROW_FIELDS})) for row in claimed]
 
 
 def record_outcomes(
@@ -72,22 +59,19 @@ def record_outcomes(
 ) -> set[UUID]:
     """Append each message's outcome whose lease still stands, all in one statement; the ids recorded.
 
-    The row locks make this the only writer of these messages for the
-    moment; the lease token tells whether a message is still ours. An expired
-    lease nobody claimed yet is still ours: the send happened, record it.
+    Each outcome is folded (``evolve_outbox``, as a replay does) onto the row
+    as claimed; the statement writes it only while the row is still leased
+    under the claim's token at the claimed version, so a lease taken over
+    records nothing. An expired lease nobody claimed yet is still ours: the
+    send happened, record it.
     """
-    current = OUTBOX.load(connection, [claim.row.message_id for claim, _ in outcomes])
-    ours = [
-        (row, events)
-        for claim, events in outcomes
-        if (row := current.get(claim.row.message_id)) is not None
-        and row.state == "leased" and row.lease_token == claim.lease_token
-    ]
-    if not ours:
-        return set()
-    append_and_fold(connection, [(email_stream(row.message_id), row.stream_version, events) for row, events in ours],
-                    {"actor": owner}, loaded={OUTBOX.name: {row.message_id: row for row, _ in ours}})
-    return {row.message_id for row, _ in ours}
+    folded = []
+    for claim, events in outcomes:
+        row: OutboxRow | None = claim.row
+        for event in events:
+            row = evolve_outbox(row, event)
+        folded.append((row, claim.lease_token, claim.row.stream_version, events))
+    return record_fenced(connection, folded, owner=owner)
 
 
 def record_outcome(connection: Connection, claim: Claim, events: Sequence[object], *, owner: str) -> bool:

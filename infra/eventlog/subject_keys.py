@@ -153,6 +153,16 @@ class PostgresKeyring(DataKeyring):
         if missing:
             self._load(missing)
 
+    def remember(self, rows: Iterable[tuple[str, str, str, bytes]]) -> None:
+        """Keep, for reading, keys the caller read with its own query: (user_id, key_id, master_key_id, wrapped_key).
+
+        Not for writing: which of a user's keys new data is sealed under is
+        ``writing_key``'s choice.
+        """
+        for user_id, key_id, master_key_id, wrapped in rows:
+            if key_id not in self._by_id:
+                self._by_id[key_id] = self.master.unwrap(user_id, key_id, master_key_id, bytes(wrapped))
+
     def reading_key(self, key_id: str) -> bytes | None:
         if key_id not in self._by_id:
             self._load({key_id})

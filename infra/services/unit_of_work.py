@@ -25,8 +25,9 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar
 from uuid import UUID, uuid4
 
+import attrs
 from attrs import field, frozen
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, Row, text
 
 from domain.decisions import Decision
 from domain.delivery import DeliveryPolicy
@@ -40,7 +41,10 @@ from domain.tokens import TokenKeys
 from infra.clock import Clock, SystemClock
 from infra.emails.templates import default_templates
 from infra.projector.inline import apply_inline
+from infra.eventlog.codec import default_codec
+from infra.eventlog.email_leases import append_fenced, claim_due_leases
 from infra.eventlog.postgres import PostgresEventStore
+from infra.eventlog.subject_keys import PostgresKeyring
 
 # The stream lock makes a conflict on a user's stream impossible between
 # services; the retry stays as a safety net for writers that skip the lock.
@@ -163,6 +167,42 @@ def append_and_fold(
     return recorded
 
 
+def claim_leases(
+    connection: Connection, *, owner: str, limit: int, now: datetime, lease_expires_at: datetime,
+    tokens: Sequence[UUID],
+) -> list[Row[Any]]:
+    """The delivery claim, set-based: one statement appends the claims' events and folds them into the outbox.
+
+    The other way into the log beside ``append_and_fold``, for the one write
+    whose rows are only known to the statement itself (SKIP LOCKED picks
+    them). It writes the ``LeaseExpired``/``LeaseClaimed`` events the codec
+    would and the rows ``evolve_outbox`` would; tests compare both.
+    """
+    return claim_due_leases(connection, owner=owner, limit=limit, now=now, lease_expires_at=lease_expires_at,
+                            tokens=tokens, metadata={"actor": owner})
+
+
+def record_fenced(
+    connection: Connection, folded: Sequence[tuple[Any, UUID, int, Sequence[object]]], *, owner: str,
+) -> set[UUID]:
+    """Append outcome events to email streams whose lease still holds, in one statement; the message ids written.
+
+    ``folded`` holds (new outbox row, lease token held, stream version held,
+    events): the row is the caller's pure fold of the events onto the row it
+    claimed, written only if the lease token and version are still those.
+    """
+    codec, keyring = default_codec(), PostgresKeyring(connection)
+    rows, events = [], []
+    for row, held_token, held_version, appended in folded:
+        rows.append({**attrs.asdict(row, recurse=False), "held_token": held_token, "held_version": held_version})
+        for offset, event in enumerate(appended, start=1):
+            tag, version, payload = codec.encode(event, keyring)
+            events.append({"message_id": row.message_id, "stream_id": email_stream(row.message_id),
+                           "stream_version": held_version + offset, "event_id": uuid4(), "event_type": tag,
+                           "schema_version": version, "payload": payload})
+    return append_fenced(connection, rows, events, {"actor": owner}) if rows else set()
+
+
 def record_decision(
     connection: Connection, stream_id: str, expected_version: int, decision: Decision,
     metadata: Mapping[str, Any] | None,
@@ -249,3 +289,15 @@ def load_state(
         return fold(recorded.event for recorded in PostgresEventStore(connection).load(stream_id))
     with ctx.engine.connect() as fresh:
         return fold(recorded.event for recorded in PostgresEventStore(fresh).load(stream_id))
+
+
+def load_streams(
+    ctx: ServiceContext, stream_ids: Sequence[str], connection: Connection | None = None
+) -> dict[str, list[object]]:
+    """The events of several streams, read in one statement, on ``connection`` or a fresh one."""
+    if connection is not None:
+        loaded = PostgresEventStore(connection).load_many(stream_ids)
+    else:
+        with ctx.engine.connect() as fresh:
+            loaded = PostgresEventStore(fresh).load_many(stream_ids)
+    return {stream_id: [recorded.event for recorded in history] for stream_id, history in loaded.items()}
