@@ -12,9 +12,9 @@ the hourly limit lets through issues a new request and supersedes the last.
 from __future__ import annotations
 
 import asyncio
-import re
 import json
 import random
+import re
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
