@@ -60,6 +60,11 @@ CREATE TRIGGER events_no_truncate
 CREATE OR REPLACE FUNCTION events_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    -- A set-based claim that found nothing due inserts no row, but a
+    -- statement trigger fires all the same: wake nobody for it.
+    IF NOT EXISTS (SELECT FROM new_events) THEN
+        RETURN NULL;
+    END IF;
     PERFORM pg_notify('authledger_events', '');
     IF EXISTS (SELECT FROM new_events WHERE event_type IN ('EmailQueued', 'LeaseReleased')) THEN
         PERFORM pg_notify('authledger_outbox', '');

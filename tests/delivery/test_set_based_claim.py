@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from uuid import UUID, uuid4
 
+import psycopg
 from sqlalchemy import Connection, Engine, event, text
 
 from domain.delivery import LeaseView, claim_events
@@ -156,3 +157,16 @@ def test_two_workers_claiming_at_once_never_claim_the_same_message(
     assert sorted(claimed["w1"] + claimed["w2"]) == sorted(messages), "each message claimed exactly once"
     assert claimed["w1"] and claimed["w2"], "both workers claimed"
     assert_projections_match_log(engine)
+
+
+def test_a_claim_that_finds_nothing_due_wakes_no_follower(
+    ctx: ServiceContext, engine: Engine, database_url: str
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN authledger_events")
+        with engine.begin() as connection:
+            assert claim_due(connection, owner="idle", limit=10, now=ctx.clock.now(), policy=ctx.delivery_policy) == []
+        assert list(listener.notifies(timeout=0.5)) == [], "an empty claim notifies nobody"
+
+        queue(ctx, 1)
+        assert len(list(listener.notifies(timeout=2.0, stop_after=1))) == 1, "a real append still does"
