@@ -1,0 +1,75 @@
+"""The embedded PostgreSQL lives exactly as long as the authledger processes that use it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+import psutil
+import pytest
+
+AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (found := probe()) is not None:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def postgres_serving(pgdata: Path) -> list[psutil.Process]:
+    """The postmaster processes whose data directory is ``pgdata``."""
+    found = []
+    for process in psutil.process_iter(["name", "cmdline"]):
+        if process.info["name"] == "postgres" and str(pgdata) in (process.info["cmdline"] or []):
+            found.append(process)
+    return found
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    env.update({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "json"})
+    port = free_port()
+    with (tmp_path / "serve.err").open("wb") as err:
+        serve = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port)], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        def healthy() -> bool | None:
+            assert serve.poll() is None, (tmp_path / "serve.err").read_text()
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200 or None
+            except httpx.TransportError:
+                return None
+
+        wait_for("serve to answer", healthy, timeout=90)
+        pgdata = (data_dir / "pgdata").resolve()
+        assert postgres_serving(pgdata), "serve runs on the embedded server"
+    finally:
+        serve.send_signal(signal.SIGKILL)
+        serve.wait()  # reaped: the pid is really gone, as it is under a shell or a supervisor
+
+    killed_at = time.monotonic()
+    wait_for("the embedded server to stop", lambda: None if postgres_serving(pgdata) else True, timeout=10)
+    assert time.monotonic() - killed_at < 10
+    assert not (pgdata / "postmaster.pid").exists(), "stopped cleanly, not left for the next start to recover"
