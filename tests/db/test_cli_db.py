@@ -207,3 +207,34 @@ def test_db_check_accepts_a_schema_a_newer_release_applied(database_url: str, ad
         connection.execute(text("INSERT INTO schema_version (version) VALUES (3)"))
     code, output = run(database_url, "db", "check")
     assert code == 0, output
+
+
+def test_db_url_masks_the_password_unless_asked_to_show_it() -> None:
+    url = "postgresql://ada:s3cret@db.example:5432/auth"
+    code, output = run(url, "db", "url")
+    assert code == 0 and output == "postgresql://ada:***@db.example:5432/auth\n"
+    code, output = run(url, "db", "url", "--show-password")
+    assert code == 0 and output == url + "\n"
+
+
+def test_db_shell_runs_psql_on_the_configured_database(database_url: str) -> None:
+    env = {**os.environ, "DATABASE_URL": database_url}
+    result = subprocess.run([AUTHLEDGER, "db", "shell", "-tA", "-c", "SELECT max(version) FROM schema_version"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "2"
+
+
+def test_db_shell_without_psql_on_path_uses_the_one_shipped_with_the_embedded_server(
+    database_url: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, "DATABASE_URL": database_url, "PATH": str(tmp_path)}
+    result = subprocess.run([AUTHLEDGER, "db", "shell", "-tA", "-c", "SELECT 41 + 1"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "42", result.stderr
+
+
+def test_db_shell_says_clearly_when_no_psql_exists(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("commands.db.psql_program", lambda: None)
+    code, output = run(database_url, "db", "shell")
+    assert code == 1 and output.startswith("Error: psql is not installed: install the PostgreSQL client")

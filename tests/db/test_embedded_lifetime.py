@@ -73,3 +73,21 @@ def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(tmp_path
     wait_for("the embedded server to stop", lambda: None if postgres_serving(pgdata) else True, timeout=10)
     assert time.monotonic() - killed_at < 10
     assert not (pgdata / "postmaster.pid").exists(), "stopped cleanly, not left for the next start to recover"
+
+
+@pytest.mark.slow
+def test_db_url_and_db_shell_reach_the_embedded_server_which_stops_when_psql_exits(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    env["AUTHLEDGER_DATA_DIR"] = str(data_dir)
+    pgdata = (data_dir / "pgdata").resolve()
+    url = subprocess.run([AUTHLEDGER, "db", "url"], env=env, capture_output=True, text=True, timeout=120)
+    assert url.returncode == 0, url.stderr
+    assert url.stdout == f"postgresql://postgres:@/postgres?host={pgdata}\n"
+    assert "the embedded server runs while an authledger process uses it" in url.stderr
+
+    shell = subprocess.run([AUTHLEDGER, "db", "shell", "-tA", "-c", "SELECT current_database()"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert shell.returncode == 0 and shell.stdout.strip() == "postgres", shell.stderr
+    wait_for("the embedded server to stop after psql", lambda: None if postgres_serving(pgdata) else True,
+             timeout=10)
