@@ -16,13 +16,13 @@ from pathlib import Path
 
 from domain.errors import ConfigError
 from domain.tokens import TokenKeys
-from infra.config import Settings, parse_token_keys
+from infra.config import DEV_KEY_FILES, Settings, parse_token_keys
 from infra.logs import log_event
 from infra.eventlog.subject_keys import MasterKeys
 
 log = logging.getLogger("authledger.keys")
-DEV_KEY_FILE = "dev-token-key"
-DEV_MASTER_KEY_FILE = "dev-master-key"
+DEV_KEY_FILE = DEV_KEY_FILES["token_keys"]
+DEV_MASTER_KEY_FILE = DEV_KEY_FILES["master_key"]
 
 
 def _dev_keys(data_dir: Path, file_name: str = DEV_KEY_FILE) -> str:
