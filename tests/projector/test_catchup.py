@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -146,3 +147,27 @@ def test_an_event_that_commits_late_is_folded_in_its_place_not_skipped(
     catch_up(engine)
     assert checkpoint_of(engine)[1] == held[1] + 9
     assert_projections_match_log(engine, run_catch_up=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_runner_asked_to_stop_says_stopped_and_logs_no_lost_connection(tmp_path: Path, signum: int) -> None:
+    """On the embedded default, where the process that stops also stops the server under it."""
+    environment = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    environment.update({"AUTHLEDGER_DATA_DIR": str(tmp_path / "data"), "AUTHLEDGER_LOG_FORMAT": "json"})
+    subprocess.run([AUTHLEDGER, "db", "init"], env=environment, check=True, capture_output=True, timeout=120)
+    with (tmp_path / "runner.err").open("w+") as errors:
+        runner = subprocess.Popen([AUTHLEDGER, "projections", "run", "--poll-seconds", "0.2"], env=environment,
+                                  stdout=subprocess.PIPE, stderr=errors, text=True)
+        deadline = time.monotonic() + 60
+        while "catch-up runner started" not in (tmp_path / "runner.err").read_text():
+            assert time.monotonic() < deadline and runner.poll() is None, (tmp_path / "runner.err").read_text()
+            time.sleep(0.05)
+        time.sleep(0.5)  # listening
+        runner.send_signal(signum)
+        out, _ = runner.communicate(timeout=30)
+        errors.seek(0)
+        logged = [json.loads(line) for line in errors.read().splitlines()]
+    assert runner.returncode == 0
+    assert out == "stopped; folded delivery_stats: 0 events, audit_index: 0 events\n"
+    assert [line["event"] for line in logged] == ["catch-up runner started", "catch-up runner stopped"], logged
