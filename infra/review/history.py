@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from domain.errors import NotFound
 from domain.log import RecordedEvent
 from infra.review.lookup import about_message, about_request, about_user, looking_up
-from projections.explain import explain_message, explain_request, explain_user
+from projections.explain import Finding, explain_message, explain_request, explain_user
 from projections.timeline import TimelineEntry, timeline
 from projections.timeline import render as render_timeline
 
@@ -23,19 +23,19 @@ from projections.timeline import render as render_timeline
 @frozen
 class Review:
     subject: str
-    findings: list[str]
+    findings: list[Finding]
     timeline: list[TimelineEntry]
     unindexed_events: int  # how far audit_index lagged: those events were read from the log instead
 
     def render(self) -> str:
-        lines = [f"What happened to {self.subject} (times in UTC):"] + [f"  {line}" for line in self.findings]
+        lines = [f"What happened to {self.subject} (times in UTC):"] + [f"  {f.sentence}" for f in self.findings]
         if self.unindexed_events:
             lines.append(f"  (audit_index is {self.unindexed_events} events behind the log: those were read "
                          "from the log directly)")
         return "\n".join([*lines, "", render_timeline(self.timeline)])
 
     def as_dict(self) -> dict[str, Any]:
-        return {"subject": self.subject, "findings": self.findings, "unindexed_events": self.unindexed_events,
+        return {"subject": self.subject, "findings": [f.as_dict() for f in self.findings], "unindexed_events": self.unindexed_events,
                 "timeline": [entry.as_dict() for entry in self.timeline]}
 
 

@@ -69,7 +69,7 @@ def superseded_killed_and_erased(ctx: ServiceContext, engine: Engine, database_u
     at(clock, "10:03:30")
     third = request_reset(ctx, RequestReset("42", "ada@example.test"), WEB)
     at(clock, "10:04:00")
-    forget(engine, "42", now=clock.now(), metadata={"actor": "cli:dana"})
+    forget(ctx, "42", metadata={"actor": "cli:dana"})
     at(clock, "10:04:01")
     deliver_due(ctx, SmtpMailer(), "w3")
     return {**ids, "third_request": third.request_id, "third_message": third.message_id}
@@ -79,7 +79,7 @@ def test_history_explain_and_the_http_timeline_name_the_same_events_in_the_same_
     ctx: ServiceContext, engine: Engine, database_url: str
 ) -> None:
     ids = superseded_killed_and_erased(ctx, engine, database_url)
-    api_key = create_client(engine, "support").api_key
+    api_key = create_client(ctx, "support").api_key
     assert cli_json(database_url, "history", "--user-id", "42")["unindexed_events"] > 0, "half read from the log"
 
     user = cli_positions(database_url, "history", "--user-id", "42")
@@ -107,7 +107,7 @@ def test_the_answers_stay_the_same_once_the_index_has_caught_up(
     ctx: ServiceContext, engine: Engine, database_url: str
 ) -> None:
     ids = superseded_killed_and_erased(ctx, engine, database_url)
-    api_key = create_client(engine, "support").api_key
+    api_key = create_client(ctx, "support").api_key
     before = {name: http_positions(ctx, api_key, **{name.split("_")[1] + "_id": str(ids[name])})
               for name in ("first_request", "second_message", "third_message")}
     user_before = http_positions(ctx, api_key, user_id="42")
