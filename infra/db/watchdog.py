@@ -98,9 +98,11 @@ def watch(pgdata: Path) -> None:
         time.sleep(CHECK_SECONDS)
         if not pgdata.is_dir():
             return
+        if _users(pgdata):
+            continue  # the common case, checked without the library's machine-wide lock
         with PostgresServer._lock:
             if _users(pgdata):
-                continue
+                continue  # one joined meanwhile
             postmaster = PostmasterInfo.read_from_pgdata(pgdata)
             if postmaster is not None and postmaster.is_running():
                 # As root the library runs the server as its own system user; pg_ctl must be that user too.
