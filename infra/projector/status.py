@@ -85,12 +85,12 @@ class Status:
         return asdict(self)
 
 
-def row_count(connection: Connection, table: Table) -> tuple[int, bool]:
-    """(rows, exact): counted up to ``EXACT_COUNT_LIMIT``, else the estimate (never below that limit)."""
+def row_count(connection: Connection, table: Table, limit: int = EXACT_COUNT_LIMIT) -> tuple[int, bool]:
+    """(rows, exact): counted up to ``limit``, else the planner's estimate (never below what was counted)."""
     name = qualified_name(table)
-    bounded = text(f"SELECT count(*) FROM (SELECT FROM {name} LIMIT {EXACT_COUNT_LIMIT + 1}) AS some_rows")
-    counted = connection.execute(bounded).scalar_one()
-    if counted <= EXACT_COUNT_LIMIT:
+    bounded = text(f"SELECT count(*) FROM (SELECT FROM {name} LIMIT :past) AS some_rows")
+    counted = connection.execute(bounded, {"past": limit + 1}).scalar_one()
+    if counted <= limit:
         return counted, True
     estimate = connection.execute(ESTIMATED_ROWS, {"table": name}).scalar() or 0
     return max(estimate, counted), False
