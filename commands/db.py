@@ -15,7 +15,7 @@ from infra.db.schema import check_schema, init_schema
 
 @click.group()
 def db() -> None:
-    """Create and check the database schema; print its URL or open psql on it."""
+    """Create and check the database schema."""
 
 
 @db.command("init")
