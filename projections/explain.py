@@ -37,7 +37,10 @@ class Finding:
     """One sentence of the story, with what it is made of."""
 
     sentence: str
-    kind: str  # e.g. "request-made", "superseded", "accepted", "lease-expired", "still-open"
+    # The type of the event it tells (as in the timeline: "ResetSuperseded", "ProviderAccepted", ...), or
+    # what is still going on: "still-open", "expired-unused", "waiting-for-worker", "leased-no-outcome";
+    # or "not-found", "several-accepted".
+    kind: str
     position: int | None = None  # the global position of the event it tells; None for what is still going on
     at: datetime | None = None
     ids: dict[str, str] = field(factory=dict)  # request_id, message_id, user_id, ... as text
@@ -127,7 +130,7 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             kind = "Reset request" if isinstance(e, reset.ResetRequested) else "OTP challenge"
             made = (f"{kind} {rid} for user {e.user_id} was made at {T(at)} by {_who(r)}, valid until "
                     f"{T(e.expires_at)} (key {e.key_id}).")
-            found = Finding(made, "request-made", pos, at, _ids(request_id=rid, user_id=e.user_id,
+            found = Finding(made, r.event_type, pos, at, _ids(request_id=rid, user_id=e.user_id,
                             message_id=e.message_id), {"expires_at": e.expires_at})
             story.requests[rid] = Request(rid, kind, [found], e.expires_at, [e.message_id])
         case reset.ResetSuperseded() | otp.OtpChallengeSuperseded():
@@ -139,7 +142,7 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             why = (f"by {e.superseded_by}" if e.superseded_by is not None
                    else "because the password was changed with another request's link")
             request.said.append(Finding(f"{request.kind} {rid} was superseded {why} at {T(at)}; its link or code "
-                                        "stopped working then.", "superseded", pos, at,
+                                        "stopped working then.", r.event_type, pos, at,
                                         _ids(request_id=rid, superseded_by=e.superseded_by)))
         case reset.ResetCompleted() if e.request_id in story.requests:
             request = story.requests[e.request_id]
@@ -147,37 +150,36 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             request.messages.append(e.notice_message_id)
             request.said.append(Finding(f"Reset request {e.request_id}'s link was used at {T(at)} by {_who(r)}: "
                                         "the password was changed, and a password-changed notice was queued.",
-                                        "link-used", pos, at,
+                                        r.event_type, pos, at,
                                         _ids(request_id=e.request_id, notice_message_id=e.notice_message_id)))
         case otp.OtpChallengeVerified() | otp.OtpChallengeLockedOut() if e.challenge_id in story.requests:
             request = story.requests[e.challenge_id]
             request.status = "verified" if isinstance(e, otp.OtpChallengeVerified) else "locked"
             what = "its code was verified" if request.status == "verified" else f"it was locked ({e.scope})"
             request.said.append(Finding(f"OTP challenge {e.challenge_id}: {what} at {T(at)}.",
-                                        "code-verified" if request.status == "verified" else "challenge-locked",
-                                        pos, at, _ids(request_id=e.challenge_id)))
+                                        r.event_type, pos, at, _ids(request_id=e.challenge_id)))
         case otp.OtpVerificationFailed() if e.challenge_id in story.requests:
             request = story.requests[e.challenge_id]
             wrong = (f"OTP challenge {e.challenge_id}: a wrong code was entered at {T(at)} by {_who(r)} (wrong code "
                      f"{e.attempt} on this challenge, {e.consecutive_failures} in a row for the account).")
-            request.said.append(Finding(wrong, "wrong-code", pos, at, _ids(request_id=e.challenge_id)))
+            request.said.append(Finding(wrong, r.event_type, pos, at, _ids(request_id=e.challenge_id)))
         case otp.OtpChallengeLockedOut():
             until = f" until {T(e.until)}" if e.until else ""
             story.user_notes.append(Finding(f"One-time codes were locked for the whole account at {T(at)}{until}.",
-                                            "account-locked", pos, at, _ids(request_id=e.challenge_id),
+                                            r.event_type, pos, at, _ids(request_id=e.challenge_id),
                                             {"until": e.until} if e.until else {}))
         case reset.ResetRequestRefused() | otp.OtpRequestRefused():
             flow = "reset" if isinstance(e, reset.ResetRequestRefused) else "one-time code"
             story.user_notes.append(Finding(f"A {flow} request by {_who(r)} was refused at {T(at)} ({e.reason}): no "
                                             f"email was queued; a new request is accepted from {T(e.retry_at)}.",
-                                            "request-refused", pos, at, {}, {"retry_at": e.retry_at}))
+                                            r.event_type, pos, at, {}, {"retry_at": e.retry_at}))
         case decisions.IdempotencyKeyBound() if e.request_id in story.requests:
             request = story.requests[e.request_id]
             request.said.append(Finding(f"A repeat with idempotency key {e.idempotency_key!r} at {T(at)} was answered "
                                         f"with {request.kind.lower()} {e.request_id}; no new email was queued.",
-                                        "idempotent-repeat", pos, at, _ids(request_id=e.request_id)))
+                                        r.event_type, pos, at, _ids(request_id=e.request_id)))
         case privacy.SubjectErased():
-            story.user_notes.append(Finding(_erasure(e, r, at), "erased", pos, at, _ids(user_id=e.user_id)))
+            story.user_notes.append(Finding(_erasure(e, r, at), r.event_type, pos, at, _ids(user_id=e.user_id)))
 
 
 def _erasure(e: privacy.SubjectErased, r: RecordedEvent, at: datetime | None) -> str:
@@ -209,43 +211,43 @@ def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
                     "recorded: that worker stopped mid-delivery and may already have handed the email to the "
                     "provider. The retry reuses the message id as idempotency key and Message-ID header: a "
                     "provider that honours it sends one email; one that does not (plain SMTP) may deliver two.")
-            ended, kind = "expired", "lease-expired"
+            ended = "expired"
         case email.LeaseReleased():
-            said, ended, kind = f"{label} was given back by {e.lease_owner} at {T(at)} (worker stopping).", "released", \
-                "given-back"
+            said, ended = f"{label} was given back by {e.lease_owner} at {T(at)} (worker stopping).", "released"
         case email.SendAttemptFailed(retry_at=None, retryable=True):
             said = f"{label}: attempt {e.attempt}{by} failed at {T(at)}: {e.error}; that was the last attempt allowed."
-            ended, kind = "failed", "last-attempt-failed"
+            ended = "failed"
         case email.SendAttemptFailed(retry_at=None):
             said = (f"{label}: attempt {e.attempt}{by} failed for good at {T(at)}: {e.error} (the provider refused "
                     "it permanently); it was not sent.")
-            ended, message.finished, kind = "failed", True, "failed-for-good"
+            ended, message.finished = "failed", True
         case email.SendAttemptFailed():
             unknown = " (the provider may have received it)" if e.outcome_unknown else ""
             said = (f"{label}: attempt {e.attempt}{by} failed at {T(at)}: {e.error}{unknown}; retry due at "
                     f"{T(e.retry_at)}.")
-            ended, kind = "failed", "attempt-failed"
+            ended = "failed"
         case email.ProviderAccepted():
             expired = [a.owner for a in message.attempts[:-1] if a.ended == "expired"]
             after = f", after the lease of {expired[-1]} expired" if expired else ""
             said = (f"{label} was accepted by provider {e.provider} at {T(at)}, id {e.provider_message_id}, on "
                     f"attempt {e.attempt}{by}{after}.")
-            ended, message.finished, message.accepted, kind = "sent", True, True, "accepted"
+            ended, message.finished, message.accepted = "sent", True, True
         case email.DeliverySkipped():
             worker = (r.metadata or {}).get("actor") or "a worker"
             why = ("its recipient's personal data had been erased" if e.reason == "erased"
                    else "it was no longer wanted when a worker picked it up")
             said = f"{label} was skipped ({e.reason}) by worker {worker} at {T(at)}: it was not sent, because {why}."
-            ended, message.finished, kind = "skipped", True, "skipped"
+            ended, message.finished = "skipped", True
         case email.DeliveryAbandoned():
             said = (f"{label} was abandoned at {T(at)} after {e.attempts} attempts (last error: {e.last_error}): "
                     "it was not sent.")
-            ended, message.finished, kind = "abandoned", True, "abandoned"
+            ended, message.finished = "abandoned", True
         case _:
             return
     if current is not None and current.ended is None:
         current.ended = ended
-    message.said.append(Finding(said, kind, pos, at, _ids(request_id=message.request_id, message_id=e.message_id)))
+    message.said.append(Finding(said, r.event_type, pos, at, _ids(request_id=message.request_id,
+                                                                   message_id=e.message_id)))
 
 
 def build_story(events: Iterable[RecordedEvent]) -> Story:

@@ -232,7 +232,7 @@ def test_history_tells_who_erased_the_user_and_when_without_their_address(
     assert erasure_line.endswith(f"personal data erased: data key {key_id} destroyed")
     as_json = invoke(database_url, "history", "--user-id", "1", "--flow", "reset", "--json")
     assert as_json.exit_code == 0, as_json.output
-    assert any(f["sentence"].startswith(said) and f["kind"] == "erased" and f["user_id"] == "1"
+    assert any(f["sentence"].startswith(said) and f["kind"] == "SubjectErased" and f["user_id"] == "1"
                for f in json.loads(as_json.stdout)["findings"]), "kept in the user's flow"
     assert ADA not in told.output + as_json.output
     other_flow = invoke(database_url, "history", "--user-id", "1", "--flow", "otp")

@@ -88,10 +88,11 @@ def test_an_erasure_with_no_key_left_and_no_recorded_actor_says_both() -> None:
 def test_each_finding_carries_its_kind_time_and_ids_beside_the_sentence() -> None:
     erasure, skipped = explain_user(forgotten_user(), "1", now=AT + timedelta(hours=1))[:2]
     assert erasure.as_dict() == {
-        "kind": "erased", "sentence": erasure.sentence, "position": 3, "at": "2024-05-01T10:05:00+00:00",
+        "kind": "SubjectErased", "sentence": erasure.sentence, "position": 3, "at": "2024-05-01T10:05:00+00:00",
         "user_id": "1",
     }
     told = {f.kind: f.as_dict() for f in explain_user(forgotten_user(), "1", now=AT + timedelta(hours=1))}
-    assert told["skipped"]["message_id"] == str(MESSAGE) and told["skipped"]["request_id"] == str(REQUEST)
-    assert told["skipped"]["at"] == "2024-05-01T10:05:01+00:00" and told["skipped"]["position"] == 4
-    assert told["request-made"]["user_id"] == "1" and "expires_at" in told["request-made"]
+    skipped = told["DeliverySkipped"]
+    assert skipped["message_id"] == str(MESSAGE) and skipped["request_id"] == str(REQUEST)
+    assert skipped["at"] == "2024-05-01T10:05:01+00:00" and skipped["position"] == 4
+    assert told["ResetRequested"]["user_id"] == "1" and "expires_at" in told["ResetRequested"]
