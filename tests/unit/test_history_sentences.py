@@ -86,7 +86,7 @@ def test_an_erasure_with_no_key_left_and_no_recorded_actor_says_both() -> None:
 
 
 def test_each_finding_carries_its_kind_time_and_ids_beside_the_sentence() -> None:
-    erasure, skipped = explain_user(forgotten_user(), "1", now=AT + timedelta(hours=1))[:2]
+    erasure = explain_user(forgotten_user(), "1", now=AT + timedelta(hours=1))[0]
     assert erasure.as_dict() == {
         "kind": "SubjectErased", "sentence": erasure.sentence, "position": 3, "at": "2024-05-01T10:05:00+00:00",
         "user_id": "1",
