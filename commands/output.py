@@ -28,12 +28,12 @@ CLI_CLIENT = "cli"
 
 
 def cli_metadata(command: str, actor: str | None = None) -> dict[str, str]:
-    """Who ran ``command``: ``actor`` if given, else the OS account (never "unknown")."""
-    return {"actor": f"cli:{actor or os_user()}", "client": CLI_CLIENT, "command": command}
+    """Who ran ``command``: ``actor`` if given, else $USER, else the OS account (never "unknown")."""
+    return {"actor": f"cli:{actor or os.environ.get('USER') or os_user()}", "client": CLI_CLIENT, "command": command}
 
 
 def os_user() -> str:
-    """The account's name from the password database ($USER can be unset or anything); its uid if it has none."""
+    """The account's name from the password database (for when $USER is unset); its uid if it has none."""
     uid = os.getuid()
     try:
         return pwd.getpwuid(uid).pw_name

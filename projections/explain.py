@@ -301,12 +301,12 @@ def request_sentences(story: Story, request_id: UUID, now: datetime, *, follow: 
     return lines
 
 
-def explain_request(events: Iterable[RecordedEvent], request_id: UUID, *, now: datetime) -> list[Finding]:
+def request_findings(events: Iterable[RecordedEvent], request_id: UUID, *, now: datetime) -> list[Finding]:
     """What happened to one request (or OTP challenge), its emails, and the request that replaced it."""
     return request_sentences(build_story(events), request_id, now)
 
 
-def explain_message(events: Iterable[RecordedEvent], message_id: UUID, *, now: datetime) -> list[Finding]:
+def message_findings(events: Iterable[RecordedEvent], message_id: UUID, *, now: datetime) -> list[Finding]:
     """What happened to one email, told with the request it served."""
     story = build_story(events)
     message = story.messages.get(message_id)
@@ -315,7 +315,7 @@ def explain_message(events: Iterable[RecordedEvent], message_id: UUID, *, now: d
     return request_sentences(story, message.request_id, now)
 
 
-def explain_user(events: Iterable[RecordedEvent], user_id: str, *, now: datetime) -> list[Finding]:
+def user_findings(events: Iterable[RecordedEvent], user_id: str, *, now: datetime) -> list[Finding]:
     """Every request of a user, in order, then how many of their emails reached the provider."""
     story = build_story(events)
     lines = _in_log_order(story.user_notes)
@@ -327,3 +327,18 @@ def explain_user(events: Iterable[RecordedEvent], user_id: str, *, now: datetime
                              + "; ".join(_label(story, m.message_id) for m in accepted) + ".", "several-accepted",
                              ids=_ids(user_id=user_id, message_ids=",".join(str(m.message_id) for m in accepted))))
     return lines
+
+
+def explain_request(events: Iterable[RecordedEvent], request_id: UUID, *, now: datetime) -> list[str]:
+    """The sentences of ``request_findings``."""
+    return sentences(request_findings(events, request_id, now=now))
+
+
+def explain_message(events: Iterable[RecordedEvent], message_id: UUID, *, now: datetime) -> list[str]:
+    """The sentences of ``message_findings``."""
+    return sentences(message_findings(events, message_id, now=now))
+
+
+def explain_user(events: Iterable[RecordedEvent], user_id: str, *, now: datetime) -> list[str]:
+    """The sentences of ``user_findings``."""
+    return sentences(user_findings(events, user_id, now=now))

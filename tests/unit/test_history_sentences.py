@@ -15,7 +15,7 @@ from domain.log import RecordedEvent
 from domain.privacy import SubjectErased, subject_stream
 from domain.reset import ResetRequested
 from infra.eventlog.tags import EVENT_TYPES, PERSONAL_FIELDS
-from projections.explain import explain_user, sentences
+from projections.explain import explain_user, user_findings
 from projections.timeline import summary, timeline
 
 ADDRESS = "ada.lovelace@example.test"
@@ -59,7 +59,7 @@ def forgotten_user() -> list[RecordedEvent]:
 
 
 def test_an_erasure_is_told_with_whom_it_erased_when_by_whom_and_which_keys_but_no_address() -> None:
-    findings = sentences(explain_user(forgotten_user(), "1", now=AT + timedelta(hours=1)))
+    findings = explain_user(forgotten_user(), "1", now=AT + timedelta(hours=1))
     assert findings[0] == (
         "User 1's personal data was erased at 2024-05-01 10:05:00.000+00:00 by cli:alice: data key 3f9c0a destroyed. "
         "From then on their email addresses in the log read [erased] wherever they are opened, and an email still "
@@ -78,7 +78,7 @@ def test_an_erasure_is_told_with_whom_it_erased_when_by_whom_and_which_keys_but_
 
 def test_an_erasure_with_no_key_left_and_no_recorded_actor_says_both() -> None:
     erased = recorded(7, subject_stream("9"), SubjectErased("9", AT, ()))
-    assert sentences(explain_user([erased], "9", now=AT)) == [(
+    assert explain_user([erased], "9", now=AT) == [(
         "User 9's personal data was erased at 2024-05-01 10:00:00.000+00:00 by an unrecorded caller: "
         "no data key was left to destroy."
     )]
@@ -86,12 +86,12 @@ def test_an_erasure_with_no_key_left_and_no_recorded_actor_says_both() -> None:
 
 
 def test_each_finding_carries_its_kind_time_and_ids_beside_the_sentence() -> None:
-    erasure = explain_user(forgotten_user(), "1", now=AT + timedelta(hours=1))[0]
+    erasure = user_findings(forgotten_user(), "1", now=AT + timedelta(hours=1))[0]
     assert erasure.as_dict() == {
         "kind": "SubjectErased", "sentence": erasure.sentence, "position": 3, "at": "2024-05-01T10:05:00+00:00",
         "user_id": "1",
     }
-    told = {f.kind: f.as_dict() for f in explain_user(forgotten_user(), "1", now=AT + timedelta(hours=1))}
+    told = {f.kind: f.as_dict() for f in user_findings(forgotten_user(), "1", now=AT + timedelta(hours=1))}
     skipped = told["DeliverySkipped"]
     assert skipped["message_id"] == str(MESSAGE) and skipped["request_id"] == str(REQUEST)
     assert skipped["at"] == "2024-05-01T10:05:01+00:00" and skipped["position"] == 4
