@@ -17,7 +17,7 @@ def privacy() -> None:
 
 @privacy.command("forget")
 @click.option("--user-id", required=True, help="The application's id for the user.")
-@click.option("--actor", help="Who asked for the erasure, for the record (default: $USER, else your OS account name).")
+@click.option("--actor", help="Who asked for the erasure, for the record (default: $USER, else your OS account).")
 @json_option
 @click.pass_obj
 def privacy_forget(app: App, user_id: str, actor: str | None, as_json: bool) -> None:

@@ -35,8 +35,8 @@ class Review:
         return "\n".join([*lines, "", render_timeline(self.timeline)])
 
     def as_dict(self) -> dict[str, Any]:
-        return {"subject": self.subject, "findings": [f.as_dict() for f in self.findings], "unindexed_events": self.unindexed_events,
-                "timeline": [entry.as_dict() for entry in self.timeline]}
+        return {"subject": self.subject, "findings": [f.as_dict() for f in self.findings],
+                "unindexed_events": self.unindexed_events, "timeline": [entry.as_dict() for entry in self.timeline]}
 
 
 def _until(events: list[RecordedEvent], as_of: datetime | None) -> list[RecordedEvent]:
