@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -16,6 +17,7 @@ from infra.audit.digest import (
     check_trust,
     configured_public_key,
     parse_public_key,
+    public_key_text,
     read_digest_file,
     signing_key,
     write_digest_file,
@@ -23,6 +25,7 @@ from infra.audit.digest import (
 from infra.audit.export import events_in_export, stretch_for_times, verify_export
 from infra.audit.export import export as export_log
 from infra.bootstrap import App
+from infra.errors import KeyNotTrusted
 
 
 @click.group()
@@ -61,18 +64,29 @@ def audit_seal(app: App, batch_size: int, as_json: bool) -> None:
               help="Prove the log still extends this signed digest.")
 @click.option("--export", "export_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Check an export file offline, without a database.")
-@click.option("--public-key", help="Trusted Ed25519 public key: a PEM file, or base64 of its 32 raw bytes. "
-              "Default: the configured signing key's.")
+@click.option("--public-key", help="Trusted Ed25519 public key: a PEM file, or base64 of its 32 raw bytes "
+              "(`authledger audit public-key` prints it). Default: the configured signing key's.")
+@click.option("--trust-embedded-key", is_flag=True,
+              help="With no trusted key, check the signature against the key written in the file itself.")
 @json_option
 @click.pass_obj
 def audit_verify(app: App, from_position: int | None, to_position: int | None, digest_file: Path | None,
-                 export_file: Path | None, public_key: str | None, as_json: bool) -> None:
+                 export_file: Path | None, public_key: str | None, trust_embedded_key: bool, as_json: bool) -> None:
     """Recompute the hash chain and report the first event that no longer matches."""
     if export_file and (from_position or to_position or digest_file):
         raise click.UsageError("--export checks a file on its own: drop --from, --to and --digest")
     if digest_file and (from_position or to_position):
         raise click.UsageError("--digest checks the whole chain: drop --from and --to")
+    if public_key and trust_embedded_key:
+        raise click.UsageError("give --public-key or --trust-embedded-key, not both")
     trusted = parse_public_key(public_key) if public_key else configured_public_key(app.settings)
+    signed_file = export_file or digest_file
+    if signed_file and trusted is None and not trust_embedded_key:
+        raise KeyNotTrusted(
+            f"{signed_file} carries its own public key, which cannot vouch for itself: pass --public-key "
+            "(a PEM file or the base64 of the raw 32-byte key, see docs/audit.md \"Getting the public key\"), "
+            "or --trust-embedded-key to accept the key inside the file"
+        )
     if export_file:
         with progress_bar(events_in_export(export_file), "checking export") as bar:
             report = verify_export(export_file, trusted, progress=bar.update)
@@ -127,5 +141,15 @@ def audit_export(app: App, since: datetime | None, until: datetime | None, out: 
         result = export_log(app.engine, key, out, since=since, until=until, progress=bar.update)
     data = {"path": str(result.path), "events": result.events, "first_index": result.first_index,
             "last_index": result.last_index, "key_id": result.key_id}
+    check = (f"authledger audit verify --export {shlex.quote(str(result.path))} "
+             f"--public-key {public_key_text(key.public_key())}")
     emit(data, as_json, f"exported {result.events} events (chain index {result.first_index}-{result.last_index}) "
-         f"to {result.path}, signed by {result.key_id}; check it with `authledger audit verify --export {result.path}`")
+         f"to {result.path}, signed by {result.key_id}; check it with `{check}`")
+
+
+@audit.command("public-key")
+@click.option("--pem", is_flag=True, help="PEM (SubjectPublicKeyInfo) instead of the base64 of the raw 32 bytes.")
+@click.pass_obj
+def audit_public_key(app: App, pem: bool) -> None:
+    """Print the configured signing key's public key, to give to auditors (never the private key)."""
+    click.echo(public_key_text(signing_key(app.settings).public_key(), pem=pem).rstrip("\n"))

@@ -1,13 +1,15 @@
-"""`authledger db`: create and check the database schema."""
+"""`authledger db`: create and check the database schema; its URL, and psql on it."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
 from commands.output import emit, json_option
 from infra.bootstrap import App
+from infra.db.embedded import psql_program
 from infra.db.schema import check_schema, init_schema
 
 
@@ -66,3 +68,35 @@ def db_check(app: App, as_json: bool) -> None:
     emit(data, as_json, "\n".join(lines))
     if not report.ok:
         sys.exit(1)
+
+
+def _libpq_url(app: App, show_password: bool) -> str:
+    """The configured database's URL as psql and libpq take it (postgresql://)."""
+    return app.database.plain_url if show_password else app.database.display_url
+
+
+@db.command("url")
+@click.option("--show-password", is_flag=True, help="Print the password instead of ***.")
+@click.pass_obj
+def db_url(app: App, show_password: bool) -> None:
+    """Print the URL of the configured database, the embedded one included."""
+    click.echo(_libpq_url(app, show_password))
+    if app.database.embedded:
+        click.echo("note: the embedded server runs while an authledger process uses it "
+                   "(`authledger serve`, or `authledger db shell`)", err=True)
+
+
+@db.command("shell", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("psql_args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_obj
+def db_shell(app: App, psql_args: tuple[str, ...]) -> None:
+    """Open psql on the configured database; PSQL_ARGS go to psql (e.g. -c "SELECT ...")."""
+    program = psql_program()
+    if program is None:
+        raise click.ClickException("psql is not installed: install the PostgreSQL client "
+                                   "(e.g. apt install postgresql-client), or use `authledger db url`")
+    url = _libpq_url(app, show_password=True)
+    sys.stdout.flush()
+    # exec keeps this process id, which the embedded server counts as a user: it
+    # stays up while psql runs and its watchdog stops it once psql exits.
+    os.execv(program, [program, *psql_args, url])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import sys
 import time
 from collections.abc import Iterator
@@ -26,8 +27,18 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 CLI_CLIENT = "cli"
 
 
-def cli_metadata(command: str) -> dict[str, str]:
-    return {"actor": f"cli:{os.environ.get('USER', 'unknown')}", "client": CLI_CLIENT, "command": command}
+def cli_metadata(command: str, actor: str | None = None) -> dict[str, str]:
+    """Who ran ``command``: ``actor`` if given, else $USER, else the OS account (never "unknown")."""
+    return {"actor": f"cli:{actor or os.environ.get('USER') or os_user()}", "client": CLI_CLIENT, "command": command}
+
+
+def os_user() -> str:
+    """The account's name from the password database (for when $USER is unset); its uid if it has none."""
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a container running as a uid with no passwd entry
+        return f"uid {uid}"
 
 
 def progress_bar(length: int, label: str) -> Any:

@@ -17,11 +17,14 @@ def privacy() -> None:
 
 @privacy.command("forget")
 @click.option("--user-id", required=True, help="The application's id for the user.")
+@click.option("--actor", help="Who asked for the erasure, for the record (default: $USER, else your OS account).")
 @json_option
 @click.pass_obj
-def privacy_forget(app: App, user_id: str, as_json: bool) -> None:
+def privacy_forget(app: App, user_id: str, actor: str | None, as_json: bool) -> None:
     """Destroy the user's data keys: their addresses in the log read [erased] from now on."""
-    erasure = forget_subject(app.services, user_id, metadata=cli_metadata("privacy forget"))
+    if actor is not None and not actor.strip():
+        raise click.BadParameter("must not be empty", param_hint="--actor")
+    erasure = forget_subject(app.services, user_id, metadata=cli_metadata("privacy forget", actor))
     if not erasure.recorded:
         said = f"user {user_id} was already erased at {erasure.erased_at.isoformat()}; nothing changed"
     elif not erasure.key_ids:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from datetime import datetime
 
@@ -9,7 +10,7 @@ import click
 
 from commands.output import emit, json_option, parse_instant, rate_progress_bar
 from infra.errors import ProjectionMismatch
-from infra.bootstrap import App, stop_on_sigterm
+from infra.bootstrap import App
 
 from infra.eventlog.reader import as_of as log_as_of
 from infra.eventlog.reader import to_position as log_to_position
@@ -153,8 +154,11 @@ def projections_run(app: App, once: bool, batch_size: int, poll_seconds: float, 
         emit(folded, as_json, ", ".join(f"{name}: {n} events" for name, n in folded.items()))
         return
     configure_logging(app.settings.log_format)
-    stop_on_sigterm()
-    try:
-        runner.run()
-    except (KeyboardInterrupt, SystemExit):
-        runner.stop()
+    # SIGTERM and Ctrl-C ask the runner to stop: it finishes its batch and
+    # closes its listener before the process lets go of the database, so a
+    # normal stop logs no lost connection.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: runner.stop())
+    runner.run()
+    emit({"stopped": True, "events": runner.applied}, as_json,
+         "stopped; folded " + ", ".join(f"{name}: {n} events" for name, n in runner.applied.items()))

@@ -275,16 +275,46 @@ def _cross_checks(settings: Settings) -> list[str]:
     return problems
 
 
-def masked(settings: Settings) -> dict[str, Any]:
-    """The effective configuration for display, secrets replaced by ``***``."""
-    shown = {}
-    for setting in SETTINGS:
-        value = getattr(settings, setting.name)
-        if setting.secret and value:
-            value = "***"
-        shown[setting.variable] = str(value) if isinstance(value, Path) else value
-    shown[_VARIABLE["maildir"]] = str(settings.maildir_path)
-    return shown
+# Keys generated into the data directory on the embedded default (infra/keys.py).
+DEV_KEY_FILES = {"token_keys": "dev-token-key", "master_key": "dev-master-key"}
+
+
+@frozen
+class Shown:
+    """One setting as ``config show`` prints it: its effective value (secrets masked) and where it came from."""
+
+    variable: str
+    value: Any
+    source: str
+
+
+def shown_settings(settings: Settings, environ: Mapping[str, str], command_line: frozenset[str] = frozenset()
+                   ) -> list[Shown]:
+    """Every setting's effective value and source: command line, environment, default, or what stands in
+    for an unset one on the embedded default (the embedded database, a generated development key)."""
+    return [Shown(s.variable, *_value_and_source(settings, s, environ, command_line)) for s in SETTINGS]
+
+
+def _value_and_source(settings: Settings, setting: Setting, environ: Mapping[str, str],
+                      command_line: frozenset[str]) -> tuple[Any, str]:
+    value = getattr(settings, setting.name)
+    if setting.name in command_line:
+        source = "command line"
+    elif environ.get(setting.variable, "") != "":
+        source = "environment"
+    elif settings.database_url is None and setting.name == "database_url":
+        return f"embedded PostgreSQL in {settings.data_dir / 'pgdata'}", "embedded database: `authledger db url`"
+    elif settings.database_url is None and setting.name in DEV_KEY_FILES:
+        return f"*** from {settings.data_dir / DEV_KEY_FILES[setting.name]}", "generated development key file"
+    elif setting.name == "maildir" and value is None:
+        return str(settings.maildir_path), "default, in the data directory"
+    else:
+        source = "default"
+    if value is None:
+        return None, source
+    if setting.secret:
+        return "***", source
+    return (str(value) if isinstance(value, Path) else value), source
 
 
 Policy = TypeVar("Policy")

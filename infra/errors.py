@@ -91,3 +91,24 @@ class PersonalDataUnreadable(AuthledgerError):
 
     exit_code = 65  # EX_DATAERR
     problem_type = "personal-data-unreadable"
+
+
+class ReplayTargetExists(AuthledgerError):
+    """The replay's target schema already exists."""
+
+    exit_code = 10
+    problem_type = "replay-target-exists"
+
+
+class NothingSealed(AuthledgerError):
+    """Nothing is sealed yet, so there is no chain to verify."""
+
+    exit_code = 11
+    problem_type = "nothing-sealed"
+
+
+class KeyNotTrusted(AuthledgerError):
+    """No trusted public key was given, and the key inside the file cannot vouch for itself."""
+
+    exit_code = 12
+    problem_type = "key-not-trusted"

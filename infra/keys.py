@@ -16,17 +16,16 @@ from pathlib import Path
 
 from domain.errors import ConfigError
 from domain.tokens import TokenKeys
-from infra.config import Settings, parse_token_keys
+from infra.config import DEV_KEY_FILES, Settings, parse_token_keys
 from infra.logs import log_event
 from infra.eventlog.subject_keys import MasterKeys
 
 log = logging.getLogger("authledger.keys")
-DEV_KEY_FILE = "dev-token-key"
-DEV_MASTER_KEY_FILE = "dev-master-key"
+DEV_KEY_FILE = DEV_KEY_FILES["token_keys"]
+DEV_MASTER_KEY_FILE = DEV_KEY_FILES["master_key"]
 
 
-def _dev_keys(data_dir: Path, file_name: str = DEV_KEY_FILE, what: str = "token key",
-              variable: str = "AUTHLEDGER_TOKEN_KEYS") -> str:
+def _dev_keys(data_dir: Path, file_name: str = DEV_KEY_FILE) -> str:
     path = data_dir / file_name
     if not path.exists():
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -38,9 +37,21 @@ def _dev_keys(data_dir: Path, file_name: str = DEV_KEY_FILE, what: str = "token 
         else:
             with os.fdopen(descriptor, "w") as file:
                 file.write(f"dev:{encoded}\n")
-    log_event(log, f"using a generated development {what}; set {variable} in production",
-              logging.WARNING, key_file=str(path))
+    _warn_once(data_dir)
     return path.read_text().strip()
+
+
+_warned: set[Path] = set()
+
+
+def _warn_once(data_dir: Path) -> None:
+    # One line per process and data directory: a command that loads both
+    # keys (or loads one several times) must not print a wall of warnings.
+    if data_dir in _warned:
+        return
+    _warned.add(data_dir)
+    log_event(log, "using generated development keys; set AUTHLEDGER_TOKEN_KEYS and AUTHLEDGER_MASTER_KEY "
+              "in production", logging.WARNING, data_dir=str(data_dir))
 
 
 def load_token_keys(settings: Settings) -> TokenKeys:
@@ -59,6 +70,6 @@ def load_master_keys(settings: Settings) -> MasterKeys:
     if settings.master_key:
         return MasterKeys.parse(settings.master_key)
     if settings.database_url is None:
-        return MasterKeys.parse(_dev_keys(settings.data_dir, DEV_MASTER_KEY_FILE, "master key", "AUTHLEDGER_MASTER_KEY"))
+        return MasterKeys.parse(_dev_keys(settings.data_dir, DEV_MASTER_KEY_FILE))
     raise ConfigError("AUTHLEDGER_MASTER_KEY is required when DATABASE_URL is set: it wraps the keys that "
                       "encrypt personal data (docs/operations.md, \"Personal data and erasure\")")

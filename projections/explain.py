@@ -10,6 +10,9 @@ each one in log order, for example:
     Reset request B's email M2 was accepted by provider smtp at ..., id X, on attempt 2 by w3,
     after the lease of w1 expired.
 
+Each sentence is a ``Finding`` that also carries its kind, times and ids,
+for tools (``history --json``).
+
 Pure: the caller loads the events; ``now`` says whether an open request has expired.
 """
 
@@ -17,16 +20,49 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
-from attrs import define, field
+from attrs import define, field, frozen
 
 from domain import decisions, email, otp, privacy, reset
 from domain.log import RecordedEvent
 from projections.timeline import erased_keys, event_times, format_time
 
 T = format_time
-Said = tuple[int, str]  # (position of the event it is about, the sentence)
+
+
+@frozen
+class Finding:
+    """One sentence of the story, with what it is made of."""
+
+    sentence: str
+    # The type of the event it tells (as in the timeline: "ResetSuperseded", "ProviderAccepted", ...), or
+    # what is still going on: "still-open", "expired-unused", "waiting-for-worker", "leased-no-outcome";
+    # or "not-found", "several-accepted".
+    kind: str
+    position: int | None = None  # the global position of the event it tells; None for what is still going on
+    at: datetime | None = None
+    ids: dict[str, str] = field(factory=dict)  # request_id, message_id, user_id, ... as text
+    times: dict[str, datetime] = field(factory=dict)  # other moments it names: expires_at, retry_at, ...
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "sentence": self.sentence, "position": self.position,
+                "at": self.at.isoformat() if self.at else None, **self.ids,
+                **{name: moment.isoformat() for name, moment in self.times.items()}}
+
+
+
+def _ids(**ids: object) -> dict[str, str]:
+    return {name: str(value) for name, value in ids.items() if value is not None}
+
+
+def _in_log_order(said: Iterable[Finding]) -> list[Finding]:
+    return sorted(said, key=lambda f: (f.position if f.position is not None else -1, f.sentence))
+
+
+def sentences(findings: Iterable[Finding]) -> list[str]:
+    return [finding.sentence for finding in findings]
 
 
 @define
@@ -44,7 +80,7 @@ class Message:
     request_id: UUID
     queued_at: datetime | None
     attempts: list[Attempt] = field(factory=list)
-    said: list[Said] = field(factory=list)
+    said: list[Finding] = field(factory=list)
     finished: bool = False
     accepted: bool = False
 
@@ -53,7 +89,7 @@ class Message:
 class Request:
     request_id: UUID
     kind: str  # "Reset request" or "OTP challenge"
-    said: list[Said]
+    said: list[Finding]
     expires_at: datetime
     messages: list[UUID]
     status: str = "open"
@@ -64,7 +100,7 @@ class Request:
 class Story:
     requests: dict[UUID, Request] = field(factory=dict)
     messages: dict[UUID, Message] = field(factory=dict)
-    user_notes: list[Said] = field(factory=list)  # refusals, account lockouts: about the user, not one request
+    user_notes: list[Finding] = field(factory=list)  # refusals, account lockouts: about the user, not one request
 
 
 def _who(r: RecordedEvent) -> str:
@@ -94,7 +130,9 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             kind = "Reset request" if isinstance(e, reset.ResetRequested) else "OTP challenge"
             made = (f"{kind} {rid} for user {e.user_id} was made at {T(at)} by {_who(r)}, valid until "
                     f"{T(e.expires_at)} (key {e.key_id}).")
-            story.requests[rid] = Request(rid, kind, [(pos, made)], e.expires_at, [e.message_id])
+            found = Finding(made, r.event_type, pos, at, _ids(request_id=rid, user_id=e.user_id,
+                            message_id=e.message_id), {"expires_at": e.expires_at})
+            story.requests[rid] = Request(rid, kind, [found], e.expires_at, [e.message_id])
         case reset.ResetSuperseded() | otp.OtpChallengeSuperseded():
             rid = e.request_id if isinstance(e, reset.ResetSuperseded) else e.challenge_id
             request = story.requests.get(rid)
@@ -103,37 +141,45 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             request.status, request.superseded_by = "superseded", e.superseded_by
             why = (f"by {e.superseded_by}" if e.superseded_by is not None
                    else "because the password was changed with another request's link")
-            request.said.append((pos, f"{request.kind} {rid} was superseded {why} at {T(at)}; its link or code "
-                                      "stopped working then."))
+            request.said.append(Finding(f"{request.kind} {rid} was superseded {why} at {T(at)}; its link or code "
+                                        "stopped working then.", r.event_type, pos, at,
+                                        _ids(request_id=rid, superseded_by=e.superseded_by)))
         case reset.ResetCompleted() if e.request_id in story.requests:
             request = story.requests[e.request_id]
             request.status = "completed"
             request.messages.append(e.notice_message_id)
-            request.said.append((pos, f"Reset request {e.request_id}'s link was used at {T(at)} by {_who(r)}: "
-                                      "the password was changed, and a password-changed notice was queued."))
+            request.said.append(Finding(f"Reset request {e.request_id}'s link was used at {T(at)} by {_who(r)}: "
+                                        "the password was changed, and a password-changed notice was queued.",
+                                        r.event_type, pos, at,
+                                        _ids(request_id=e.request_id, notice_message_id=e.notice_message_id)))
         case otp.OtpChallengeVerified() | otp.OtpChallengeLockedOut() if e.challenge_id in story.requests:
             request = story.requests[e.challenge_id]
             request.status = "verified" if isinstance(e, otp.OtpChallengeVerified) else "locked"
             what = "its code was verified" if request.status == "verified" else f"it was locked ({e.scope})"
-            request.said.append((pos, f"OTP challenge {e.challenge_id}: {what} at {T(at)}."))
+            request.said.append(Finding(f"OTP challenge {e.challenge_id}: {what} at {T(at)}.",
+                                        r.event_type, pos, at, _ids(request_id=e.challenge_id)))
         case otp.OtpVerificationFailed() if e.challenge_id in story.requests:
             request = story.requests[e.challenge_id]
             wrong = (f"OTP challenge {e.challenge_id}: a wrong code was entered at {T(at)} by {_who(r)} (wrong code "
                      f"{e.attempt} on this challenge, {e.consecutive_failures} in a row for the account).")
-            request.said.append((pos, wrong))
+            request.said.append(Finding(wrong, r.event_type, pos, at, _ids(request_id=e.challenge_id)))
         case otp.OtpChallengeLockedOut():
             until = f" until {T(e.until)}" if e.until else ""
-            story.user_notes.append((pos, f"One-time codes were locked for the whole account at {T(at)}{until}."))
+            story.user_notes.append(Finding(f"One-time codes were locked for the whole account at {T(at)}{until}.",
+                                            r.event_type, pos, at, _ids(request_id=e.challenge_id),
+                                            {"until": e.until} if e.until else {}))
         case reset.ResetRequestRefused() | otp.OtpRequestRefused():
             flow = "reset" if isinstance(e, reset.ResetRequestRefused) else "one-time code"
-            story.user_notes.append((pos, f"A {flow} request by {_who(r)} was refused at {T(at)} ({e.reason}): no "
-                                          f"email was queued; a new request is accepted from {T(e.retry_at)}."))
+            story.user_notes.append(Finding(f"A {flow} request by {_who(r)} was refused at {T(at)} ({e.reason}): no "
+                                            f"email was queued; a new request is accepted from {T(e.retry_at)}.",
+                                            r.event_type, pos, at, {}, {"retry_at": e.retry_at}))
         case decisions.IdempotencyKeyBound() if e.request_id in story.requests:
             request = story.requests[e.request_id]
-            request.said.append((pos, f"A repeat with idempotency key {e.idempotency_key!r} at {T(at)} was answered "
-                                      f"with {request.kind.lower()} {e.request_id}; no new email was queued."))
+            request.said.append(Finding(f"A repeat with idempotency key {e.idempotency_key!r} at {T(at)} was answered "
+                                        f"with {request.kind.lower()} {e.request_id}; no new email was queued.",
+                                        r.event_type, pos, at, _ids(request_id=e.request_id)))
         case privacy.SubjectErased():
-            story.user_notes.append((pos, _erasure(e, r, at)))
+            story.user_notes.append(Finding(_erasure(e, r, at), r.event_type, pos, at, _ids(user_id=e.user_id)))
 
 
 def _erasure(e: privacy.SubjectErased, r: RecordedEvent, at: datetime | None) -> str:
@@ -204,7 +250,8 @@ def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             return
     if current is not None and current.ended is None:
         current.ended = ended
-    message.said.append((pos, said))
+    message.said.append(Finding(said, r.event_type, pos, at, _ids(request_id=message.request_id,
+                                                                   message_id=e.message_id)))
 
 
 def build_story(events: Iterable[RecordedEvent]) -> Story:
@@ -216,65 +263,86 @@ def build_story(events: Iterable[RecordedEvent]) -> Story:
     return story
 
 
-def _still(story: Story, request: Request, now: datetime) -> list[str]:
+def _still(story: Story, request: Request, now: datetime) -> list[Finding]:
     """What is still going on: mail not sent yet, a request not used yet."""
-    lines = []
+    lines, rid = [], request.request_id
     for message_id in request.messages:
         message = story.messages.get(message_id)
         if message is None or message.finished:
             continue
         current = message.attempts[-1] if message.attempts else None
         if current is not None and current.ended is None:
-            lines.append(f"{_label(story, message_id)} is leased to {current.owner} (attempt {current.number}) "
-                         "with no outcome recorded yet.")
+            lines.append(Finding(f"{_label(story, message_id)} is leased to {current.owner} (attempt "
+                                 f"{current.number}) with no outcome recorded yet.", "leased-no-outcome", None,
+                                 current.claimed_at, _ids(request_id=rid, message_id=message_id)))
         else:
-            lines.append(f"{_label(story, message_id)} has not been sent yet: it is waiting for a worker "
-                         f"(queued at {T(message.queued_at)}).")
-    if request.status == "open":
-        lines.append(f"{request.kind} {request.request_id} expired unused at {T(request.expires_at)}."
-                     if now >= request.expires_at else
-                     f"{request.kind} {request.request_id} is still open; its link or code works until "
-                     f"{T(request.expires_at)}.")
+            lines.append(Finding(f"{_label(story, message_id)} has not been sent yet: it is waiting for a worker "
+                                 f"(queued at {T(message.queued_at)}).", "waiting-for-worker", None,
+                                 message.queued_at, _ids(request_id=rid, message_id=message_id)))
+    if request.status == "open" and now >= request.expires_at:
+        lines.append(Finding(f"{request.kind} {rid} expired unused at {T(request.expires_at)}.", "expired-unused",
+                             None, request.expires_at, _ids(request_id=rid)))
+    elif request.status == "open":
+        lines.append(Finding(f"{request.kind} {rid} is still open; its link or code works until "
+                             f"{T(request.expires_at)}.", "still-open", None, None, _ids(request_id=rid),
+                             {"expires_at": request.expires_at}))
     return lines
 
 
-def request_sentences(story: Story, request_id: UUID, now: datetime, *, follow: bool = True) -> list[str]:
+def request_sentences(story: Story, request_id: UUID, now: datetime, *, follow: bool = True) -> list[Finding]:
     """The request's story in log order, then its successor's (once)."""
     request = story.requests.get(request_id)
     if request is None:
-        return [f"No request or challenge {request_id} is in the log."]
+        return [Finding(f"No request or challenge {request_id} is in the log.", "not-found", ids=_ids(
+            request_id=request_id))]
     said = list(request.said)
     for message_id in request.messages:
         if message_id in story.messages:
             said += story.messages[message_id].said
-    lines = [sentence for _, sentence in sorted(said)] + _still(story, request, now)
+    lines = _in_log_order(said) + _still(story, request, now)
     if follow and request.superseded_by in story.requests:
         lines += request_sentences(story, request.superseded_by, now, follow=False)
     return lines
 
 
-def explain_request(events: Iterable[RecordedEvent], request_id: UUID, *, now: datetime) -> list[str]:
+def request_findings(events: Iterable[RecordedEvent], request_id: UUID, *, now: datetime) -> list[Finding]:
     """What happened to one request (or OTP challenge), its emails, and the request that replaced it."""
     return request_sentences(build_story(events), request_id, now)
 
 
-def explain_message(events: Iterable[RecordedEvent], message_id: UUID, *, now: datetime) -> list[str]:
+def message_findings(events: Iterable[RecordedEvent], message_id: UUID, *, now: datetime) -> list[Finding]:
     """What happened to one email, told with the request it served."""
     story = build_story(events)
     message = story.messages.get(message_id)
     if message is None:
-        return [f"No email {message_id} is in the log."]
+        return [Finding(f"No email {message_id} is in the log.", "not-found", ids=_ids(message_id=message_id))]
     return request_sentences(story, message.request_id, now)
 
 
-def explain_user(events: Iterable[RecordedEvent], user_id: str, *, now: datetime) -> list[str]:
+def user_findings(events: Iterable[RecordedEvent], user_id: str, *, now: datetime) -> list[Finding]:
     """Every request of a user, in order, then how many of their emails reached the provider."""
     story = build_story(events)
-    lines = [sentence for _, sentence in sorted(story.user_notes)]
+    lines = _in_log_order(story.user_notes)
     for request_id in story.requests:
         lines += request_sentences(story, request_id, now, follow=False)
     accepted = [m for m in story.messages.values() if m.accepted]
     if len(accepted) > 1:
-        lines.append(f"{len(accepted)} emails to user {user_id} were accepted by the provider: "
-                     + "; ".join(_label(story, m.message_id) for m in accepted) + ".")
+        lines.append(Finding(f"{len(accepted)} emails to user {user_id} were accepted by the provider: "
+                             + "; ".join(_label(story, m.message_id) for m in accepted) + ".", "several-accepted",
+                             ids=_ids(user_id=user_id, message_ids=",".join(str(m.message_id) for m in accepted))))
     return lines
+
+
+def explain_request(events: Iterable[RecordedEvent], request_id: UUID, *, now: datetime) -> list[str]:
+    """The sentences of ``request_findings``."""
+    return sentences(request_findings(events, request_id, now=now))
+
+
+def explain_message(events: Iterable[RecordedEvent], message_id: UUID, *, now: datetime) -> list[str]:
+    """The sentences of ``message_findings``."""
+    return sentences(message_findings(events, message_id, now=now))
+
+
+def explain_user(events: Iterable[RecordedEvent], user_id: str, *, now: datetime) -> list[str]:
+    """The sentences of ``user_findings``."""
+    return sentences(user_findings(events, user_id, now=now))

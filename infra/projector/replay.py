@@ -22,6 +22,7 @@ from sqlalchemy import Connection, Engine, text
 
 from domain.errors import InvalidInput
 from domain.log import Checkpoint
+from infra.errors import ReplayTargetExists
 from infra.eventlog.reader import LogBound, pages
 from infra.projector.appliers import bulk_folding
 from infra.projector.registry import Projection
@@ -79,10 +80,11 @@ def replay_into(
     with admin.connect() as connection, bulk_folding():
         owned = _owned(connection, schema)
         if owned is False:
-            raise InvalidInput(f"schema {schema} exists and was not made by authledger replay; choose another name")
+            raise ReplayTargetExists(f"schema {schema} exists and was not made by authledger replay; "
+                                     "choose another name")
         for shadow in shadows:
             if connection.execute(TABLE_EXISTS, {"name": f"{schema}.{shadow.live.name}"}).scalar_one():
-                raise InvalidInput(f"{schema}.{shadow.live.name} already exists; drop the schema first "
+                raise ReplayTargetExists(f"{schema}.{shadow.live.name} already exists; drop the schema first "
                                    f"(`authledger projections replay --drop {schema}`) or choose another")
         quoted = connection.dialect.identifier_preparer.quote(schema)
         connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {quoted}"))

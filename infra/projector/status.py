@@ -14,8 +14,9 @@ from datetime import datetime
 from typing import Any
 
 from attrs import asdict, frozen
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, Table, text
 
+from infra.projector.appliers import qualified_name
 from infra.projector.catchup import read_checkpoint
 from infra.eventlog.queries import horizon_state, lag_after
 from infra.projector.registry import all_projections
@@ -32,7 +33,10 @@ OLDEST_OPEN = text("""
           FROM pg_prepared_xacts
     ) open ORDER BY age_seconds DESC NULLS LAST LIMIT 1
 """)
-ROWS = text("SELECT CAST(greatest(reltuples, 0) AS bigint) FROM pg_class WHERE oid = to_regclass(:table)")
+# Counting is exact up to this many rows (a bounded scan, cheap); past it the
+# planner's estimate is shown, labelled, and never below what was counted.
+EXACT_COUNT_LIMIT = 100_000
+ESTIMATED_ROWS = text("SELECT CAST(greatest(reltuples, 0) AS bigint) FROM pg_class WHERE oid = to_regclass(:table)")
 SHADOWS = text("""
     SELECT relname FROM pg_class
      WHERE relname LIKE '%\\_shadow' AND relkind = 'r' AND relpersistence = 'p'
@@ -46,7 +50,8 @@ class ProjectionState:
     name: str
     kind: str
     tables: list[str]
-    approximate_rows: int
+    rows: int
+    rows_exact: bool  # False: the planner's estimate, for a table past EXACT_COUNT_LIMIT rows
     # Catch-up projections only:
     checkpoint: dict[str, int] | None = None
     events_applied: int | None = None
@@ -80,15 +85,27 @@ class Status:
         return asdict(self)
 
 
+def row_count(connection: Connection, table: Table, limit: int = EXACT_COUNT_LIMIT) -> tuple[int, bool]:
+    """(rows, exact): counted up to ``limit``, else the planner's estimate (never below what was counted)."""
+    name = qualified_name(table)
+    bounded = text(f"SELECT count(*) FROM (SELECT FROM {name} LIMIT :past) AS some_rows")
+    counted = connection.execute(bounded, {"past": limit + 1}).scalar_one()
+    if counted <= limit:
+        return counted, True
+    estimate = connection.execute(ESTIMATED_ROWS, {"table": name}).scalar() or 0
+    return max(estimate, counted), False
+
+
 def _projection_state(connection: Connection, projection: Any) -> ProjectionState:
-    rows = sum(connection.execute(ROWS, {"table": t.name}).scalar() or 0 for t in projection.tables)
-    state = ProjectionState(projection.name, projection.kind, [t.name for t in projection.tables], rows)
+    counts = [row_count(connection, t) for t in projection.tables]
+    rows, exact = sum(n for n, _ in counts), all(e for _, e in counts)
+    state = ProjectionState(projection.name, projection.kind, [t.name for t in projection.tables], rows, exact)
     if not projection.catches_up:
         return state
     stored = read_checkpoint(connection, projection.name)
     lag = lag_after(connection, stored.checkpoint)
     return ProjectionState(
-        state.name, state.kind, state.tables, rows,
+        state.name, state.kind, state.tables, rows, exact,
         {"transaction_id": stored.checkpoint.transaction_id, "global_position": stored.checkpoint.global_position},
         stored.events_applied, stored.updated_at, lag.events, round(float(lag.seconds or 0.0), 3),
     )
@@ -128,7 +145,7 @@ def render_status(status: Status) -> str:
     for p in status.projections:
         checkpoint = f"({p.checkpoint['transaction_id']}, {p.checkpoint['global_position']})" if p.checkpoint else "-"
         lag = (str(p.lag_events), f"{p.lag_seconds:.1f}") if p.kind == "catch-up" else ("0", "-")
-        rows.append((p.name, p.kind, checkpoint, *lag, f"~{p.approximate_rows}"))
+        rows.append((p.name, p.kind, checkpoint, *lag, str(p.rows) if p.rows_exact else f"~{p.rows} (estimate)"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.append(f"horizon: transaction {status.horizon} (next {status.next_xid}); "

@@ -38,7 +38,7 @@ Progress = Callable[[int], None]
 class VerifyReport:
     projection: str
     events: int  # folded into the side tables
-    rows: int  # rows compared, live and replayed together
+    rows: int  # rows compared: each key once, whichever side (or both) holds it
     differences: list[RowDifference]  # the first ``limit`` of them
     difference_count: int
     problems: list[str]  # differences that are not about one row (a checkpoint's count)
@@ -121,12 +121,14 @@ def _verify(
     differences, count, rows = [], 0, 0
     for shadow in shadows:
         keys = [c.name for c in shadow.live.primary_key.columns]
-        live, replay = _counted(_ordered(reader, shadow.live, keys)), _counted(_ordered(builder, shadow.shadow, keys))
+        live, replay = _ordered(reader, shadow.live, keys), _counted(_ordered(builder, shadow.shadow, keys))
+        only_live = 0
         for difference in diff_rows(shadow.live.name, keys, live, replay):
             count += 1
+            only_live += difference.kind == "unexpected"
             if len(differences) < limit:
                 differences.append(difference)
-        rows += live.seen + replay.seen
+        rows += replay.seen + only_live  # a key on both sides is one row compared
     return VerifyReport(projection.name, events, rows, differences, count, problems)
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from domain.errors import NotFound
 from domain.log import RecordedEvent
 from infra.review.lookup import about_message, about_request, about_user, looking_up
-from projections.explain import explain_message, explain_request, explain_user
+from projections.explain import Finding, message_findings, request_findings, user_findings
 from projections.timeline import TimelineEntry, timeline
 from projections.timeline import render as render_timeline
 
@@ -23,20 +23,20 @@ from projections.timeline import render as render_timeline
 @frozen
 class Review:
     subject: str
-    findings: list[str]
+    findings: list[Finding]
     timeline: list[TimelineEntry]
     unindexed_events: int  # how far audit_index lagged: those events were read from the log instead
 
     def render(self) -> str:
-        lines = [f"What happened to {self.subject} (times in UTC):"] + [f"  {line}" for line in self.findings]
+        lines = [f"What happened to {self.subject} (times in UTC):"] + [f"  {f.sentence}" for f in self.findings]
         if self.unindexed_events:
             lines.append(f"  (audit_index is {self.unindexed_events} events behind the log: those were read "
                          "from the log directly)")
         return "\n".join([*lines, "", render_timeline(self.timeline)])
 
     def as_dict(self) -> dict[str, Any]:
-        return {"subject": self.subject, "findings": self.findings, "unindexed_events": self.unindexed_events,
-                "timeline": [entry.as_dict() for entry in self.timeline]}
+        return {"subject": self.subject, "findings": [f.as_dict() for f in self.findings],
+                "unindexed_events": self.unindexed_events, "timeline": [entry.as_dict() for entry in self.timeline]}
 
 
 def _until(events: list[RecordedEvent], as_of: datetime | None) -> list[RecordedEvent]:
@@ -50,7 +50,7 @@ def history(engine: Engine, user_id: str, *, flow: str | None = None, as_of: dat
         events = _until(about_user(lookup, user_id, flow), as_of)
     if not events:
         raise NotFound(f"no events about user {user_id!r}" + (f" in the {flow} flow" if flow else ""))
-    findings = explain_user(events, user_id, now=as_of or now)
+    findings = user_findings(events, user_id, now=as_of or now)
     return Review(f"user {user_id}", findings, timeline(events), lookup.unindexed)
 
 
@@ -71,9 +71,9 @@ def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID 
     if story is None:
         raise NotFound(f"no {kind} {value} in the log")
     if request_id is not None:
-        findings = explain_request(story.context, request_id, now=now)
+        findings = request_findings(story.context, request_id, now=now)
     else:
-        findings = explain_message(story.context, message_id, now=now)
+        findings = message_findings(story.context, message_id, now=now)
     about = {r.global_position for r in story.events}
     # Timed over the whole context: a supersession takes its time from the request in its transaction.
     entries = [e for e in timeline(story.context) if e.global_position in about]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine
 
 from infra.audit import seal as sealer
+from infra.errors import KeyNotTrusted, NothingSealed
 from tests.support.audit_log import OTHER_KEY, SIGNING_KEY, invoke, seed
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
@@ -186,3 +188,57 @@ def test_an_unreadable_export_is_a_one_line_error(tmp_path: Path) -> None:
     garbage.write_text("{not json\n")
     outcome = invoke(None, "audit", "verify", "--export", str(garbage))
     assert outcome.exit_code == 65 and "line 1 is not JSON" in outcome.output
+
+
+def test_an_export_without_a_trusted_key_is_refused_unless_the_embedded_key_is_trusted_explicitly(
+    export_file: Path,
+) -> None:
+    outcome = invoke(None, "audit", "verify", "--export", str(export_file), AUTHLEDGER_SIGNING_KEY=None)
+    assert outcome.exit_code == KeyNotTrusted.exit_code == 12
+    assert "carries its own public key, which cannot vouch for itself: pass --public-key" in outcome.output
+    outcome = invoke(None, "audit", "verify", "--export", str(export_file), "--trust-embedded-key",
+                     AUTHLEDGER_SIGNING_KEY=None)
+    assert outcome.exit_code == 0 and "the key inside the file" in outcome.output
+
+
+def test_the_command_an_export_suggests_verifies_it_without_the_signing_key(
+    sealed: list[str], database_url: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "with space.jsonl"
+    outcome = invoke(database_url, "audit", "export", "--out", str(out))
+    assert outcome.exit_code == 0, outcome.output
+    suggested = outcome.output.split("check it with `")[1].split("`")[0]
+    [program, *args] = shlex.split(suggested)
+    assert program == "authledger"
+    checked = invoke(None, *args, AUTHLEDGER_SIGNING_KEY=None)
+    assert checked.exit_code == 0 and "signed by the trusted key" in checked.output, checked.output
+
+
+def test_the_public_key_is_printed_in_both_forms_verify_accepts(
+    export_file: Path, tmp_path: Path
+) -> None:
+    raw = invoke(None, "audit", "public-key")
+    assert raw.exit_code == 0 and raw.output.strip() == public_key_b64(SIGNING_KEY)
+    pem = invoke(None, "audit", "public-key", "--pem")
+    assert pem.exit_code == 0 and pem.output.startswith("-----BEGIN PUBLIC KEY-----")
+    (tmp_path / "signing.pub.pem").write_text(pem.output)
+    for key in (raw.output.strip(), str(tmp_path / "signing.pub.pem")):
+        outcome = invoke(None, "audit", "verify", "--export", str(export_file), "--public-key", key,
+                         AUTHLEDGER_SIGNING_KEY=None)
+        assert outcome.exit_code == 0 and "signed by the trusted key" in outcome.output
+
+
+def test_a_digest_into_a_missing_folder_creates_it(sealed: list[str], database_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "digests" / "2025" / "head.json"
+    outcome = invoke(database_url, "audit", "digest", "--out", str(out))
+    assert outcome.exit_code == 0, outcome.output
+    assert json.loads(out.read_text())["chain_index"] == 11
+
+
+def test_verify_with_nothing_sealed_exits_11_and_says_so(engine: Engine, database_url: str) -> None:
+    seed(engine, 1)
+    outcome = invoke(database_url, "audit", "verify")
+    assert outcome.exit_code == NothingSealed.exit_code == 11
+    assert outcome.stderr.endswith("Error: nothing is sealed yet; 3 events to seal: run `authledger audit seal`\n")
+    outcome = invoke(database_url, "audit", "verify", "--json")
+    assert outcome.exit_code == 11 and json.loads(outcome.stdout)["checked"] == 0

@@ -170,7 +170,7 @@ def test_config_show_masks_secrets(database_url: str) -> None:
     result = CliRunner().invoke(cli, ["config", "show", "--json"], env={"DATABASE_URL": "postgresql://u:hunter2@h/db"})
     assert result.exit_code == 0
     shown = json.loads(result.output)
-    assert shown["DATABASE_URL"] == "***"
+    assert shown["DATABASE_URL"] == {"value": "***", "source": "environment"}
     assert "hunter2" not in result.output
 
 
@@ -207,3 +207,58 @@ def test_db_check_accepts_a_schema_a_newer_release_applied(database_url: str, ad
         connection.execute(text("INSERT INTO schema_version (version) VALUES (3)"))
     code, output = run(database_url, "db", "check")
     assert code == 0, output
+
+
+def test_db_url_masks_the_password_unless_asked_to_show_it() -> None:
+    url = "postgresql://ada:s3cret@db.example:5432/auth"
+    code, output = run(url, "db", "url")
+    assert code == 0 and output == "postgresql://ada:***@db.example:5432/auth\n"
+    code, output = run(url, "db", "url", "--show-password")
+    assert code == 0 and output == url + "\n"
+
+
+def test_db_shell_runs_psql_on_the_configured_database(database_url: str) -> None:
+    env = {**os.environ, "DATABASE_URL": database_url}
+    result = subprocess.run([AUTHLEDGER, "db", "shell", "-tA", "-c", "SELECT max(version) FROM schema_version"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "2"
+
+
+def test_db_shell_without_psql_on_path_uses_the_one_shipped_with_the_embedded_server(
+    database_url: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, "DATABASE_URL": database_url, "PATH": str(tmp_path)}
+    result = subprocess.run([AUTHLEDGER, "db", "shell", "-tA", "-c", "SELECT 41 + 1"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "42", result.stderr
+
+
+def test_db_shell_says_clearly_when_no_psql_exists(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("commands.db.psql_program", lambda: None)
+    code, output = run(database_url, "db", "shell")
+    assert code == 1 and output.startswith("Error: psql is not installed: install the PostgreSQL client")
+
+
+def test_config_show_names_the_source_of_every_value_and_what_stands_in_for_unset_ones(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    result = CliRunner().invoke(cli, ["--data-dir", str(data_dir), "config", "show", "--json"],
+                                env={"DATABASE_URL": None, "AUTHLEDGER_OTP_TTL": "300", "AUTHLEDGER_TOKEN_KEYS": None,
+                                     "AUTHLEDGER_MASTER_KEY": None, "AUTHLEDGER_SMTP_URL": None})
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert shown["AUTHLEDGER_DATA_DIR"] == {"value": str(data_dir), "source": "command line"}
+    assert shown["AUTHLEDGER_OTP_TTL"] == {"value": 300, "source": "environment"}
+    assert shown["AUTHLEDGER_RESET_TTL"] == {"value": 1800, "source": "default"}
+    assert shown["DATABASE_URL"] == {"value": f"embedded PostgreSQL in {data_dir / 'pgdata'}",
+                                     "source": "embedded database: `authledger db url`"}
+    assert shown["AUTHLEDGER_TOKEN_KEYS"] == {"value": f"*** from {data_dir / 'dev-token-key'}",
+                                              "source": "generated development key file"}
+    assert shown["AUTHLEDGER_MASTER_KEY"]["source"] == "generated development key file"
+    assert shown["AUTHLEDGER_SMTP_URL"] == {"value": None, "source": "default"}
+    assert not (data_dir / "pgdata").exists(), "showing the configuration starts no database"
+
+    text = CliRunner().invoke(cli, ["--data-dir", str(data_dir), "config", "show"], env={"DATABASE_URL": None})
+    assert "None" not in text.output
+    assert any(line.startswith("DATABASE_URL=embedded PostgreSQL in") and line.endswith("# embedded database: "
+               "`authledger db url`") for line in text.output.splitlines())

@@ -15,7 +15,7 @@ from cli import cli
 from domain.errors import ConfigError
 from domain.reset import RequestReset
 from infra.config import Settings
-from infra.keys import DEV_MASTER_KEY_FILE, load_master_keys
+from infra.keys import DEV_MASTER_KEY_FILE, load_master_keys, load_token_keys
 from infra.eventlog.postgres import PostgresEventStore
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
@@ -132,3 +132,16 @@ def test_the_embedded_default_generates_a_private_development_master_key_once(tm
     assert stat.S_IMODE((tmp_path / DEV_MASTER_KEY_FILE).stat().st_mode) == 0o600
     with pytest.raises(ConfigError, match="required when DATABASE_URL is set"):
         load_master_keys(Settings(data_dir=tmp_path, database_url="postgresql://x/y"))
+
+
+def test_development_keys_warn_once_per_process_however_often_they_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(data_dir=tmp_path)
+    with caplog.at_level("WARNING", logger="authledger.keys"):
+        for _ in range(3):  # as a reset command loads the token keys, then the master key, more than once
+            load_token_keys(settings)
+            load_master_keys(settings)
+    assert [r.getMessage() for r in caplog.records] == [
+        "using generated development keys; set AUTHLEDGER_TOKEN_KEYS and AUTHLEDGER_MASTER_KEY in production"
+    ]

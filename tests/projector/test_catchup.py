@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from infra.projector.catchup import CatchUpRunner, catch_up, read_checkpoint
 from infra.clock import ManualClock
 from infra.projector.registry import projection_named
 from infra.services.unit_of_work import ServiceContext
+from tests.support.embedded import fresh_data_dir
 from tests.support.replay import assert_projections_match_log
 from tests.support.traffic import delivered_emails, some_traffic
 
@@ -146,3 +148,33 @@ def test_an_event_that_commits_late_is_folded_in_its_place_not_skipped(
     catch_up(engine)
     assert checkpoint_of(engine)[1] == held[1] + 9
     assert_projections_match_log(engine, run_catch_up=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_runner_asked_to_stop_says_stopped_and_logs_no_lost_connection(signum: int) -> None:
+    """On the embedded default, where the process that stops also stops the server under it."""
+    with fresh_data_dir() as data_dir:
+        stop_a_runner_on_the_embedded_default(data_dir, signum)
+
+
+def stop_a_runner_on_the_embedded_default(data_dir: Path, signum: int) -> None:
+    runner_err = data_dir.parent / "runner.err"
+    environment = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    environment.update({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "json"})
+    subprocess.run([AUTHLEDGER, "db", "init"], env=environment, check=True, capture_output=True, timeout=120)
+    with runner_err.open("w+") as errors:
+        runner = subprocess.Popen([AUTHLEDGER, "projections", "run", "--poll-seconds", "0.2"], env=environment,
+                                  stdout=subprocess.PIPE, stderr=errors, text=True)
+        deadline = time.monotonic() + 60
+        while "catch-up runner started" not in runner_err.read_text():
+            assert time.monotonic() < deadline and runner.poll() is None, runner_err.read_text()
+            time.sleep(0.05)
+        time.sleep(0.5)  # listening
+        runner.send_signal(signum)
+        out, _ = runner.communicate(timeout=30)
+        errors.seek(0)
+        logged = [json.loads(line) for line in errors.read().splitlines()]
+    assert runner.returncode == 0
+    assert out == "stopped; folded delivery_stats: 0 events, audit_index: 0 events\n"
+    assert [line["event"] for line in logged] == ["catch-up runner started", "catch-up runner stopped"], logged

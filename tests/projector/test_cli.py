@@ -9,7 +9,9 @@ from sqlalchemy import Engine, text
 
 from cli import cli
 from infra.clock import ManualClock
+from infra.errors import ReplayTargetExists
 from infra.projector.registry import all_projections
+from infra.projector.status import row_count
 from infra.services.unit_of_work import ServiceContext
 from tests.support.incidents import stale_link
 from tests.support.traffic import some_traffic
@@ -93,6 +95,10 @@ def test_replay_into_a_schema_and_drop_it(database_url: str, ctx: ServiceContext
                          "--into", "review_1", "--json")
     assert code == 0, err
     assert json.loads(out)["tables"] == ["review_1.email_outbox"]
+    code, _, err = run(database_url, "projections", "replay", "email_outbox", "--to-position", "5",
+                       "--into", "review_1")
+    assert code == ReplayTargetExists.exit_code == 10
+    assert "review_1.email_outbox already exists; drop the schema first" in err
     for bad in ["public", "Review", "x; DROP TABLE events", "pg_catalog", "1abc"]:
         code, _, err = run(database_url, "projections", "replay", "email_outbox", "--to-position", "5", "--into", bad)
         assert code == 2 and "is not a usable replay schema name" in err
@@ -127,3 +133,35 @@ def test_outbox_stats_reports_per_day_flow_and_outcome(database_url: str, ctx: S
                      "p50_seconds": 1.0, "p95_seconds": 2.0, "max_seconds": 2.0}]
     code, out, _ = run(database_url, "outbox", "stats")
     assert code == 0 and "no messages in that period" in out
+
+
+def test_status_counts_rows_exactly_and_verify_counts_each_row_once(
+    database_url: str, ctx: ServiceContext, clock: ManualClock, admin_engine: Engine
+) -> None:
+    some_traffic(ctx, clock)
+    with admin_engine.connect() as connection:
+        outbox_rows = connection.execute(text("SELECT count(*) FROM email_outbox")).scalar_one()
+    assert outbox_rows > 0
+
+    code, out, _ = run(database_url, "projections", "status", "--json")
+    states = {p["name"]: p for p in json.loads(out)["projections"]}
+    assert code == 0 and states["email_outbox"]["rows"] == outbox_rows and states["email_outbox"]["rows_exact"]
+    code, out, _ = run(database_url, "projections", "status")
+    [outbox_line] = [line for line in out.splitlines() if line.startswith("email_outbox ")]
+    assert code == 0 and outbox_line.endswith(f" {outbox_rows}") and "~" not in out
+
+    code, out, _ = run(database_url, "projections", "verify", "email_outbox")
+    assert code == 0 and f"({outbox_rows} rows compared)" in out
+
+
+def test_past_the_exact_count_limit_rows_are_a_labelled_estimate_never_zero(
+    ctx: ServiceContext, clock: ManualClock, admin_engine: Engine
+) -> None:
+    some_traffic(ctx, clock)
+    [outbox] = [p for p in all_projections() if p.name == "email_outbox"]
+    with admin_engine.connect() as connection:
+        held = connection.execute(text("SELECT count(*) FROM email_outbox")).scalar_one()
+        assert held > 2
+        assert row_count(connection, outbox.tables[0]) == (held, True)
+        estimate, exact = row_count(connection, outbox.tables[0], limit=2)  # never analysed: the planner says 0
+    assert not exact and estimate >= 3

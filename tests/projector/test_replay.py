@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from domain.errors import InvalidInput
+from infra.errors import ReplayTargetExists
 from infra.projector.catchup import catch_up
 from infra.clock import ManualClock
 from infra.eventlog.reader import as_of, to_position
@@ -60,7 +61,7 @@ def test_replay_refuses_a_schema_it_did_not_make(admin_engine: Engine) -> None:
     with admin_engine.begin() as connection:
         connection.execute(text("CREATE SCHEMA reports"))
     [outbox] = [p for p in all_projections() if p.name == "email_outbox"]
-    with pytest.raises(InvalidInput, match="was not made by authledger replay"):
+    with pytest.raises(ReplayTargetExists, match="was not made by authledger replay"):
         replay_into(admin_engine, outbox, "reports", to_position(1))
     with pytest.raises(InvalidInput, match="was not made by authledger replay"):
         drop_replay(admin_engine, "reports")

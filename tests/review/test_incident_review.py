@@ -13,6 +13,7 @@ from domain.otp import RequestOtp
 from infra.review.history import explain, history
 from infra.services.otp import request_otp, verify_code
 from infra.services.unit_of_work import ServiceContext
+from projections.explain import sentences
 from tests.support.incidents import (
     WEB, SmtpMailer, at, deliver_due, duplicate_emails, incident_context, later, missing_email, stale_link,
 )
@@ -24,7 +25,7 @@ def test_a_duplicate_email_complaint_is_explained_by_two_requests_and_a_crashed_
 ) -> None:
     ids = duplicate_emails(ctx, engine)
     review = history(engine, "42", now=later())
-    text = "\n".join(review.findings)
+    text = "\n".join(sentences(review.findings))
     assert f"Reset request {ids['first_request']} was superseded by {ids['second_request']} at 2024-05-01 10:02:11.000+00:00" in text
     assert (f"Reset request {ids['second_request']}'s email {ids['second_message']} was accepted by provider smtp at "
             "2024-05-01 10:03:00.000+00:00") in text
@@ -38,7 +39,7 @@ def test_a_missing_email_is_explained_by_the_provider_refusing_every_attempt(
 ) -> None:
     ids = missing_email(ctx, engine)
     review = explain(engine, message_id=ids["message"], now=later())
-    text = "\n".join(review.findings)
+    text = "\n".join(sentences(review.findings))
     email = f"Reset request {ids['request']}'s email {ids['message']}"
     assert f"{email}: attempt 1 by w1 failed at 2024-05-01 10:01:00.000+00:00: provider busy (421)" in text
     assert f"{email}: attempt 5 by w1 failed at 2024-05-01 10:05:00.000+00:00: provider busy (421); " \
@@ -55,7 +56,7 @@ def test_a_stale_link_is_explained_by_the_newer_request_that_replaced_it(
 ) -> None:
     ids = stale_link(ctx, engine)
     review = explain(engine, request_id=ids["old_request"], now=later())
-    text = "\n".join(review.findings)
+    text = "\n".join(sentences(review.findings))
     assert (f"Reset request {ids['old_request']} was superseded by {ids['new_request']} at "
             "2024-05-01 10:05:00.000+00:00; its link or code stopped working then.") in text
     assert (f"Reset request {ids['old_request']}'s email {ids['old_message']} was accepted by provider smtp at "
@@ -75,7 +76,7 @@ def test_history_as_of_a_moment_shows_only_what_had_happened_by_then(ctx: Servic
     before = history(engine, "9", as_of=second_request_at - timedelta(microseconds=1), now=later())
     assert [e.event_type for e in before.timeline] == ["ResetRequested", "EmailQueued", "LeaseClaimed",
                                                        "ProviderAccepted"]
-    assert not any(str(ids["new_request"]) in line for line in before.findings)
+    assert not any(str(ids["new_request"]) in line for line in sentences(before.findings))
 
 
 def test_otp_challenges_are_explained_like_reset_requests(ctx: ServiceContext, engine: Engine) -> None:
@@ -92,7 +93,7 @@ def test_otp_challenges_are_explained_like_reset_requests(ctx: ServiceContext, e
         verify_code(ctx, second.request_id, str((int(code) + 1) % 10 ** len(code)).zfill(len(code)), WEB)
     verify_code(ctx, second.request_id, code, WEB)
 
-    text = "\n".join(explain(engine, request_id=first.request_id, now=later()).findings)
+    text = "\n".join(sentences(explain(engine, request_id=first.request_id, now=later()).findings))
     assert f"OTP challenge {first.request_id} was superseded by {second.request_id} at " \
            "2024-05-01 10:01:30.000+00:00" in text
     assert f"OTP challenge {first.request_id}'s email {first.message_id} was skipped (superseded) by worker w1" in text

@@ -11,6 +11,8 @@ the forgotten user is skipped with reason "erased".
 from __future__ import annotations
 
 import json
+import os
+import pwd
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -42,7 +44,7 @@ ADA, BOB = "ada.lovelace@example.test", "bob.babbage@example.test"
 ADDRESSES = {"1": ADA, "2": BOB}
 
 
-def invoke(database_url: str, *args: str, **env: str) -> Result:
+def invoke(database_url: str, *args: str, **env: str | None) -> Result:
     return CliRunner().invoke(
         __import__("cli").cli, list(args), env={"DATABASE_URL": database_url, "AUTHLEDGER_SIGNING_KEY": "", **env}
     )
@@ -215,7 +217,7 @@ def test_history_tells_who_erased_the_user_and_when_without_their_address(
     ctx: ServiceContext, engine: Engine, database_url: str
 ) -> None:
     request_reset(ctx, RequestReset("1", ADA))
-    assert invoke(database_url, "privacy", "forget", "--user-id", "1", USER="dana").exit_code == 0
+    assert invoke(database_url, "privacy", "forget", "--user-id", "1", "--actor", "dana").exit_code == 0
     with engine.connect() as connection:
         erased = PostgresEventStore(connection).load(subject_stream("1"))[0]
     key_id, = erased.event.key_ids
@@ -230,7 +232,18 @@ def test_history_tells_who_erased_the_user_and_when_without_their_address(
     assert erasure_line.endswith(f"personal data erased: data key {key_id} destroyed")
     as_json = invoke(database_url, "history", "--user-id", "1", "--flow", "reset", "--json")
     assert as_json.exit_code == 0, as_json.output
-    assert any(line.startswith(said) for line in json.loads(as_json.stdout)["findings"]), "kept in the user's flow"
+    assert any(f["sentence"].startswith(said) and f["kind"] == "SubjectErased" and f["user_id"] == "1"
+               for f in json.loads(as_json.stdout)["findings"]), "kept in the user's flow"
     assert ADA not in told.output + as_json.output
     other_flow = invoke(database_url, "history", "--user-id", "1", "--flow", "otp")
     assert other_flow.exit_code == 3, "an erasure alone is not a flow's history"
+
+
+def test_without_actor_the_erasure_names_the_os_account_even_when_user_is_unset(
+    ctx: ServiceContext, engine: Engine, database_url: str
+) -> None:
+    request_reset(ctx, RequestReset("1", ADA))
+    assert invoke(database_url, "privacy", "forget", "--user-id", "1", USER=None).exit_code == 0
+    with engine.connect() as connection:
+        erased = PostgresEventStore(connection).load(subject_stream("1"))[0]
+    assert erased.metadata["actor"] == f"cli:{pwd.getpwuid(os.getuid()).pw_name}" != "cli:unknown"

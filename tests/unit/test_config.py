@@ -34,7 +34,8 @@ def test_config_show_lists_the_otp_account_lock_defaults() -> None:
 
     assert result.exit_code == 0, result.output
     shown = json.loads(result.output)
-    assert {name: shown[name] for name in ACCOUNT_LOCK_DEFAULTS} == ACCOUNT_LOCK_DEFAULTS
+    assert {name: shown[name]["value"] for name in ACCOUNT_LOCK_DEFAULTS} == ACCOUNT_LOCK_DEFAULTS
+    assert {shown[name]["source"] for name in ACCOUNT_LOCK_DEFAULTS} == {"default"}
 
 
 def test_otp_account_lock_settings_are_shown_as_set() -> None:
@@ -47,9 +48,16 @@ def test_otp_account_lock_settings_are_shown_as_set() -> None:
     result = config_show(env)
 
     assert result.exit_code == 0, result.output
-    assert "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES=3\n" in result.output
-    assert "AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS=60\n" in result.output
-    assert "AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS=60\n" in result.output
+    assert _line(result.output, "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES") == ("3", "environment")
+    assert _line(result.output, "AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS") == ("60", "environment")
+    assert _line(result.output, "AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS") == ("60", "environment")
+
+
+def _line(output: str, variable: str) -> tuple[str, str]:
+    """(value, source) of ``variable`` in config show's text: VARIABLE=value  # source."""
+    [line] = [line for line in output.splitlines() if line.startswith(variable + "=")]
+    assignment, _, source = line.partition("  # ")
+    return assignment.removeprefix(variable + "=").rstrip(), source
 
 
 def test_otp_account_lock_settings_reach_the_otp_policy() -> None:

@@ -15,7 +15,7 @@ from domain.log import RecordedEvent
 from domain.privacy import SubjectErased, subject_stream
 from domain.reset import ResetRequested
 from infra.eventlog.tags import EVENT_TYPES, PERSONAL_FIELDS
-from projections.explain import explain_user
+from projections.explain import explain_user, user_findings
 from projections.timeline import summary, timeline
 
 ADDRESS = "ada.lovelace@example.test"
@@ -83,3 +83,16 @@ def test_an_erasure_with_no_key_left_and_no_recorded_actor_says_both() -> None:
         "no data key was left to destroy."
     )]
     assert summary(erased.event) == "personal data erased: no data key was left to destroy"
+
+
+def test_each_finding_carries_its_kind_time_and_ids_beside_the_sentence() -> None:
+    erasure = user_findings(forgotten_user(), "1", now=AT + timedelta(hours=1))[0]
+    assert erasure.as_dict() == {
+        "kind": "SubjectErased", "sentence": erasure.sentence, "position": 3, "at": "2024-05-01T10:05:00+00:00",
+        "user_id": "1",
+    }
+    told = {f.kind: f.as_dict() for f in user_findings(forgotten_user(), "1", now=AT + timedelta(hours=1))}
+    skipped = told["DeliverySkipped"]
+    assert skipped["message_id"] == str(MESSAGE) and skipped["request_id"] == str(REQUEST)
+    assert skipped["at"] == "2024-05-01T10:05:01+00:00" and skipped["position"] == 4
+    assert told["ResetRequested"]["user_id"] == "1" and "expires_at" in told["ResetRequested"]

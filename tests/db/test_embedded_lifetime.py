@@ -1,0 +1,108 @@
+"""The embedded PostgreSQL lives exactly as long as the authledger processes that use it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+import psutil
+import pytest
+
+from tests.support.embedded import fresh_data_dir
+
+AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (found := probe()) is not None:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def postgres_serving(pgdata: Path) -> list[psutil.Process]:
+    """The postmaster processes whose data directory is ``pgdata``."""
+    found = []
+    for process in psutil.process_iter(["name", "cmdline"]):
+        if process.info["name"] == "postgres" and str(pgdata) in (process.info["cmdline"] or []):
+            found.append(process)
+    return found
+
+
+def state_of(pgdata: Path) -> str:
+    """What a failure needs to say: the recorded users, the watchdogs, the server log's tail."""
+    watchdogs = [p.pid for p in psutil.process_iter(["cmdline"])
+                 if "infra.db.watchdog" in " ".join(p.info["cmdline"] or []) and str(pgdata) in p.info["cmdline"]]
+    users = (pgdata / ".handle_pids.json").read_text() if (pgdata / ".handle_pids.json").exists() else "none"
+    log = (pgdata / "log").read_text()[-600:] if (pgdata / "log").exists() else ""
+    return f"users {users}, watchdogs {watchdogs}, server log ends: {log}"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    with fresh_data_dir() as path:
+        yield path
+
+
+@pytest.mark.slow
+def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(data_dir: Path) -> None:
+    serve_err = data_dir.parent / "serve.err"  # beside the data, not in a basetemp another session may prune
+    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    env.update({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "json"})
+    port = free_port()
+    with serve_err.open("wb") as err:
+        serve = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port)], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        def healthy() -> bool | None:
+            assert serve.poll() is None, serve_err.read_text()
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200 or None
+            except httpx.TransportError:
+                return None
+
+        wait_for("serve to answer", healthy, timeout=90)
+        pgdata = (data_dir / "pgdata").resolve()
+        assert postgres_serving(pgdata), "serve runs on the embedded server"
+    finally:
+        serve.send_signal(signal.SIGKILL)
+        serve.wait()  # reaped: the pid is really gone, as it is under a shell or a supervisor
+
+    wait_for(f"the embedded server to stop ({state_of(pgdata)})", lambda: None if postgres_serving(pgdata) else True,
+             timeout=10)
+    assert not (pgdata / "postmaster.pid").exists(), "stopped cleanly, not left for the next start to recover"
+
+
+@pytest.mark.slow
+def test_db_url_and_db_shell_reach_the_embedded_server_which_stops_when_psql_exits(data_dir: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    env["AUTHLEDGER_DATA_DIR"] = str(data_dir)
+    pgdata = (data_dir / "pgdata").resolve()
+    url = subprocess.run([AUTHLEDGER, "db", "url"], env=env, capture_output=True, text=True, timeout=120)
+    assert url.returncode == 0, url.stderr
+    assert url.stdout == f"postgresql://postgres:@/postgres?host={pgdata}\n"
+    assert "the embedded server runs while an authledger process uses it" in url.stderr
+
+    shell = subprocess.run([AUTHLEDGER, "db", "shell", "-tA", "-c", "SELECT current_database()"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert shell.returncode == 0 and shell.stdout.strip() == "postgres", shell.stderr
+    wait_for("the embedded server to stop after psql", lambda: None if postgres_serving(pgdata) else True,
+             timeout=10)
