@@ -10,10 +10,10 @@ from infra.bootstrap import App
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(0, 64),
-              help="Delivery worker threads in this process (0: the API only).")
+@click.option("--inflight", type=click.IntRange(0, 1024), default=None,
+              help="Provider calls in flight at once (0: the API only)  [default: AUTHLEDGER_DELIVERY_INFLIGHT]")
 @click.pass_obj
-def serve(app: App, host: str, port: int, workers: int) -> None:
+def serve(app: App, host: str, port: int, inflight: int | None) -> None:
     """Run the HTTP API and the delivery workers; SIGTERM or Ctrl-C stops both cleanly.
 
     With no DATABASE_URL this initialises the embedded database, and prints
@@ -21,5 +21,7 @@ def serve(app: App, host: str, port: int, workers: int) -> None:
     """
     from infra.http.serve import serve as run_server  # uvicorn and starlette load only to serve
 
-    app.reserve_connections(workers)
-    run_server(app, host=host, port=port, workers=workers, say=click.echo)
+    if inflight is None:
+        inflight = app.settings.delivery_inflight
+    app.reserve_connections(1 if inflight else 0)  # the window's database work runs one step at a time
+    run_server(app, host=host, port=port, inflight=inflight, say=click.echo)

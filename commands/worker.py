@@ -12,18 +12,20 @@ from infra.logs import configure_logging
 
 
 @click.command()
-@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1, 64))
-@click.option("--batch", default=10, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--inflight", type=click.IntRange(1, 1024), default=None,
+              help="Provider calls in flight at once  [default: AUTHLEDGER_DELIVERY_INFLIGHT]")
+@click.option("--batch", type=click.IntRange(1, 1024), default=None,
+              help="Most messages claimed in one statement  [default: the window]")
 @click.option("--once", is_flag=True, help="Deliver everything due now, then exit.")
 @json_option
 @click.pass_obj
-def worker(app: App, concurrency: int, batch: int, once: bool, as_json: bool) -> None:
-    """Claim due emails and deliver them."""
+def worker(app: App, inflight: int | None, batch: int | None, once: bool, as_json: bool) -> None:
+    """Claim due emails and deliver them, many at once."""
     configure_logging(app.settings.log_format)
-    app.reserve_connections(concurrency)
+    app.reserve_connections(1)  # the window's database work runs one step at a time
     app.check_keys()
     delivery = Worker(app.services, app.mailer, sender=app.settings.sender, batch=batch,
-                      concurrency=concurrency, poll_seconds=app.settings.poll_seconds)
+                      inflight=inflight or app.settings.delivery_inflight, poll_seconds=app.settings.poll_seconds)
     if once:
         tally = delivery.drain()
         emit(tally, as_json, ", ".join(f"{state}: {n}" for state, n in sorted(tally.items())) or "nothing due")

@@ -14,6 +14,13 @@ from attrs import frozen
 from domain.email import DeliveryAbandoned, LeaseClaimed, LeaseExpired, SendAttemptFailed
 
 
+# With a provider that drops repeats, outcomes wait to be recorded together
+# at most this long: a slow provider must not keep outcomes unrecorded until
+# their leases run out and another worker sends them all again. A lease must
+# outlast a provider call, the safety margin and this wait.
+RECORD_WITHIN = timedelta(seconds=1)
+
+
 @frozen
 class DeliveryPolicy:
     lease: timedelta = timedelta(seconds=45)

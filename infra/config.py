@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from attrs import field, fields, frozen
 
-from domain.delivery import DeliveryPolicy
+from domain.delivery import RECORD_WITHIN, DeliveryPolicy
 from domain.errors import ConfigError
 from domain.policy import OtpPolicy, ResetPolicy
 
@@ -204,6 +204,8 @@ class Settings:
         doc="Optional hard cap on send attempts; unset, a message is retried until its link or code expires.")
     retry_backoff_cap: int = _setting("AUTHLEDGER_RETRY_BACKOFF_CAP", 60, _whole(1, 3600),
         feeds=(DeliveryPolicy, "backoff_cap"), doc="Longest wait, in seconds, between two attempts of one message.")
+    delivery_inflight: int = _setting("AUTHLEDGER_DELIVERY_INFLIGHT", 64, _whole(1, 1024),
+        doc="Provider calls one worker process keeps in flight at once (its window).")
     poll_seconds: float = _setting("AUTHLEDGER_POLL_SECONDS", 5.0, _seconds,
         doc="Longest an idle worker or catch-up runner waits without a notification.")
     log_format: str = _setting("AUTHLEDGER_LOG_FORMAT", "auto", _choice(LOG_FORMATS),
@@ -261,12 +263,15 @@ def _cross_checks(settings: Settings) -> list[str]:
         )
     if settings.signing_key and settings.signing_key_file:
         problems.append(f"set {var['signing_key']} or {var['signing_key_file']}, not both")
-    # A lease shorter than one provider call plus the margin would let a second
-    # worker claim a message while the first is still sending it.
-    if settings.lease_seconds <= settings.provider_timeout + settings.lease_margin_seconds:
+    # A claimed message's provider call starts at once. A lease shorter than
+    # that call, the margin and the wait for its outcome to be recorded would
+    # let a second worker claim a message while the first is still sending it.
+    recording = RECORD_WITHIN.total_seconds()
+    if settings.lease_seconds <= settings.provider_timeout + settings.lease_margin_seconds + recording:
         problems.append(
             f"{var['lease_seconds']} ({settings.lease_seconds}) must exceed {var['provider_timeout']} "
-            f"({settings.provider_timeout}) plus {var['lease_margin_seconds']} ({settings.lease_margin_seconds})"
+            f"({settings.provider_timeout}) plus {var['lease_margin_seconds']} ({settings.lease_margin_seconds}) "
+            f"plus {recording:g}s for recording the outcome"
         )
     return problems
 

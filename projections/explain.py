@@ -21,7 +21,7 @@ from uuid import UUID
 
 from attrs import define, field
 
-from domain import decisions, email, otp, privacy, reset
+from domain import decisions, email, otp, outage, privacy, reset
 from domain.log import RecordedEvent
 from projections.timeline import erased_keys, event_times, format_time
 
@@ -166,6 +166,10 @@ def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
                     "provider. The retry reuses the message id as idempotency key and Message-ID header: a "
                     "provider that honours it sends one email; one that does not (plain SMTP) may deliver two.")
             ended = "expired"
+        case email.LeaseReleased(attempt_returned=True):
+            said = (f"{label} was given back unsent by {e.lease_owner} at {T(at)}: its provider was down, so the "
+                    "attempt was not counted.")
+            ended = "released"
         case email.LeaseReleased():
             said, ended = f"{label} was given back by {e.lease_owner} at {T(at)} (worker stopping).", "released"
         case email.SendAttemptFailed(retry_at=None, retryable=True):
@@ -201,6 +205,16 @@ def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
     if current is not None and current.ended is None:
         current.ended = ended
     message.said.append((pos, said))
+
+
+def outage_sentence(event: outage.ProviderOutageBegan | outage.ProviderOutageEnded) -> str:
+    """What a reviewer reads about a provider outage: why mail queued meanwhile waited."""
+    if isinstance(event, outage.ProviderOutageBegan):
+        return (f"Provider {event.provider} was recognised as down by worker {event.worker} at {T(event.began_at)}, "
+                f"after {event.failures} different emails failed in a row (last error: {event.last_error}); that "
+                "worker stopped claiming mail and probed with one email at a time, without counting attempts.")
+    return (f"Provider {event.provider} answered worker {event.worker} again at {T(event.ended_at)}, ending the "
+            f"outage that began at {T(event.began_at)}; mail held back meanwhile was sent from then on.")
 
 
 def build_story(events: Iterable[RecordedEvent]) -> Story:

@@ -142,6 +142,25 @@ def decide_on_stream(
     raise AssertionError("unreachable")
 
 
+def record_events(
+    ctx: ServiceContext, stream_id: str, events: list[object], metadata: Mapping[str, Any] | None = None
+) -> None:
+    """Append facts that need no decision (a provider outage seen by a worker) at the end of ``stream_id``."""
+    for attempt in range(CONFLICT_RETRIES):
+        try:
+            with ctx.engine.begin() as connection:
+                store = PostgresEventStore(connection)
+                history = store.load(stream_id)
+                recorded = store.append_many(
+                    [(stream_id, history[-1].stream_version if history else 0, events)], metadata
+                )
+                apply_inline(connection, recorded)
+                return
+        except ConcurrencyConflict:
+            if attempt == CONFLICT_RETRIES - 1:
+                raise
+
+
 def load_state(
     ctx: ServiceContext, stream_id: str, fold: Callable[[Iterable[object]], Any], connection: Connection | None = None
 ) -> Any:

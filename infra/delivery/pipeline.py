@@ -1,0 +1,228 @@
+"""A window of provider calls in flight, run by one asyncio event loop in the worker's thread.
+
+The loop claims only as many messages as the window has free places, so
+every claimed message starts its provider call at once: right after the
+group's fresh read (``prepare_all``), with no await in between. Database
+calls are synchronous and run in a thread (``asyncio.to_thread``) so that
+sends keep completing meanwhile; they run one at a time, on one connection.
+
+Outcomes are recorded in groups, fenced by lease token. A provider that
+drops repeats (``mailer.idempotent``) frees a place as soon as its call
+returns, and its outcomes wait for the next group, at most ``RECORD_WITHIN``.
+Otherwise (SMTP) a place frees only once its outcome is recorded, so a
+crash repeats at most a window's worth of sends.
+
+While the circuit breaker is open nothing is claimed, and messages claimed
+before it opened are given back unsent without counting their attempt. A
+database error leaves the window's unstarted claims and unrecorded outcomes
+where they are; the next step takes them up again, fenced by lease token,
+instead of leaving them to wait out their leases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from domain.delivery import RECORD_WITHIN
+from infra.delivery.breaker import Breaker
+from infra.delivery.fresh import Prepared, prepare_all
+from infra.delivery.leases import Claim
+from infra.delivery.providers import Mailer, SendFailed
+from infra.delivery.send import Sent, after_sending, record, released, without_sending
+from infra.projector.inline import OUTBOX
+from infra.services.unit_of_work import ServiceContext
+
+
+class Window:
+    """Up to ``size`` provider calls in flight for one lease owner."""
+
+    def __init__(
+        self, ctx: ServiceContext, mailer: Mailer, *, owner: str, sender: str, size: int,
+        claim: Callable[[int], list[Claim]], breaker: Breaker, jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.ctx, self.mailer, self.owner, self.sender, self.size = ctx, mailer, owner, sender, size
+        self.claim, self.breaker, self.jitter = claim, breaker, jitter
+        self.in_flight = 0
+        self.tally: Counter[str] = Counter()
+        self.states: dict[object, str] = {}  # message id -> state, for callers that asked for given claims
+        self._unstarted: list[Claim] = []  # claimed, not sent: a database error cut in
+        self._unrecorded: list[Sent] = []
+        self._sends: set[asyncio.Task[None]] = set()
+        self._changed: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._send_async = getattr(mailer, "send_async", None)
+        self._executor = None if self._send_async else ThreadPoolExecutor(size, thread_name_prefix="send")
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight, nothing left to record or to start."""
+        return not (self.in_flight or self._unrecorded or self._unstarted)
+
+    @property
+    def room(self) -> int:
+        held = 0 if self.mailer.idempotent else len(self._unrecorded)
+        return max(self.size - self.in_flight - held, 0)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    # -- one step of the loop ------------------------------------------------
+
+    async def step(self, *, stopping: bool, limit: int | None = None) -> int:
+        """Record what is due, fill the free places and start their sends; the number of messages taken up."""
+        await self._record(everything=stopping or not self.mailer.idempotent)
+        claims = await self._take_back() if self._unstarted else []
+        if not claims and not stopping:
+            wanted = self.breaker.allowance(min(self.room, limit or self.size))
+            claims = await asyncio.to_thread(self.claim, wanted) if wanted else []
+            self.breaker.claimed(len(claims))
+        if claims:
+            await self._start(claims, stopping=stopping)
+        if not self.in_flight:
+            await self._record(everything=True)
+        await self._record_transitions()
+        return len(claims)
+
+    async def deliver(self, claims: list[Claim]) -> None:
+        """Send ``claims`` (claimed by the caller) and record every outcome."""
+        self.bind()
+        await self._start(claims, stopping=False)
+        while self.in_flight:
+            await self.wait(RECORD_WITHIN.total_seconds())
+        await self._record(everything=True)
+        await self._record_transitions()
+
+    async def _start(self, claims: list[Claim], *, stopping: bool) -> None:
+        self._unstarted = claims
+        prepared = [] if stopping else await asyncio.to_thread(self._prepare, claims)
+        self._unstarted = []
+        if stopping or self.breaker.state == "open":
+            # Claimed before the worker stopped or the provider went down: unsent, not an attempt when down.
+            self._unrecorded += [released(self.ctx, claim, self.owner, attempt_returned=not stopping)
+                                 for claim in claims]
+            return
+        started = 0
+        for claim, fresh in zip(claims, prepared, strict=True):
+            early = without_sending(self.ctx, claim, fresh)
+            if early is not None:
+                self._unrecorded.append(Sent(claim, fresh, early, self.ctx.clock.now()))
+                continue
+            self.in_flight += 1
+            task = asyncio.create_task(self._send(claim, fresh))
+            self._sends.add(task)
+            task.add_done_callback(self._sends.discard)
+            started += 1
+        if not started:
+            self.breaker.probe_not_sent()
+
+    def _prepare(self, claims: Sequence[Claim]) -> list[Prepared]:
+        # Autocommit: each statement of the read sees its own snapshot either way,
+        # and no transaction is held across the provider calls that follow.
+        with self.ctx.engine.connect() as connection:
+            connection.execution_options(isolation_level="AUTOCOMMIT")
+            return prepare_all(self.ctx, claims, sender=self.sender, connection=connection)
+
+    async def _take_back(self) -> list[Claim]:
+        """The unstarted claims that still hold their lease: a message claimed by another worker since is not ours."""
+        claims, self._unstarted = self._unstarted, []
+        rows = await asyncio.to_thread(self._load_rows, [claim.row.message_id for claim in claims])
+        ours = [claim for claim in claims if (row := rows.get(claim.row.message_id)) is not None
+                and row.state == "leased" and row.lease_token == claim.lease_token]
+        self._unstarted = ours
+        return ours
+
+    def _load_rows(self, message_ids: list[object]) -> dict:
+        with self.ctx.engine.connect() as connection:
+            return OUTBOX.load(connection, message_ids, lock=False)
+
+    # -- sends -----------------------------------------------------------------
+
+    async def _send(self, claim: Claim, prepared: Prepared) -> None:
+        assert prepared.email is not None
+        try:
+            try:
+                if self._send_async is not None:
+                    answer = await self._send_async(prepared.email)
+                else:
+                    loop = asyncio.get_running_loop()
+                    answer = await loop.run_in_executor(self._executor, self.mailer.send, prepared.email)
+            except SendFailed as error:
+                answer = error
+            self.breaker.observe(claim.row.message_id, answer if isinstance(answer, SendFailed) else None)
+            result = after_sending(self.ctx, claim, prepared, answer, self.jitter)
+            self._unrecorded.append(Sent(claim, prepared, result, self.ctx.clock.now()))
+        finally:
+            self.in_flight -= 1
+            self.wake()
+
+    def wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    async def wait(self, seconds: float) -> None:
+        """Until a send completes, ``wake()`` is called, or ``seconds`` pass."""
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout=seconds)
+        except TimeoutError:
+            pass
+        self._changed.clear()
+
+    def bind(self) -> None:
+        """Make the wake-up event on the running loop, for ``wake_threadsafe`` from other threads."""
+        self._changed = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+
+    def wake_threadsafe(self) -> None:
+        if self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self.wake)
+            except RuntimeError:  # the loop has just finished
+                pass
+
+    # -- records ---------------------------------------------------------------
+
+    async def _record(self, *, everything: bool) -> None:
+        if not self._unrecorded:
+            return
+        oldest = self._unrecorded[0].handled_at
+        if not everything and self.ctx.clock.now() - oldest < RECORD_WITHIN:
+            return
+        group = list(self._unrecorded)
+        states = await asyncio.to_thread(record, self.ctx.engine, group, self.owner)
+        del self._unrecorded[: len(group)]
+        self.states.update(states)
+        self.tally.update(states.values())
+
+    async def _record_transitions(self) -> None:
+        if self.breaker.unrecorded:
+            await asyncio.to_thread(self.breaker.record)
+
+
+def deliver_batch(
+    ctx: ServiceContext, claims: Sequence[Claim], mailer: Mailer, *, owner: str, sender: str,
+    jitter: Callable[[], float] = random.random,
+) -> list[str]:
+    """Send messages already claimed, all at once, and record them; the state each ends in, in claim order."""
+    window = Window(ctx, mailer, owner=owner, sender=sender, size=max(len(claims), 1), claim=lambda limit: [],
+                    breaker=Breaker(ctx, mailer.name, owner=owner), jitter=jitter)
+    try:
+        asyncio.run(window.deliver(list(claims)))
+    finally:
+        window.close()
+    return [window.states[claim.row.message_id] for claim in claims]
+
+
+def deliver(
+    ctx: ServiceContext, claim: Claim, mailer: Mailer, *, owner: str, sender: str,
+    jitter: Callable[[], float] = random.random,
+) -> str:
+    """Send one claimed message and record what happened; returns the message's new state."""
+    [state] = deliver_batch(ctx, [claim], mailer, owner=owner, sender=sender, jitter=jitter)
+    return state
