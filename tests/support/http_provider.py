@@ -21,6 +21,9 @@ workers. Behaviour:
   answers the error, the provider's half of an unknown outcome.
 - ``delay(seconds)`` holds every answer that long *after* the send is done,
   so a client that times out has still had its email sent.
+- ``down(status)`` answers every request with ``status`` (503 by default) and
+  sends nothing, until ``up()``: a provider-wide outage.
+- ``most_in_flight`` is the most requests it was serving at one moment.
 - With ``api_key`` set, a request without ``Authorization: Bearer <api_key>``
   gets 401.
 """
@@ -70,6 +73,9 @@ class FakeHttpProvider:
         self._requests: list[Received] = []
         self._failures: list[tuple[int, bool]] = []
         self._delay = 0.0
+        self._down: int | None = None
+        self._in_flight = 0
+        self._most_in_flight = 0
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.provider = self
         # A short poll interval keeps shutdown (and so every test) fast.
@@ -102,6 +108,14 @@ class FakeHttpProvider:
         with self._lock:
             self._delay = seconds
 
+    def down(self, status: int = 503) -> None:
+        with self._lock:
+            self._down = status
+
+    def up(self) -> None:
+        with self._lock:
+            self._down = None
+
     # -- what the test reads (snapshots, safe to read while it serves) ------
 
     @property
@@ -115,6 +129,11 @@ class FakeHttpProvider:
         """Requests received per idempotency key, replays and failures included."""
         with self._lock:
             return dict(Counter(r.idempotency_key for r in self._requests))
+
+    @property
+    def most_in_flight(self) -> int:
+        with self._lock:
+            return self._most_in_flight
 
     @property
     def accepted(self) -> list[Accepted]:
@@ -135,6 +154,8 @@ class FakeHttpProvider:
             return status, body, self._delay
 
     def _decide(self, key: str | None, authorization: str | None, payload: Any) -> tuple[int, dict[str, Any]]:
+        if self._down is not None:
+            return self._down, _problem(self._down, "provider_down")
         failure = self._failures.pop(0) if self._failures else None
         if failure is not None and not failure[1]:
             return failure[0], _problem(failure[0], "injected_failure")
@@ -167,6 +188,9 @@ def _problem(status: int, name: str) -> dict[str, Any]:
 class _Server(ThreadingHTTPServer):
     # Request threads are joined on close, so none outlives the provider.
     daemon_threads = False
+    # A window of concurrent clients connects at once: the default backlog
+    # of 5 would drop their SYNs and delay them by a retransmit (1 s).
+    request_queue_size = 256
     provider: FakeHttpProvider
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -188,11 +212,18 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             payload = None
         provider = self.server.provider
-        status, body, delay = provider._answer(
-            self.headers.get("Idempotency-Key"), self.headers.get("Authorization"), payload
-        )
-        if delay:
-            provider._closing.wait(delay)
+        with provider._lock:
+            provider._in_flight += 1
+            provider._most_in_flight = max(provider._most_in_flight, provider._in_flight)
+        try:
+            status, body, delay = provider._answer(
+                self.headers.get("Idempotency-Key"), self.headers.get("Authorization"), payload
+            )
+            if delay:
+                provider._closing.wait(delay)
+        finally:
+            with provider._lock:
+                provider._in_flight -= 1
         self._reply(status, body)
 
     def _reply(self, status: int, body: dict[str, Any]) -> None:
