@@ -41,10 +41,9 @@ class Breaker:
     def allowance(self, room: int) -> int:
         return claim_allowance(self.circuit, now=self.ctx.clock.now(), room=room)
 
-    def claimed(self, count: int) -> None:
-        """The worker claimed ``count`` messages; while open, that one is the probe."""
-        if count:
-            self.circuit = probe_claimed(self.circuit)
+    def probe_claimed(self) -> None:
+        """The one message claimed while open is the probe: nothing more until its answer."""
+        self.circuit = probe_claimed(self.circuit)
 
     def probe_not_sent(self) -> None:
         """The probe message turned out unwanted (skipped): the next one may probe at once."""

@@ -43,9 +43,10 @@ class Window:
     def __init__(
         self, ctx: ServiceContext, mailer: Mailer, *, owner: str, sender: str, size: int,
         claim: Callable[[int], list[Claim]], breaker: Breaker, jitter: Callable[[], float] = random.random,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.ctx, self.mailer, self.owner, self.sender, self.size = ctx, mailer, owner, sender, size
-        self.claim, self.breaker, self.jitter = claim, breaker, jitter
+        self.claim, self.breaker, self.jitter, self.stopping = claim, breaker, jitter, stopping
         self.in_flight = 0
         self.tally: Counter[str] = Counter()
         self.states: dict[object, str] = {}  # message id -> state, for callers that asked for given claims
@@ -78,9 +79,11 @@ class Window:
         await self._record(everything=stopping or not self.mailer.idempotent)
         claims = await self._take_back() if self._unstarted else []
         if not claims and not stopping:
+            probing = self.breaker.state == "open"  # then the allowance is one message, the probe
             wanted = self.breaker.allowance(min(self.room, limit or self.size))
             claims = await asyncio.to_thread(self.claim, wanted) if wanted else []
-            self.breaker.claimed(len(claims))
+            if probing and claims:
+                self.breaker.probe_claimed()
         if claims:
             await self._start(claims, stopping=stopping)
         if not self.in_flight:
@@ -101,6 +104,7 @@ class Window:
         self._unstarted = claims
         prepared = [] if stopping else await asyncio.to_thread(self._prepare, claims)
         self._unstarted = []
+        stopping = stopping or self.stopping()
         if stopping or self.breaker.state == "open":
             # Claimed before the worker stopped or the provider went down: unsent, not an attempt when down.
             self._unrecorded += [released(self.ctx, claim, self.owner, attempt_returned=not stopping)

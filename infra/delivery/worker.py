@@ -116,7 +116,7 @@ class Worker:
     def _in_a_window(self, owner: str, loop: Callable[[Window], Awaitable[object]]) -> Any:
         window = Window(
             self.ctx, self.mailer, owner=owner, sender=self.sender, size=self.inflight,
-            claim=lambda limit: self.claim(owner, limit), breaker=self.breaker,
+            claim=lambda limit: self.claim(owner, limit), breaker=self.breaker, stopping=self.stopping.is_set,
         )
         with self._lock:
             self._windows.append(window)
