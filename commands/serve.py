@@ -23,5 +23,5 @@ def serve(app: App, host: str, port: int, inflight: int | None) -> None:
 
     if inflight is None:
         inflight = app.settings.delivery_inflight
-    app.reserve_connections(1 if inflight else 0)  # the window's database work runs one step at a time
+    app.reserve_connections(2 if inflight else 0)  # the window's steps, and a stale message's second read
     run_server(app, host=host, port=port, inflight=inflight, say=click.echo)

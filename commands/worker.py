@@ -22,7 +22,7 @@ from infra.logs import configure_logging
 def worker(app: App, inflight: int | None, batch: int | None, once: bool, as_json: bool) -> None:
     """Claim due emails and deliver them, many at once."""
     configure_logging(app.settings.log_format)
-    app.reserve_connections(1)  # the window's database work runs one step at a time
+    app.reserve_connections(2)  # the window's steps, one at a time, and a stale message's second read
     app.check_keys()
     delivery = Worker(app.services, app.mailer, sender=app.settings.sender, batch=batch,
                       inflight=inflight or app.settings.delivery_inflight, poll_seconds=app.settings.poll_seconds)

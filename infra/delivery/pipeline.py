@@ -2,9 +2,12 @@
 
 The loop claims only as many messages as the window has free places, so
 every claimed message starts its provider call at once: right after the
-group's fresh read (``prepare_all``), with no await in between. Database
-calls are synchronous and run in a thread (``asyncio.to_thread``) so that
-sends keep completing meanwhile; they run one at a time, on one connection.
+group's fresh read (``prepare_all``), with no await in between. Groups are
+kept small enough for their read to take at most most of ``FRESH_WITHIN``
+(100 ms); a call that still cannot start within ``FRESH_WITHIN`` of the read
+(a busy machine) reads its message again first. Database calls are
+synchronous and run in a thread (``asyncio.to_thread``) so that sends keep
+completing meanwhile; the loop's own run one at a time.
 
 Outcomes are recorded in groups, fenced by lease token. A provider that
 drops repeats (``mailer.idempotent``) frees a place as soon as its call
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,10 +35,16 @@ from domain.delivery import RECORD_WITHIN
 from infra.delivery.breaker import Breaker
 from infra.delivery.fresh import Prepared, prepare_all
 from infra.delivery.leases import Claim
-from infra.delivery.providers import Mailer, SendFailed
+from infra.delivery.providers import Mailer, OutboundEmail, ProviderReceipt, SendFailed
 from infra.delivery.send import Sent, after_sending, record, released, without_sending
 from infra.projector.inline import OUTBOX
 from infra.services.unit_of_work import ServiceContext
+
+
+# No send may rely on a fresh read older than this when its provider call starts.
+FRESH_WITHIN = 0.1
+# The share of FRESH_WITHIN a group's read may take; the rest is for starting its calls.
+READ_SHARE = 0.75
 
 
 class Window:
@@ -48,6 +58,12 @@ class Window:
         self.ctx, self.mailer, self.owner, self.sender, self.size = ctx, mailer, owner, sender, size
         self.claim, self.breaker, self.jitter, self.stopping = claim, breaker, jitter, stopping
         self.in_flight = 0
+        # The most time between a fresh read's start and a provider call it let
+        # start, in seconds: never more than FRESH_WITHIN.
+        self.stalest_read = 0.0
+        self._read_cost = 0.0  # seconds per message of a group's fresh read
+        self.rereads = 0  # messages read again because their group's read went stale before their call
+        self._reread: asyncio.Lock | None = None  # one such read at a time, beside the loop's own
         self.tally: Counter[str] = Counter()
         self.states: dict[object, str] = {}  # message id -> state, for callers that asked for given claims
         self._unstarted: list[Claim] = []  # claimed, not sent: a database error cut in
@@ -80,7 +96,7 @@ class Window:
         claims = await self._take_back() if self._unstarted else []
         if not claims and not stopping:
             probing = self.breaker.state == "open"  # then the allowance is one message, the probe
-            wanted = self.breaker.allowance(min(self.room, limit or self.size))
+            wanted = self.breaker.allowance(min(self.room, limit or self.size, self._fresh_group))
             claims = await asyncio.to_thread(self.claim, wanted) if wanted else []
             if probing and claims:
                 self.breaker.probe_claimed()
@@ -102,8 +118,10 @@ class Window:
 
     async def _start(self, claims: list[Claim], *, stopping: bool) -> None:
         self._unstarted = claims
+        read_at = time.monotonic()
         prepared = [] if stopping else await asyncio.to_thread(self._prepare, claims)
         self._unstarted = []
+        self._note_read_cost(len(claims), time.monotonic() - read_at)
         stopping = stopping or self.stopping()
         if stopping or self.breaker.state == "open":
             # Claimed before the worker stopped or the provider went down: unsent, not an attempt when down.
@@ -117,12 +135,24 @@ class Window:
                 self._unrecorded.append(Sent(claim, fresh, early, self.ctx.clock.now()))
                 continue
             self.in_flight += 1
-            task = asyncio.create_task(self._send(claim, fresh))
+            task = asyncio.create_task(self._send(claim, fresh, read_at))
             self._sends.add(task)
             task.add_done_callback(self._sends.discard)
             started += 1
         if not started:
             self.breaker.probe_not_sent()
+
+    @property
+    def _fresh_group(self) -> int:
+        """The most messages to claim at once: their fresh read must take at most ``READ_SHARE`` of ``FRESH_WITHIN``."""
+        if not self._read_cost:
+            return self.size
+        return max(1, int(FRESH_WITHIN * READ_SHARE / self._read_cost))
+
+    def _note_read_cost(self, messages: int, seconds: float) -> None:
+        """Follow what a fresh read costs per message (a moving average), to size the next groups."""
+        cost = seconds / max(messages, 1)
+        self._read_cost = cost if not self._read_cost else 0.8 * self._read_cost + 0.2 * cost
 
     def _prepare(self, claims: Sequence[Claim]) -> list[Prepared]:
         # Autocommit: each statement of the read sees its own snapshot either way,
@@ -146,23 +176,52 @@ class Window:
 
     # -- sends -----------------------------------------------------------------
 
-    async def _send(self, claim: Claim, prepared: Prepared) -> None:
-        assert prepared.email is not None
+    async def _send(self, claim: Claim, prepared: Prepared, read_at: float) -> None:
         try:
-            try:
-                if self._send_async is not None:
-                    answer = await self._send_async(prepared.email)
-                else:
-                    loop = asyncio.get_running_loop()
-                    answer = await loop.run_in_executor(self._executor, self.mailer.send, prepared.email)
-            except SendFailed as error:
-                answer = error
+            answer = await self._call(prepared, read_at)
+            while answer is None:
+                # The read went stale before the call could start (a busy machine): read this message again.
+                read_at = time.monotonic()
+                self.rereads += 1
+                assert self._reread is not None
+                async with self._reread:
+                    [prepared] = await asyncio.to_thread(self._prepare, [claim])
+                early = without_sending(self.ctx, claim, prepared)
+                if early is not None:
+                    self._unrecorded.append(Sent(claim, prepared, early, self.ctx.clock.now()))
+                    self.breaker.probe_not_sent()
+                    return
+                answer = await self._call(prepared, read_at)
             self.breaker.observe(claim.row.message_id, answer if isinstance(answer, SendFailed) else None)
             result = after_sending(self.ctx, claim, prepared, answer, self.jitter)
             self._unrecorded.append(Sent(claim, prepared, result, self.ctx.clock.now()))
         finally:
             self.in_flight -= 1
             self.wake()
+
+    async def _call(self, prepared: Prepared, read_at: float) -> ProviderReceipt | SendFailed | None:
+        """The provider's answer; None, without calling it, when the read is older than ``FRESH_WITHIN``."""
+        assert prepared.email is not None
+        try:
+            if self._send_async is None:
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(self._executor, self._send_if_fresh, prepared.email, read_at)
+            if not self._fresh(read_at):
+                return None
+            return await self._send_async(prepared.email)
+        except SendFailed as error:
+            return error
+
+    def _send_if_fresh(self, email: OutboundEmail, read_at: float) -> ProviderReceipt | None:
+        """``mailer.send`` on a thread of the pool, unless the read went stale while the thread was starting."""
+        return self.mailer.send(email) if self._fresh(read_at) else None
+
+    def _fresh(self, read_at: float) -> bool:
+        age = time.monotonic() - read_at
+        if age > FRESH_WITHIN:
+            return False
+        self.stalest_read = max(self.stalest_read, age)
+        return True
 
     def wake(self) -> None:
         if self._changed is not None:
@@ -181,6 +240,7 @@ class Window:
     def bind(self) -> None:
         """Make the wake-up event on the running loop, for ``wake_threadsafe`` from other threads."""
         self._changed = asyncio.Event()
+        self._reread = asyncio.Lock()
         self._loop = asyncio.get_running_loop()
 
     def wake_threadsafe(self) -> None:

@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -66,6 +67,8 @@ class Worker:
         self.breaker = Breaker(ctx, mailer.name, owner=self.owner, policy=circuit)
         self.stopping = threading.Event()
         self.delivered: dict[str, int] = {}
+        self.stalest_read = 0.0  # seconds; see ``Window.stalest_read``
+        self.rereads = 0
         self._lock = threading.Lock()
         self._windows: list[Window] = []  # the windows running now, for the gauges and for stop()
 
@@ -96,7 +99,10 @@ class Worker:
 
     def drain(self) -> dict[str, int]:
         """Deliver everything due now, then return the tally of every run so far."""
+        started = time.monotonic()
         self._in_a_window(self.owner, self._until_idle)
+        log_event(log, "worker drained", owner=self.owner, seconds=round(time.monotonic() - started, 3),
+                  **self._freshness(), **self.delivered)
         return dict(self.delivered)
 
     def run(self) -> None:
@@ -105,7 +111,11 @@ class Worker:
                        retry_seconds=self.poll_seconds, log=log)
         log_event(log, "worker started", owner=self.owner, inflight=self.inflight)
         self._in_a_window(self.owner, self._until_stopped)
-        log_event(log, "worker stopped", owner=self.owner, **self.delivered)
+        log_event(log, "worker stopped", owner=self.owner, **self._freshness(), **self.delivered)
+
+    def _freshness(self) -> dict[str, float]:
+        """How fresh the reads behind the sends were: the stalest at a call's start, and how many were redone."""
+        return {"stalest_read_ms": round(self.stalest_read * 1000, 1), "rereads": self.rereads}
 
     def stop(self) -> None:
         self.stopping.set()
@@ -126,6 +136,8 @@ class Worker:
             window.close()
             with self._lock:
                 self._windows.remove(window)
+                self.stalest_read = max(self.stalest_read, window.stalest_read)
+                self.rereads += window.rereads
                 for state, n in window.tally.items():
                     self.delivered[state] = self.delivered.get(state, 0) + n
 
