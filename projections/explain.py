@@ -65,6 +65,7 @@ class Story:
     requests: dict[UUID, Request] = field(factory=dict)
     messages: dict[UUID, Message] = field(factory=dict)
     user_notes: list[Said] = field(factory=list)  # refusals, account lockouts: about the user, not one request
+    outages: list[Said] = field(factory=list)  # provider outages, told beside the mail that waited through them
 
 
 def _who(r: RecordedEvent) -> str:
@@ -221,6 +222,9 @@ def build_story(events: Iterable[RecordedEvent]) -> Story:
     events = sorted(events, key=lambda r: r.global_position)
     times, story = event_times(events), Story()
     for r in events:
+        if isinstance(r.event, (outage.ProviderOutageBegan, outage.ProviderOutageEnded)):
+            story.outages.append((r.global_position, outage_sentence(r.event)))
+            continue
         fold = _email_event if r.stream_id.startswith("email:") else _request_event
         fold(story, r, times[r.global_position])
     return story
@@ -257,6 +261,9 @@ def request_sentences(story: Story, request_id: UUID, now: datetime, *, follow: 
     for message_id in request.messages:
         if message_id in story.messages:
             said += story.messages[message_id].said
+    if said:  # an outage began or ended while this request's mail was on its way
+        first, last = min(pos for pos, _ in said), max(pos for pos, _ in said)
+        said += [(pos, sentence) for pos, sentence in story.outages if first < pos < last]
     lines = [sentence for _, sentence in sorted(said)] + _still(story, request, now)
     if follow and request.superseded_by in story.requests:
         lines += request_sentences(story, request.superseded_by, now, follow=False)

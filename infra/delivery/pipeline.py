@@ -3,7 +3,7 @@
 The loop claims only as many messages as the window has free places, so
 every claimed message starts its provider call at once: right after the
 group's fresh read (``prepare_all``), with no await in between. Groups are
-kept small enough for their read to take at most most of ``FRESH_WITHIN``
+kept small enough for their read to take at most 3/4 of ``FRESH_WITHIN``
 (100 ms); a call that still cannot start within ``FRESH_WITHIN`` of the read
 (a busy machine) reads its message again first. Database calls are
 synchronous and run in a thread (``asyncio.to_thread``) so that sends keep
@@ -118,10 +118,11 @@ class Window:
 
     async def _start(self, claims: list[Claim], *, stopping: bool) -> None:
         self._unstarted = claims
-        read_at = time.monotonic()
-        prepared = [] if stopping else await asyncio.to_thread(self._prepare, claims)
+        read_at, prepared = time.monotonic(), []
+        if not stopping:
+            prepared = await asyncio.to_thread(self._prepare, claims)
+            self._note_read_cost(len(claims), time.monotonic() - read_at)
         self._unstarted = []
-        self._note_read_cost(len(claims), time.monotonic() - read_at)
         stopping = stopping or self.stopping()
         if stopping or self.breaker.state == "open":
             # Claimed before the worker stopped or the provider went down: unsent, not an attempt when down.
