@@ -199,13 +199,13 @@ class Settings:
         doc="Seconds of lease a worker needs left to start a provider call.")
     provider_timeout: int = _setting("AUTHLEDGER_PROVIDER_TIMEOUT", 10, _whole(1, 600),
         doc="Seconds allowed for one provider call.")
+    delivery_inflight: int = _setting("AUTHLEDGER_DELIVERY_INFLIGHT", 64, _whole(1, 1024),
+        doc="Provider calls a worker process keeps in flight at once; each provider keeps as many connections.")
     max_attempts: int | None = _setting("AUTHLEDGER_MAX_ATTEMPTS", None, _whole(1, 1000),
         feeds=(DeliveryPolicy, "max_attempts"),
         doc="Optional hard cap on send attempts; unset, a message is retried until its link or code expires.")
     retry_backoff_cap: int = _setting("AUTHLEDGER_RETRY_BACKOFF_CAP", 60, _whole(1, 3600),
         feeds=(DeliveryPolicy, "backoff_cap"), doc="Longest wait, in seconds, between two attempts of one message.")
-    delivery_inflight: int = _setting("AUTHLEDGER_DELIVERY_INFLIGHT", 64, _whole(1, 1024),
-        doc="Provider calls one worker process keeps in flight at once (its window).")
     poll_seconds: float = _setting("AUTHLEDGER_POLL_SECONDS", 5.0, _seconds,
         doc="Longest an idle worker or catch-up runner waits without a notification.")
     log_format: str = _setting("AUTHLEDGER_LOG_FORMAT", "auto", _choice(LOG_FORMATS),
