@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import click
 
 from infra.bootstrap import App
@@ -23,5 +24,7 @@ def serve(app: App, host: str, port: int, inflight: int | None) -> None:
 
     if inflight is None:
         inflight = app.settings.delivery_inflight
+    elif inflight:  # before the mailer is built: a provider sizes its connection pool to the window
+        app.settings = attrs.evolve(app.settings, delivery_inflight=inflight)
     app.reserve_connections(2 if inflight else 0)  # the window's steps, and a stale message's second read
     run_server(app, host=host, port=port, inflight=inflight, say=click.echo)
