@@ -5,7 +5,7 @@
 Starts its own embedded PostgreSQL in a temporary directory with the
 server's default durability (the output lists the settings), initialises a
 database, registers an API client, then starts the real thing: `authledger
-serve --workers 0` (one uvicorn process; delivery off, so that workers do
+serve --inflight 0` (one uvicorn process; delivery off, so that workers do
 not compete for the two cores with the API being measured) with JSON logs,
 one line per request, written to a file.
 
@@ -105,7 +105,7 @@ def _start_server(database_url: str, data_dir: Path) -> tuple[subprocess.Popen[b
            "AUTHLEDGER_LOG_FORMAT": "json", "AUTHLEDGER_OTP_HOURLY_LIMIT": "1000",
            "AUTHLEDGER_MASTER_KEY": os.environ.get("AUTHLEDGER_MASTER_KEY", MASTER_KEY)}
     with (data_dir / "serve.log").open("wb") as log:
-        process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), "--workers", "0"],
+        process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), "--inflight", "0"],
                                    env=env, stdout=subprocess.DEVNULL, stderr=log)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -195,7 +195,7 @@ def main() -> None:
         print("durability: " + ", ".join(f"{name}={value}" for name, value in settings.items()))
         print(f"machine: {platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start, "
               f"Python {platform.python_version()}, httpx {httpx.__version__}")
-        print(f"server: authledger serve --workers 0 (one uvicorn process) at {base}")
+        print(f"server: authledger serve --inflight 0 (one uvicorn process) at {base}")
         print(f"{count} requests per endpoint per round, {args.clients} in flight, {rounds} rounds\n")
         samples: dict[str, list[tuple[float, list[float]]]] = {"healthz": [], "otp": [], "verify": []}
         for round_ in range(rounds):

@@ -16,7 +16,7 @@ and stops when the last process finds nothing left to claim. Each worker is
 its own process, so the GIL neither flatters nor hurts the multi-worker
 figures:
 
-- authledger: ``Worker(ctx, NoopMailer(), batch=10, concurrency=1).drain()``
+- authledger: ``Worker(ctx, NoopMailer(), batch=10).drain()``
   on the application role's engine. Messages are reset links of distinct
   users, so every delivery loads a one-request stream, renders the link and
   records ``ProviderAccepted`` fenced by its lease. The no-op provider says
@@ -239,7 +239,7 @@ def _authledger_setup(
     ping(engine)
     mailer = NoopMailer(idempotent=idempotent)
     worker = Worker(ServiceContext(engine=engine, keys=KEYS), mailer, sender=SENDER, owner=f"bench-{index}",
-                    batch=BATCH, concurrency=1)
+                    batch=BATCH)
     return worker, mailer
 
 

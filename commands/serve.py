@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import click
 
 from infra.bootstrap import App
@@ -10,10 +11,10 @@ from infra.bootstrap import App
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(0, 64),
-              help="Delivery worker threads in this process (0: the API only).")
+@click.option("--inflight", type=click.IntRange(0, 1024), default=None,
+              help="Provider calls in flight at once (0: the API only)  [default: AUTHLEDGER_DELIVERY_INFLIGHT]")
 @click.pass_obj
-def serve(app: App, host: str, port: int, workers: int) -> None:
+def serve(app: App, host: str, port: int, inflight: int | None) -> None:
     """Run the HTTP API and the delivery workers; SIGTERM or Ctrl-C stops both cleanly.
 
     With no DATABASE_URL this initialises the embedded database, and prints
@@ -21,5 +22,9 @@ def serve(app: App, host: str, port: int, workers: int) -> None:
     """
     from infra.http.serve import serve as run_server  # uvicorn and starlette load only to serve
 
-    app.reserve_connections(workers)
-    run_server(app, host=host, port=port, workers=workers, say=click.echo)
+    if inflight is None:
+        inflight = app.settings.delivery_inflight
+    elif inflight:  # before the mailer is built: a provider sizes its connection pool to the window
+        app.settings = attrs.evolve(app.settings, delivery_inflight=inflight)
+    app.reserve_connections(2 if inflight else 0)  # the window's steps, and a stale message's second read
+    run_server(app, host=host, port=port, inflight=inflight, say=click.echo)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import click
 
 from commands.output import emit, json_option
@@ -12,18 +13,22 @@ from infra.logs import configure_logging
 
 
 @click.command()
-@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1, 64))
-@click.option("--batch", default=10, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--inflight", type=click.IntRange(1, 1024), default=None,
+              help="Provider calls in flight at once  [default: AUTHLEDGER_DELIVERY_INFLIGHT]")
+@click.option("--batch", type=click.IntRange(1, 1024), default=None,
+              help="Most messages claimed in one statement  [default: the window]")
 @click.option("--once", is_flag=True, help="Deliver everything due now, then exit.")
 @json_option
 @click.pass_obj
-def worker(app: App, concurrency: int, batch: int, once: bool, as_json: bool) -> None:
+def worker(app: App, inflight: int | None, batch: int | None, once: bool, as_json: bool) -> None:
     """Claim due emails and deliver them."""
     configure_logging(app.settings.log_format)
-    app.reserve_connections(concurrency)
+    app.reserve_connections(2)  # the window's steps, one at a time, and a stale message's second read
     app.check_keys()
+    if inflight is not None:  # before the mailer is built: a provider sizes its connection pool to the window
+        app.settings = attrs.evolve(app.settings, delivery_inflight=inflight)
     delivery = Worker(app.services, app.mailer, sender=app.settings.sender, batch=batch,
-                      concurrency=concurrency, poll_seconds=app.settings.poll_seconds)
+                      inflight=app.settings.delivery_inflight, poll_seconds=app.settings.poll_seconds)
     if once:
         tally = delivery.drain()
         emit(tally, as_json, ", ".join(f"{state}: {n}" for state, n in sorted(tally.items())) or "nothing due")

@@ -16,6 +16,13 @@ from domain.email import DeliveryAbandoned, DeliveryRedriven, LeaseClaimed, Leas
 from domain.errors import InvalidInput, NotFound
 
 
+# With a provider that drops repeats, outcomes wait to be recorded together
+# at most this long: a slow provider must not keep outcomes unrecorded until
+# their leases run out and another worker sends them all again. A lease must
+# outlast a provider call, the safety margin and this wait.
+RECORD_WITHIN = timedelta(seconds=1)
+
+
 @frozen
 class DeliveryPolicy:
     lease: timedelta = timedelta(seconds=45)

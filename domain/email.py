@@ -49,12 +49,15 @@ class LeaseExpired:
 
 @frozen
 class LeaseReleased:
-    """A worker shutting down gave back a message it had claimed but not sent."""
+    """A worker gave back a message it had claimed but not sent: it was stopping, or its provider was down."""
 
     message_id: UUID
     lease_owner: str
     lease_token: UUID
     released_at: datetime
+    # True when the claim's attempt is given back too (the provider was down,
+    # nothing was tried). Events recorded before this field read False.
+    attempt_returned: bool = False
 
 
 @frozen

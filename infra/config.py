@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from attrs import field, fields, frozen
 
-from domain.delivery import DeliveryPolicy
+from domain.delivery import RECORD_WITHIN, DeliveryPolicy
 from domain.errors import ConfigError
 from domain.policy import OtpPolicy, ResetPolicy
 
@@ -265,12 +265,15 @@ def _cross_checks(settings: Settings) -> list[str]:
         )
     if settings.signing_key and settings.signing_key_file:
         problems.append(f"set {var['signing_key']} or {var['signing_key_file']}, not both")
-    # A lease shorter than one provider call plus the margin would let a second
-    # worker claim a message while the first is still sending it.
-    if settings.lease_seconds <= settings.provider_timeout + settings.lease_margin_seconds:
+    # A claimed message's provider call starts at once. A lease shorter than
+    # that call, the margin and the wait for its outcome to be recorded would
+    # let a second worker claim a message while the first is still sending it.
+    recording = RECORD_WITHIN.total_seconds()
+    if settings.lease_seconds <= settings.provider_timeout + settings.lease_margin_seconds + recording:
         problems.append(
             f"{var['lease_seconds']} ({settings.lease_seconds}) must exceed {var['provider_timeout']} "
-            f"({settings.provider_timeout}) plus {var['lease_margin_seconds']} ({settings.lease_margin_seconds})"
+            f"({settings.provider_timeout}) plus {var['lease_margin_seconds']} ({settings.lease_margin_seconds}) "
+            f"plus {recording:g}s for recording the outcome"
         )
     return problems
 

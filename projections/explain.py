@@ -25,7 +25,7 @@ from uuid import UUID
 
 from attrs import define, field, frozen
 
-from domain import decisions, email, otp, privacy, reset
+from domain import decisions, email, otp, outage, privacy, reset
 from domain.log import RecordedEvent
 from projections.timeline import erased_keys, event_times, format_time
 
@@ -101,6 +101,7 @@ class Story:
     requests: dict[UUID, Request] = field(factory=dict)
     messages: dict[UUID, Message] = field(factory=dict)
     user_notes: list[Finding] = field(factory=list)  # refusals, account lockouts: about the user, not one request
+    outages: list[Finding] = field(factory=list)  # provider outages, told beside the mail that waited through them
 
 
 def _who(r: RecordedEvent) -> str:
@@ -212,6 +213,10 @@ def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
                     "provider. The retry reuses the message id as idempotency key and Message-ID header: a "
                     "provider that honours it sends one email; one that does not (plain SMTP) may deliver two.")
             ended = "expired"
+        case email.LeaseReleased(attempt_returned=True):
+            said = (f"{label} was given back unsent by {e.lease_owner} at {T(at)}: its provider was down, so the "
+                    "attempt was not counted.")
+            ended = "released"
         case email.LeaseReleased():
             said, ended = f"{label} was given back by {e.lease_owner} at {T(at)} (worker stopping).", "released"
         case email.SendAttemptFailed(retry_at=None, retryable=True):
@@ -254,10 +259,24 @@ def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
                                                                    message_id=e.message_id)))
 
 
+def outage_sentence(event: outage.ProviderOutageBegan | outage.ProviderOutageEnded) -> str:
+    """What a reviewer reads about a provider outage: why mail queued meanwhile waited."""
+    if isinstance(event, outage.ProviderOutageBegan):
+        return (f"Provider {event.provider} was recognised as down by worker {event.worker} at {T(event.began_at)}, "
+                f"after {event.failures} different emails failed in a row (last error: {event.last_error}); that "
+                "worker stopped claiming mail and probed with one email at a time, without counting attempts.")
+    return (f"Provider {event.provider} answered worker {event.worker} again at {T(event.ended_at)}, ending the "
+            f"outage that began at {T(event.began_at)}; mail held back meanwhile was sent from then on.")
+
+
 def build_story(events: Iterable[RecordedEvent]) -> Story:
     events = sorted(events, key=lambda r: r.global_position)
     times, story = event_times(events), Story()
     for r in events:
+        if isinstance(r.event, (outage.ProviderOutageBegan, outage.ProviderOutageEnded)):
+            story.outages.append(Finding(outage_sentence(r.event), r.event_type, r.global_position,
+                                         times[r.global_position]))
+            continue
         fold = _email_event if r.stream_id.startswith("email:") else _request_event
         fold(story, r, times[r.global_position])
     return story
@@ -299,6 +318,9 @@ def request_sentences(story: Story, request_id: UUID, now: datetime, *, follow: 
     for message_id in request.messages:
         if message_id in story.messages:
             said += story.messages[message_id].said
+    positions = [finding.position for finding in said if finding.position is not None]
+    if positions:  # an outage began or ended while this request's mail was on its way
+        said += [o for o in story.outages if min(positions) < o.position < max(positions)]
     lines = _in_log_order(said) + _still(story, request, now)
     if follow and request.superseded_by in story.requests:
         lines += request_sentences(story, request.superseded_by, now, follow=False)

@@ -76,6 +76,7 @@ def evolve_outbox(row: OutboxRow | None, event: object) -> OutboxRow | None:
             return evolve(
                 row, state="pending", available_at=event.released_at, lease_owner=None, lease_token=None,
                 lease_expires_at=None,
+                attempt_count=row.attempt_count - 1 if event.attempt_returned else row.attempt_count,
             )
         case ProviderAccepted():
             return evolve(

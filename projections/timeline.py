@@ -19,7 +19,7 @@ from uuid import UUID
 
 from attrs import asdict, frozen
 
-from domain import clients, decisions, email, otp, privacy, reset
+from domain import clients, decisions, email, otp, outage, privacy, reset
 from domain.log import RecordedEvent
 
 TIME_FIELDS = (
@@ -131,6 +131,8 @@ def summary(event: object) -> str:
             return f"leased to {event.lease_owner} until {format_time(event.lease_expires_at)}"
         case email.LeaseExpired():
             return f"lease of {event.lease_owner} expired with no outcome recorded"
+        case email.LeaseReleased(attempt_returned=True):
+            return f"given back by {event.lease_owner} unsent (provider down; the attempt does not count)"
         case email.LeaseReleased():
             return f"given back by {event.lease_owner} (worker stopping)"
         case email.SendAttemptFailed(retry_at=None):
@@ -151,6 +153,11 @@ def summary(event: object) -> str:
         case privacy.DataKeysRewrapped():
             return (f"{event.count} data key(s) re-wrapped from master key(s) {', '.join(event.from_master_key_ids)} "
                     f"onto {event.master_key_id}; the data keys themselves are unchanged")
+        case outage.ProviderOutageBegan():
+            return (f"provider {event.provider} down: {event.failures} messages failed in a row "
+                    f"({event.last_error}); claiming paused, probing")
+        case outage.ProviderOutageEnded():
+            return f"provider {event.provider} answers again (down since {format_time(event.began_at)})"
         case clients.ClientRegistered():
             return f"API client {event.name} registered with a new key"
         case clients.ClientRevoked():

@@ -1,151 +1,200 @@
-"""The delivery worker: claim due messages in batches, deliver each, wait for more.
+"""The delivery worker: a window of provider calls in flight, refilled as sends complete.
 
-Idle threads sleep until a NOTIFY on ``authledger_outbox`` (sent when mail
-is queued), the next retry falls due, or the poll interval passes, whichever
-comes first. On stop, a thread finishes the message in hand and gives back
-the rest of its batch with ``LeaseReleased``. A thread whose batch a
-database error cut short takes that batch up again, once the database is
-back, before claiming more, instead of leaving it to wait out its leases.
+One worker process runs one asyncio event loop in its thread
+(``infra/delivery/pipeline.py``). Idle, it sleeps until a NOTIFY on
+``authledger_outbox`` (sent when mail is queued), the next retry falls due,
+the circuit breaker's next probe, or the poll interval, whichever comes
+first. On stop, it finishes the sends in flight, records them, and gives
+back what it had claimed but not started with ``LeaseReleased``. A database
+error does not end it: it backs off and takes up its unstarted claims and
+unrecorded outcomes again once the database is back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import signal
 import socket
 import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from typing import Any
 
+from domain.circuit import CircuitPolicy
 from infra.db.listen import start_listener
-from infra.delivery.send import deliver_batch
-from infra.logs import log_event
-from infra.delivery.leases import Claim, claim_due, next_due, still_held
+from infra.delivery.breaker import Breaker
+from infra.delivery.leases import Claim, claim_due, next_due
+from infra.delivery.pipeline import Window
 from infra.delivery.providers import Mailer
+from domain.delivery import RECORD_WITHIN
+from infra.logs import log_event
 from infra.services.unit_of_work import ServiceContext
 
 log = logging.getLogger("authledger.worker")
+
+DEFAULT_INFLIGHT = 64
 
 
 def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def _run_loop(main: Coroutine[Any, Any, Any]) -> Any:
+    """``asyncio.run(main)``, in a thread of its own when the caller's thread already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main)
+    with ThreadPoolExecutor(1, thread_name_prefix="delivery") as one:
+        return one.submit(asyncio.run, main).result()
+
+
 class Worker:
+    """Delivers due email with up to ``inflight`` provider calls at once; ``batch`` caps one claim."""
+
     def __init__(
         self, ctx: ServiceContext, mailer: Mailer, *, sender: str, owner: str | None = None,
-        batch: int = 10, concurrency: int = 1, poll_seconds: float = 5.0,
+        inflight: int = DEFAULT_INFLIGHT, batch: int | None = None, poll_seconds: float = 5.0,
+        circuit: CircuitPolicy = CircuitPolicy(),
     ) -> None:
         self.ctx, self.mailer, self.sender = ctx, mailer, sender
         self.owner = owner or default_owner()
-        self.batch, self.concurrency, self.poll_seconds = batch, concurrency, poll_seconds
+        self.inflight, self.batch, self.poll_seconds = inflight, batch, poll_seconds
+        self.breaker = Breaker(ctx, mailer.name, owner=self.owner, policy=circuit)
         self.stopping = threading.Event()
-        self._wake = threading.Condition()
         self.delivered: dict[str, int] = {}
-        self._count_lock = threading.Lock()
-        # Per owner (one per thread): a batch whose delivery a database error
-        # cut short. Its leases are still this thread's; left alone they would
-        # hold the messages back until the leases run out.
-        self._unfinished: dict[str, list[Claim]] = {}
+        self.stalest_read = 0.0  # seconds; see ``Window.stalest_read``
+        self.rereads = 0
+        self._lock = threading.Lock()
+        self._windows: list[Window] = []  # the windows running now, for the gauges and for stop()
 
-    def claim(self, owner: str) -> list[Claim]:
+    # -- for metrics -------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Provider calls in flight now."""
+        return sum(window.in_flight for window in list(self._windows))
+
+    @property
+    def circuit_state(self) -> str:
+        """"closed", "open" or "half_open"."""
+        return self.breaker.state
+
+    # -- the public entry points -------------------------------------------------
+
+    def claim(self, owner: str, limit: int) -> list[Claim]:
+        """Lease up to ``limit`` due messages to ``owner`` and commit."""
         with self.ctx.engine.begin() as connection:
             return claim_due(
-                connection, owner=owner, limit=self.batch, now=self.ctx.clock.now(),
-                policy=self.ctx.delivery_policy,
+                connection, owner=owner, limit=limit, now=self.ctx.clock.now(), policy=self.ctx.delivery_policy,
             )
 
     def run_once(self, owner: str | None = None) -> int:
-        """Claim one batch and deliver it; the number of messages claimed."""
-        owner = owner or self.owner
-        claims = self._resume(owner) or self.claim(owner)
-        try:
-            states = deliver_batch(
-                self.ctx, claims, self.mailer, owner=owner, sender=self.sender, stopping=self.stopping
-            )
-        except Exception:
-            self._unfinished[owner] = claims
-            raise
-        with self._count_lock:
-            for state in states:
-                self.delivered[state] = self.delivered.get(state, 0) + 1
-        return len(claims)
-
-    def _resume(self, owner: str) -> list[Claim]:
-        """The claims of ``owner``'s cut-short batch that still hold their lease, to deliver them now.
-
-        Fenced by lease token like any outcome: a message recorded before the
-        error, or claimed by another worker since, is not ours any more.
-        """
-        unfinished = self._unfinished.get(owner)
-        if not unfinished:
-            return []
-        with self.ctx.engine.connect() as connection:
-            held = still_held(connection, unfinished)
-        del self._unfinished[owner]
-        return held
+        """Claim one group (up to ``batch``, at most the window), deliver and record it; the number claimed."""
+        return self._in_a_window(owner or self.owner, self._once)
 
     def drain(self) -> dict[str, int]:
-        """Deliver everything due now with ``concurrency`` threads, then return the tally."""
-        threads = [
-            threading.Thread(target=self._drain_thread, args=(f"{self.owner}/{n}",), daemon=True)
-            for n in range(self.concurrency)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        """Deliver everything due now, then return the tally of every run so far."""
+        started = time.monotonic()
+        self._in_a_window(self.owner, self._until_idle)
+        log_event(log, "worker drained", owner=self.owner, seconds=round(time.monotonic() - started, 3),
+                  **self._freshness(), **self.delivered)
         return dict(self.delivered)
 
-    def _drain_thread(self, owner: str) -> None:
-        while not self.stopping.is_set() and self.run_once(owner):
-            pass
-
     def run(self) -> None:
-        """Deliver until ``stop()``: threads claiming, one connection listening."""
-        start_listener(self.ctx.engine, "authledger_outbox", self._wake_claimers, self.stopping,
+        """Deliver until ``stop()`` (or SIGTERM/SIGINT on the main thread); one connection listens for new mail."""
+        start_listener(self.ctx.engine, "authledger_outbox", self._wake_all, self.stopping,
                        retry_seconds=self.poll_seconds, log=log)
-        threads = [
-            threading.Thread(target=self._run_thread, args=(f"{self.owner}/{n}",))
-            for n in range(self.concurrency)
-        ]
-        for thread in threads:
-            thread.start()
-        log_event(log, "worker started", owner=self.owner, concurrency=self.concurrency, batch=self.batch)
-        try:
-            for thread in threads:
-                thread.join()
-        except (KeyboardInterrupt, SystemExit):
-            # SIGTERM/SIGINT: stop claiming, let each thread finish the message
-            # in hand and release the rest of its batch, then exit cleanly.
-            self.stop()
-            for thread in threads:
-                thread.join()
-        log_event(log, "worker stopped", owner=self.owner, **self.delivered)
+        log_event(log, "worker started", owner=self.owner, inflight=self.inflight)
+        self._in_a_window(self.owner, self._until_stopped)
+        log_event(log, "worker stopped", owner=self.owner, **self._freshness(), **self.delivered)
+
+    def _freshness(self) -> dict[str, float]:
+        """How fresh the reads behind the sends were: the stalest at a call's start, and how many were redone."""
+        return {"stalest_read_ms": round(self.stalest_read * 1000, 1), "rereads": self.rereads}
 
     def stop(self) -> None:
         self.stopping.set()
-        self._wake_claimers()
+        self._wake_all()
 
-    def _run_thread(self, owner: str) -> None:
-        while not self.stopping.is_set():
+    # -- the loops ---------------------------------------------------------------
+
+    def _in_a_window(self, owner: str, loop: Callable[[Window], Awaitable[object]]) -> Any:
+        window = Window(
+            self.ctx, self.mailer, owner=owner, sender=self.sender, size=self.inflight,
+            claim=lambda limit: self.claim(owner, limit), breaker=self.breaker, stopping=self.stopping.is_set,
+        )
+        with self._lock:
+            self._windows.append(window)
+        try:
+            return _run_loop(self._bound(window, loop))
+        finally:
+            window.close()
+            with self._lock:
+                self._windows.remove(window)
+                self.stalest_read = max(self.stalest_read, window.stalest_read)
+                self.rereads += window.rereads
+                for state, n in window.tally.items():
+                    self.delivered[state] = self.delivered.get(state, 0) + n
+
+    async def _bound(self, window: Window, loop: Callable[[Window], Awaitable[object]]) -> object:
+        window.bind()
+        if threading.current_thread() is threading.main_thread():
+            # SIGTERM/SIGINT: stop claiming, finish the sends in flight, give back the rest, return.
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                asyncio.get_running_loop().add_signal_handler(signum, self.stop)
+        return await loop(window)
+
+    async def _once(self, window: Window) -> int:
+        claimed = await window.step(stopping=self.stopping.is_set(), limit=self.batch)
+        while not window.idle:
+            await window.wait(RECORD_WITHIN.total_seconds())
+            await window.step(stopping=True)
+        return claimed
+
+    async def _until_idle(self, window: Window) -> None:
+        while True:
+            claimed = await window.step(stopping=self.stopping.is_set(), limit=self.batch)
+            if not claimed and window.idle:
+                return
+            if not claimed:
+                await window.wait(RECORD_WITHIN.total_seconds())
+
+    async def _until_stopped(self, window: Window) -> None:
+        while not (self.stopping.is_set() and window.idle):
             try:
-                if self.run_once(owner):
+                if await window.step(stopping=self.stopping.is_set(), limit=self.batch):
                     continue
-                wait = self._seconds_until_next_due()
+                wait = await self._seconds_to_wait(window)
             except Exception as error:  # a database outage must not kill the worker: back off, retry
-                log_event(log, "worker iteration failed", logging.ERROR, owner=owner, error=str(error))
+                log_event(log, "worker iteration failed", logging.ERROR, owner=window.owner, error=str(error))
                 wait = self.poll_seconds
-            with self._wake:
-                if not self.stopping.is_set():
-                    self._wake.wait(timeout=wait)
+            if not (self.stopping.is_set() and window.idle):
+                await window.wait(wait)
 
-    def _seconds_until_next_due(self) -> float:
-        with self.ctx.engine.connect() as connection:
-            due: datetime | None = next_due(connection)
+    async def _seconds_to_wait(self, window: Window) -> float:
+        if window.in_flight or self.stopping.is_set():
+            return RECORD_WITHIN.total_seconds()
+        probe = self.breaker.seconds_to_probe()
+        if probe is not None:
+            return min(probe, self.poll_seconds)
+        if self.breaker.state != "closed":
+            return self.poll_seconds
+        due: datetime | None = await asyncio.to_thread(self._next_due)
         if due is None:
             return self.poll_seconds
         return min(self.poll_seconds, max((due - self.ctx.clock.now()).total_seconds(), 0.01))
 
-    def _wake_claimers(self) -> None:
-        with self._wake:
-            self._wake.notify_all()
+    def _next_due(self) -> datetime | None:
+        with self.ctx.engine.connect() as connection:
+            return next_due(connection)
+
+    def _wake_all(self) -> None:
+        with self._lock:
+            windows = list(self._windows)
+        for window in windows:
+            window.wake_threadsafe()

@@ -8,7 +8,7 @@ version here and registering an upcaster in ``infra.eventlog.upcasters``.
 from __future__ import annotations
 
 from domain import decisions, email, otp, privacy, reset
-from domain import clients
+from domain import clients, outage
 
 # tag -> (class, current schema version)
 EVENT_TYPES: dict[str, tuple[type, int]] = {
@@ -32,6 +32,8 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "DeliverySkipped": (email.DeliverySkipped, 1),
     "DeliveryAbandoned": (email.DeliveryAbandoned, 1),
     "DeliveryRedriven": (email.DeliveryRedriven, 1),
+    "ProviderOutageBegan": (outage.ProviderOutageBegan, 1),
+    "ProviderOutageEnded": (outage.ProviderOutageEnded, 1),
     "ClientRegistered": (clients.ClientRegistered, 1),
     "ClientRevoked": (clients.ClientRevoked, 1),
     "SubjectErased": (privacy.SubjectErased, 1),

@@ -1,9 +1,9 @@
 """`authledger serve`: the HTTP API and the delivery workers in one process.
 
-uvicorn runs the app; the app's lifespan runs the worker threads, so one
-SIGTERM or Ctrl-C stops both: uvicorn stops accepting, finishes the requests
-in hand, then the worker finishes its message in hand and gives back the
-rest of its batch. On the embedded default the database is initialised on
+uvicorn runs the app; the app's lifespan runs the delivery worker in a
+thread, so one SIGTERM or Ctrl-C stops both: uvicorn stops accepting,
+finishes the requests in hand, then the worker finishes its sends in flight
+and gives back what it claimed and had not started. On the embedded default the database is initialised on
 start and a development API key is made (once) and printed.
 """
 
@@ -64,19 +64,19 @@ def _route_uvicorn_logs() -> None:
         logger.propagate = False
 
 
-def serve(app: App, *, host: str, port: int, workers: int, say: Callable[[str], None]) -> None:
+def serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str], None]) -> None:
     """Run until SIGTERM or SIGINT, then stop the API and the workers and return."""
     stop_on_sigterm()  # until uvicorn takes over: a SIGTERM during start-up exits cleanly
     configure_logging(app.settings.log_format)
     _route_uvicorn_logs()
     app = App(app.settings, database=app.database, pool_size=API_POOL_SIZE)
     try:
-        _serve(app, host=host, port=port, workers=workers, say=say)
+        _serve(app, host=host, port=port, inflight=inflight, say=say)
     finally:
         app.close()
 
 
-def _serve(app: App, *, host: str, port: int, workers: int, say: Callable[[str], None]) -> None:
+def _serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str], None]) -> None:
     settings, base = app.settings, f"http://{host}:{port}"
     lines = [f"authledger API on {base} (OpenAPI document at {base}/openapi.json)"]
     if app.database.embedded:
@@ -90,16 +90,15 @@ def _serve(app: App, *, host: str, port: int, workers: int, say: Callable[[str],
         lines.append(f"mail: delivered to the Maildir {settings.maildir_path.resolve()} (one file per email in new/)")
     else:
         lines.append(f"mail: sent through the {settings.provider} provider")
-    lines.append(f"delivery: {workers} worker thread(s)" if workers else "delivery: off (--workers 0)")
+    lines.append(f"delivery: up to {inflight} sends in flight" if inflight else "delivery: off (--inflight 0)")
     if app.database.embedded:
         key, path = ensure_dev_key(app)
         lines += [f"development API key (for local use only; also in {path.resolve()}):", f"  {key}"]
     say("\n".join(lines))
 
     worker = None
-    if workers:
-        worker = Worker(ctx, app.mailer, sender=settings.sender, concurrency=workers,
-                        poll_seconds=settings.poll_seconds)
+    if inflight:
+        worker = Worker(ctx, app.mailer, sender=settings.sender, inflight=inflight, poll_seconds=settings.poll_seconds)
     catch_up = CatchUpRunner(app.engine, poll_seconds=settings.poll_seconds)
     config = uvicorn.Config(
         create_app(ctx, worker=worker, catch_up=catch_up), host=host, port=port, log_config=None, access_log=False,

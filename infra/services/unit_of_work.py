@@ -248,6 +248,13 @@ def decide_events_on_stream(
                        lambda stream, version, events: [(stream, version, events)], metadata, None)
 
 
+def record_events(
+    ctx: ServiceContext, stream_id: str, events: list[object], metadata: Mapping[str, Any] | None = None
+) -> None:
+    """Append facts that need no decision (a provider outage a worker saw) at the end of ``stream_id``."""
+    decide_events_on_stream(ctx, stream_id, list, lambda _state, _now: list(events), metadata)
+
+
 def _serialised(
     ctx: ServiceContext,
     stream_id: str,

@@ -1,7 +1,11 @@
-"""When outcomes are recorded: after the batch for providers that drop repeats, after each send otherwise."""
+"""When outcomes are recorded: in groups for providers that drop repeats, as each send completes otherwise.
+
+A window of one makes the order of sends, and so what each send sees, certain.
+"""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -9,7 +13,7 @@ from sqlalchemy import Engine, text
 
 from domain.reset import RequestReset
 from infra.clock import ManualClock
-from infra.delivery.send import deliver_batch
+from infra.delivery.pipeline import deliver_batch
 from infra.delivery.leases import Claim, claim_due
 from infra.delivery.providers import OutboundEmail, ProviderReceipt
 from infra.services.reset import request_reset
@@ -41,12 +45,16 @@ class WatchingMailer(RecordingMailer):
 
 
 class DiesOnThirdSend(RecordingMailer):
-    """An idempotent provider whose worker process dies while handing it the third message."""
+    """An idempotent provider whose worker process dies while handing it one given message."""
 
     killed = False
 
+    def __init__(self, fatal: str) -> None:
+        super().__init__()
+        self.fatal = fatal
+
     def send(self, email: OutboundEmail) -> ProviderReceipt:
-        if len(self.calls) == 2 and not self.killed:
+        if str(email.message_id) == self.fatal and not self.killed:
             self.killed = True
             raise KeyboardInterrupt("the worker was killed")  # escapes every handler, as a kill would
         return super().send(email)
@@ -67,7 +75,7 @@ def test_an_idempotent_provider_has_the_whole_batch_recorded_after_its_last_send
     queue(ctx, 3)
     mailer = WatchingMailer(engine, idempotent=True)
 
-    assert Worker(ctx, mailer, sender=SENDER, batch=3).drain() == {"sent": 3}
+    assert Worker(ctx, mailer, sender=SENDER, inflight=1).drain() == {"sent": 3}
 
     assert mailer.earlier_states == [set(), {"leased"}, {"leased"}]
     assert_projections_match_log(engine)
@@ -92,7 +100,7 @@ def test_a_slow_idempotent_provider_has_outcomes_recorded_within_a_second_not_at
     queue(ctx, 4)
     mailer = SlowWatchingMailer(engine, clock)
 
-    assert Worker(ctx, mailer, sender=SENDER, batch=4).drain() == {"sent": 4}
+    assert Worker(ctx, mailer, sender=SENDER, inflight=1).drain() == {"sent": 4}
 
     # When the third send returned, the first outcome had waited 1.2 s: all three were recorded.
     assert mailer.earlier_states == [set(), {"leased"}, {"leased"}, {"sent"}]
@@ -105,17 +113,17 @@ def test_a_provider_without_idempotency_has_each_outcome_recorded_before_the_nex
     queue(ctx, 3)
     mailer = WatchingMailer(engine, idempotent=False)
 
-    assert Worker(ctx, mailer, sender=SENDER, batch=3).drain() == {"sent": 3}
+    assert Worker(ctx, mailer, sender=SENDER, inflight=1).drain() == {"sent": 3}
 
     assert mailer.earlier_states == [set(), {"sent"}, {"sent"}]
     assert_projections_match_log(engine)
 
 
-def test_a_worker_killed_mid_batch_leaves_its_sends_to_be_repeated_once_each_under_the_same_key(
+def test_a_worker_killed_mid_window_leaves_its_sends_to_be_repeated_once_each_under_the_same_key(
     ctx: ServiceContext, engine: Engine, clock: ManualClock
 ) -> None:
     first, second, third = queue(ctx, 3)
-    mailer = DiesOnThirdSend()
+    mailer = DiesOnThirdSend(fatal=third)
     with pytest.raises(KeyboardInterrupt):
         Worker(ctx, mailer, sender=SENDER, owner="w1", batch=3).run_once()
     assert [email_event_types(engine, m)[-1] for m in (first, second, third)] == ["LeaseClaimed"] * 3
@@ -139,14 +147,19 @@ class TakenOverWhileSending(RecordingMailer):
         super().__init__()
         self.ctx, self.engine, self.clock = ctx, engine, clock
         self.taken_over: list[Claim] = []
+        self._first = threading.Lock()
 
     def send(self, email: OutboundEmail) -> ProviderReceipt:
+        with self._first:  # the batch's sends run side by side: one takeover, by whichever comes first
+            self._take_over_one()
+        return super().send(email)
+
+    def _take_over_one(self) -> None:
         if not self.taken_over:
             # w2 sees a clock past w1's lease; w1's own clock stays where it is.
             later = self.clock.now() + self.ctx.delivery_policy.lease + timedelta(seconds=1)
             with self.engine.begin() as connection:
                 self.taken_over = claim_due(connection, owner="w2", limit=1, now=later, policy=self.ctx.delivery_policy)
-        return super().send(email)
 
 
 def test_a_message_taken_over_mid_batch_is_left_out_and_the_rest_of_the_batch_is_recorded(

@@ -38,8 +38,8 @@ class _OutageRightAfterClaiming(Worker):
         self.server, self.database_name = server, database_name
         self.outage_began = threading.Event()
 
-    def claim(self, owner: str) -> list[Claim]:
-        claims = super().claim(owner)
+    def claim(self, owner: str, limit: int) -> list[Claim]:
+        claims = super().claim(owner, limit)
         if claims and not self.outage_began.is_set():
             _refuse_connections(self.server, self.database_name, refuse=True)
             self.outage_began.set()

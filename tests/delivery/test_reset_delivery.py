@@ -16,7 +16,7 @@ from domain.policy import ResetPolicy
 from domain.reset import RequestReset, ResetRequestRefused, reset_stream
 from infra.clock import ManualClock
 from infra.delivery.fresh import prepare
-from infra.delivery.send import deliver
+from infra.delivery.pipeline import deliver
 from infra.delivery.leases import claim_due, record_outcome
 from infra.delivery.providers.smtp import SmtpMailer
 from infra.services.reset import consume_token, request_reset, verify_token
@@ -126,11 +126,11 @@ def test_a_worker_whose_lease_was_taken_over_records_nothing(
     assert_projections_match_log(engine)
 
 
-def test_four_worker_threads_send_two_hundred_messages_once_each(ctx: ServiceContext, engine: Engine) -> None:
+def test_a_window_of_sixteen_sends_two_hundred_messages_once_each(ctx: ServiceContext, engine: Engine) -> None:
     requests = [request_reset(ctx, RequestReset(f"user-{n}", f"u{n}@example.test")) for n in range(200)]
     mailer = RecordingMailer()
 
-    assert drain(ctx, mailer, concurrency=4, batch=5) == {"sent": 200}
+    assert drain(ctx, mailer, inflight=16, batch=5) == {"sent": 200}
 
     assert sorted(str(e.message_id) for e in mailer.emails) == sorted(str(r.message_id) for r in requests)
     assert set(mailer.calls.values()) == {1}, "no message was handed to the provider twice"

@@ -67,7 +67,7 @@ def env(database_url: str, tmp_path: Path) -> dict[str, str]:
 def server(env: dict[str, str], tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     port = free_port()
     with (tmp_path / "serve.out").open("wb") as out, (tmp_path / "serve.err").open("wb") as err:
-        process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), "--workers", "2"],
+        process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), "--inflight", "8"],
                                    env=env, stdout=out, stderr=err)
     base = f"http://127.0.0.1:{port}"
 

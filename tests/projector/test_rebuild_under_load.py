@@ -111,7 +111,7 @@ def test_rebuilding_every_projection_under_load_loses_and_doubles_nothing_and_st
 
     assert not writers.errors, writers.errors
     assert len(writers.queued) > 50, "the writers kept writing during the rebuilds"
-    Worker(ctx, mailer, sender=SENDER, concurrency=4, batch=20).drain()
+    Worker(ctx, mailer, sender=SENDER, inflight=16, batch=20).drain()
     with engine.connect() as connection:
         queued = Counter(connection.execute(text(
             "SELECT payload->>'message_id' FROM events WHERE event_type = 'EmailQueued'")).scalars())

@@ -63,7 +63,7 @@ def test_a_restart_under_load_loses_nothing_committed(own_server: tuple[Path, Da
     ctx = ServiceContext(engine=engine, keys=TEST_KEYS, reset_policy=ResetPolicy(hourly_limit=1000))
     api_key = create_client(ctx, "outage").api_key
     mailer = RecordingMailer()
-    worker = Worker(ctx, mailer, sender="a@app.test", concurrency=2, poll_seconds=0.2)
+    worker = Worker(ctx, mailer, sender="a@app.test", inflight=8, poll_seconds=0.2)
     delivering = threading.Thread(target=worker.run)
     delivering.start()
 

@@ -90,7 +90,7 @@ def test_the_second_request_within_the_cooldown_is_reused(env: dict[str, str]) -
         (["reset", "request", "--user-id", "1", "--email", "not-an-address"], "@"),
         (["reset", "request", "--user-id", "1", "--email", "a@example.test\r\nBcc: x@evil.test"], "recipient"),
         (["reset", "verify", "nonsense"], "not valid"),
-        (["worker", "--concurrency", "0"], "0"),
+        (["worker", "--inflight", "0"], "0"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_writes_nothing(
@@ -107,7 +107,7 @@ def test_bad_input_is_one_clear_line_and_writes_nothing(
 def test_a_worker_stops_cleanly_on_sigterm_and_logs_every_delivery(env: dict[str, str], engine: Engine) -> None:
     answer = json.loads(run(env, "reset", "request", "--user-id", "9", "--email", "z@example.test", "--json")[1])
     worker = subprocess.Popen(
-        [AUTHLEDGER, "worker", "--concurrency", "2"], env={**os.environ, **env},
+        [AUTHLEDGER, "worker", "--inflight", "2"], env={**os.environ, **env},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     deadline = time.monotonic() + 20

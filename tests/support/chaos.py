@@ -98,7 +98,7 @@ def _remaining(engine: Engine) -> int:
 def run_chaos(
     engine: Engine, database_url: str, *, provider: str, messages: int = 500, workers: int = 4,
     kill_for_seconds: float = 6.0, kill_every: tuple[float, float] = (0.2, 0.5), deadline_seconds: float = 90.0,
-    seed: int = 1,
+    seed: int = 1, inflight: int | None = None,
 ) -> ChaosReport:
     rng = random.Random(seed)
     os.environ.setdefault(MASTER_KEY_VARIABLE, MASTER_KEY_ENV)
@@ -106,13 +106,14 @@ def run_chaos(
     with _provider(provider) as (provider_env, sink):
         env = {
             **os.environ, **provider_env, "DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS_ENV,
-            "AUTHLEDGER_LEASE_SECONDS": "3", "AUTHLEDGER_PROVIDER_TIMEOUT": "1", "AUTHLEDGER_LEASE_MARGIN": "1",
+            "AUTHLEDGER_LEASE_SECONDS": "4", "AUTHLEDGER_PROVIDER_TIMEOUT": "1", "AUTHLEDGER_LEASE_MARGIN": "1",
             "AUTHLEDGER_POLL_SECONDS": "0.2", "AUTHLEDGER_LOG_FORMAT": "json",
         }
 
         def start() -> subprocess.Popen[bytes]:
+            window = ["--inflight", str(inflight)] if inflight else []  # default: the setting's 64
             return subprocess.Popen(
-                [AUTHLEDGER, "worker", "--batch", "5"], env=env,
+                [AUTHLEDGER, "worker", "--batch", "5", *window], env=env,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
 

@@ -26,6 +26,8 @@ workers. Behaviour:
   every client before the provider, which waits for their connections.
 - ``peak_in_flight`` is the most requests it was serving at one moment,
   from reading the request to writing the answer (delay included).
+- ``down(status)`` answers every request with ``status`` (503 by default) and
+  sends nothing, until ``up()``: a provider-wide outage.
 - With ``api_key`` set, a request without ``Authorization: Bearer <api_key>``
   gets 401.
 """
@@ -78,6 +80,7 @@ class FakeHttpProvider:
         self._failures: list[tuple[int, bool]] = []
         self._delay = 0.0
         self._connections = 0
+        self._down: int | None = None
         self._in_flight = 0
         self._peak_in_flight = 0
         self._server = _Server(("127.0.0.1", 0), _Handler)
@@ -111,6 +114,14 @@ class FakeHttpProvider:
     def delay(self, seconds: float) -> None:
         with self._lock:
             self._delay = seconds
+
+    def down(self, status: int = 503) -> None:
+        with self._lock:
+            self._down = status
+
+    def up(self) -> None:
+        with self._lock:
+            self._down = None
 
     # -- what the test reads (snapshots, safe to read while it serves) ------
 
@@ -168,6 +179,8 @@ class FakeHttpProvider:
             return status, body, self._delay
 
     def _decide(self, key: str | None, authorization: str | None, payload: Any) -> tuple[int, dict[str, Any]]:
+        if self._down is not None:
+            return self._down, _problem(self._down, "provider_down")
         failure = self._failures.pop(0) if self._failures else None
         if failure is not None and not failure[1]:
             return failure[0], _problem(failure[0], "injected_failure")

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from domain.reset import RequestReset
 from infra.clock import ManualClock
 from infra.delivery.fresh import prepare
-from infra.delivery.send import deliver
+from infra.delivery.pipeline import deliver
 from infra.delivery.leases import claim_due
 from infra.delivery.providers import OutboundEmail, ProviderReceipt
 from infra.services.reset import consume_token, request_reset
