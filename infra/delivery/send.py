@@ -25,6 +25,7 @@ from infra.logs import log_event
 from infra.services.unit_of_work import ServiceContext
 
 log = logging.getLogger("authledger.delivery")
+GIVEN_UP = frozenset({"abandoned", "failed"})
 
 @frozen
 class Attempt:
@@ -119,6 +120,9 @@ def _log_outcome(sent: Sent, owner: str, recorded: bool) -> str:
     elif result.outcome == "released_unsent":
         log_event(log, "lease released; provider down", message_id=row.message_id, lease_owner=owner)
     else:
-        log_event(log, f"delivery {result.outcome}", state=result.state, skip_reason=sent.prepared.skip_reason,
-                  **fields)
+        # Mail given up on (abandoned at the hard cap, or refused for good) is
+        # what an operator must hear about: it will not arrive on its own.
+        level = logging.WARNING if result.state in GIVEN_UP else logging.INFO
+        log_event(log, f"delivery {result.outcome}", level, state=result.state,
+                  skip_reason=sent.prepared.skip_reason, **fields)
     return result.state

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
@@ -15,6 +16,7 @@ from infra.errors import RateLimited
 from domain.policy import ResetPolicy
 from domain.reset import RequestReset, ResetRequestRefused, reset_stream
 from infra.clock import ManualClock
+from infra.logs import FIELDS
 from infra.delivery.fresh import prepare
 from infra.delivery.pipeline import deliver
 from infra.delivery.leases import claim_due, record_outcome
@@ -155,8 +157,8 @@ def test_a_retryable_failure_backs_off_and_the_retry_succeeds(
     assert_projections_match_log(engine)
 
 
-def test_a_message_is_abandoned_after_the_optional_attempt_limit(
-    ctx: ServiceContext, engine: Engine, clock: ManualClock
+def test_a_message_is_abandoned_after_the_optional_attempt_limit_and_the_operator_is_warned(
+    ctx: ServiceContext, engine: Engine, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     ctx = evolve(ctx, delivery_policy=evolve(ctx.delivery_policy, max_attempts=5))
     request = request_reset(ctx, RequestReset("42", "ada@example.test"))
@@ -167,6 +169,9 @@ def test_a_message_is_abandoned_after_the_optional_attempt_limit(
         clock.advance(timedelta(minutes=1))  # past any backoff of five attempts, before the link expires
     assert email_event_types(engine, request.message_id)[-1] == "DeliveryAbandoned"
     assert mailer.emails == []
+    [given_up] = [r for r in caplog.records if r.name == "authledger.delivery" and r.levelno == logging.WARNING]
+    assert given_up.getMessage() == "delivery send_failed"
+    assert given_up.__dict__[FIELDS]["state"] == "abandoned"
     assert_projections_match_log(engine)
 
 
