@@ -126,16 +126,23 @@ def test_a_worker_killed_mid_window_leaves_its_sends_to_be_repeated_once_each_un
     mailer = DiesOnThirdSend(fatal=third)
     with pytest.raises(KeyboardInterrupt):
         Worker(ctx, mailer, sender=SENDER, owner="w1", batch=3).run_once()
-    assert [email_event_types(engine, m)[-1] for m in (first, second, third)] == ["LeaseClaimed"] * 3
+    # The sends of one window run side by side: whether the two that returned
+    # were recorded before the third killed the worker is a matter of timing,
+    # as it is for a real kill. The send in hand never is.
+    unrecorded = {m for m in (first, second, third) if email_event_types(engine, m)[-1] == "LeaseClaimed"}
+    assert third in unrecorded
 
     clock.advance(ctx.delivery_policy.lease + timedelta(seconds=1))
-    assert Worker(ctx, mailer, sender=SENDER, owner="w2", batch=3).drain() == {"sent": 3}
+    assert Worker(ctx, mailer, sender=SENDER, owner="w2", batch=3).drain() == {"sent": len(unrecorded)}
 
     for message_id in (first, second, third):
+        repeated = ["LeaseExpired", "LeaseClaimed"] if message_id in unrecorded else []
         assert email_event_types(engine, message_id) == [
-            "EmailQueued", "LeaseClaimed", "LeaseExpired", "LeaseClaimed", "ProviderAccepted",
+            "EmailQueued", "LeaseClaimed", *repeated, "ProviderAccepted",
         ]
-    assert mailer.calls == {first: 2, second: 2, third: 1}, "the repeats carried the same idempotency key"
+    assert mailer.calls == {
+        first: 2 if first in unrecorded else 1, second: 2 if second in unrecorded else 1, third: 1,
+    }, "only unrecorded sends were repeated, under the same idempotency key"
     assert len(mailer.emails) == 3, "one logical send per message"
     assert_projections_match_log(engine)
 
