@@ -15,16 +15,20 @@ from attrs import evolve, frozen
 
 from domain.decisions import (
     ConsumeOutcome,
+    CountingRun,
     Decision,
     IdempotencyKeyBound,
     PastRequest,
     Receipt,
     RequestOutcome,
+    RequestsCounted,
     bind_key_to_reuse,
     check_request_input,
+    count_floods,
     replay_receipt,
     require_utc,
     reuse_or_refuse,
+    run_after,
 )
 from domain.email import EmailQueued
 from domain.errors import TokenInvalid, UnknownEventType
@@ -122,6 +126,8 @@ class ResetState:
     by_token_hash: Mapping[str, UUID]
     # (client, idempotency_key) -> the request it last created or was bound to.
     receipts: Mapping[tuple[str | None, str], Receipt]
+    # The run of alike answers (refusals, bound repeats) the last events belong to: floods are counted.
+    run: CountingRun | None = None
 
 
 def initial_reset_state() -> ResetState:
@@ -136,6 +142,13 @@ def _with_request(state: ResetState, request: ResetRequest) -> ResetState:
 def evolve_reset(state: ResetState, event: object) -> ResetState:
     """The state after ``event``. Events about unknown requests change nothing,
     so a replay never fails half-way."""
+    run = run_after(state.run, event, ResetRequestRefused)
+    if run != state.run:
+        state = evolve(state, run=run)
+    return _evolve_requests(state, event)
+
+
+def _evolve_requests(state: ResetState, event: object) -> ResetState:
     if isinstance(event, ResetRequested):
         request = ResetRequest(
             event.request_id, event.user_id, event.recipient, event.key_id, event.token_hash,
@@ -167,7 +180,7 @@ def evolve_reset(state: ResetState, event: object) -> ResetState:
         return _with_request(
             state, evolve(request, status="completed", completed_at=event.completed_at)
         )
-    if isinstance(event, ResetRequestRefused):
+    if isinstance(event, (ResetRequestRefused, RequestsCounted)):
         return state
     raise UnknownEventType(f"{type(event).__name__} is not an event of a reset stream")
 
@@ -176,9 +189,9 @@ def _with_receipt(state: ResetState, client: str | None, key: str, receipt: Rece
     return evolve(state, receipts={**state.receipts, (client, key): receipt})
 
 
-def fold_reset(events: Iterable[object]) -> ResetState:
-    """The state after all ``events``, oldest first."""
-    state = initial_reset_state()
+def fold_reset(events: Iterable[object], state: ResetState | None = None) -> ResetState:
+    """The state after all ``events``, oldest first, from ``state`` (a snapshot) or the start."""
+    state = state if state is not None else initial_reset_state()
     for event in events:
         state = evolve_reset(state, event)
     return state
@@ -226,10 +239,11 @@ def decide_reset_request(
         refusal=lambda retry_at: ResetRequestRefused(cmd.user_id, "rate_limited", now, retry_at),
     )
     if early is not None:
-        return bind_key_to_reuse(
+        early = bind_key_to_reuse(
             early, flow="reset", user_id=cmd.user_id, client=cmd.client,
             idempotency_key=cmd.idempotency_key, now=now,
         )  # fmt: skip
+        return count_floods(early, state.run, flow="reset", user_id=cmd.user_id, client=cmd.client, now=now)
 
     token = derive_reset_token(keys.current, request_id)
     requested = ResetRequested(

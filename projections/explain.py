@@ -23,7 +23,7 @@ from attrs import define, field
 
 from domain import decisions, email, otp, privacy, reset
 from domain.log import RecordedEvent
-from projections.timeline import erased_keys, event_times, format_time
+from projections.timeline import counted_answer, counted_clients, erased_keys, event_times, format_time
 
 T = format_time
 Said = tuple[int, str]  # (position of the event it is about, the sentence)
@@ -128,6 +128,11 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             flow = "reset" if isinstance(e, reset.ResetRequestRefused) else "one-time code"
             story.user_notes.append((pos, f"A {flow} request by {_who(r)} was refused at {T(at)} ({e.reason}): no "
                                           f"email was queued; a new request is accepted from {T(e.retry_at)}."))
+        case decisions.RequestsCounted():
+            flow = "reset" if e.flow == "reset" else "one-time code"
+            story.user_notes.append((pos, f"{e.count} further {flow} requests were {counted_answer(e)} between "
+                                          f"{T(e.first_at)} and {T(e.last_at)}, by {counted_clients(e)}: counted "
+                                          "in one line rather than logged one by one; no email was queued."))
         case decisions.IdempotencyKeyBound() if e.request_id in story.requests:
             request = story.requests[e.request_id]
             request.said.append((pos, f"A repeat with idempotency key {e.idempotency_key!r} at {T(at)} was answered "
