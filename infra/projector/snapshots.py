@@ -147,18 +147,23 @@ class SnapshotApplier:
         return SnapshotApplier(tables[self.table.name], cache_rows=cache_rows)
 
     def fold(self, recorded: Iterable[RecordedEvent]) -> dict[str, list[dict[str, Any]]]:
-        rows: dict[str, Snapshot] = {}
-        self._step(rows, recorded)
-        return {self.table.name: [_row(snapshot) for snapshot in rows.values()]}
+        rows: dict[str, Snapshot | None] = {}
+        changed = self._step(rows, recorded)
+        return {self.table.name: [_row(snapshot) for snapshot in changed.values()]}
 
     def apply(
-        self, connection: Connection, recorded: Sequence[RecordedEvent], *, loaded: dict[str, Snapshot] | None = None,
+        self, connection: Connection, recorded: Sequence[RecordedEvent], *,
+        loaded: dict[str, Snapshot | None] | None = None,
     ) -> int:
-        """Fold ``recorded`` into the table; ``loaded`` holds snapshots the caller already read, by stream id."""
+        """Fold ``recorded`` into the table.
+
+        ``loaded`` holds, by stream id, the snapshots the caller already read
+        (None: the stream has none yet); they are not read again.
+        """
         keys = {key for r in recorded if (key := snapshot_key(r)) is not None}
         if not keys:
             return 0
-        rows = loaded if loaded is not None else {}
+        rows: dict[str, Snapshot | None] = loaded if loaded is not None else {}
         rows.update((key, self._cache[key]) for key in keys if key in self._cache and key not in rows)
         missing = keys - rows.keys()
         if missing:  # without their recipients: no snapshot row holds one, so the fold needs none
@@ -174,7 +179,7 @@ class SnapshotApplier:
         return len(changed)
 
     @staticmethod
-    def _step(rows: dict[str, Snapshot], recorded: Iterable[RecordedEvent]) -> dict[str, Snapshot]:
+    def _step(rows: dict[str, Snapshot | None], recorded: Iterable[RecordedEvent]) -> dict[str, Snapshot]:
         changed = {}
         for r in recorded:
             key = snapshot_key(r)

@@ -234,7 +234,8 @@ def _serialised(
                 state, version, snapshot = _load_folded(connection, stream_id, fold)
                 decided = decide(state, ctx.clock.now())
                 batches = _with_counts(connection, stream_id, batches_of(stream_id, version, decided), state, decided)
-                loaded = {SNAPSHOTS.name: {stream_id: snapshot}} if snapshot is not None else None
+                # The snapshot decided on, or None for a stream that has none yet: never read twice.
+                loaded = {SNAPSHOTS.name: {stream_id: snapshot}} if fold_of(stream_id) is not None else None
                 append_and_fold(connection, batches, metadata, loaded=loaded)
                 return decided
         except ConcurrencyConflict as conflict:
