@@ -23,6 +23,7 @@ from infra.eventlog.personal_data import ERASED
 from infra.eventlog.postgres import PostgresEventStore
 from infra.projector.registry import projection_named
 from infra.projector.verify import verify
+from infra.review.history import history
 from infra.services.otp import request_otp
 from infra.services.privacy import forget
 from infra.services.reset import request_reset
@@ -87,6 +88,9 @@ def test_thousands_of_refusals_write_two_events_and_the_next_request_decodes_non
     assert isinstance(counted, RequestsCounted) and counted.answer == "refused"
     assert counted.count == REFUSALS and set(counted.clients) == {"app", None}
     assert isinstance(events[-1], ResetRequested) and len(events) <= 4, "summary, supersession, new request"
+    told = history(engine, "victim", now=clock.now()).render()
+    assert f"{REFUSALS} further reset requests were refused (rate_limited)" in told
+    assert f"{REFUSALS} more calls refused (rate_limited)" in told and "by client app, no client" in told
     assert_projections_match_log(engine)
 
 
@@ -176,3 +180,13 @@ def test_a_snapshot_holds_no_address_and_forgetting_the_user_erases_it_from_what
 
     assert [r.recipient for r in load_state(ctx, reset_stream("5"), fold_reset).requests.values()] == [ERASED]
     assert [c.recipient for c in load_state(ctx, otp_stream("5"), fold_otp).challenges.values()] == [ERASED]
+
+
+def test_a_replayed_key_of_a_counted_refusal_is_answered_the_same(ctx: ServiceContext, clock: ManualClock) -> None:
+    use_up_the_hour(ctx, clock, "8")
+    answers = []
+    for _ in range(3):  # logged, counted, counted
+        with pytest.raises(RateLimited) as refused:
+            request_reset(ctx, RequestReset("8", ADA, idempotency_key="same", client="app"))
+        answers.append(refused.value.retry_at)
+    assert len(set(answers)) == 1
