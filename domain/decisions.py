@@ -8,8 +8,9 @@ from ``outcome``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import TypeVar
 from uuid import UUID
 
 from attrs import evolve, frozen
@@ -17,8 +18,16 @@ from attrs import evolve, frozen
 from domain.email import EmailQueued
 from domain.errors import IdempotencyMismatch, InvalidInput
 
+K = TypeVar("K")
 # "At most N emails per user and flow per hour": a sliding window.
 RATE_WINDOW = timedelta(hours=1)
+# How long a user's state remembers a request once it is closed (superseded,
+# completed, verified, locked): older ones can no longer change an answer.
+# Receipts live at most this long (the policies check it), the rate window
+# is an hour, and a closed link or code is refused either way (as "not
+# valid" once forgotten). So the state holds at most two days of requests,
+# and a decision costs the same on day 1 and day 1,000.
+KEPT_FOR = timedelta(hours=48)
 # Floods are counted per hour of the clock (UTC), a fixed window a reviewer can name.
 COUNT_WINDOW = timedelta(hours=1)
 # Repeats within the cooldown bind this many new idempotency keys per window
@@ -195,6 +204,11 @@ class PastRequest:
     created_at: datetime
     params: tuple[str, ...]  # what a replay or a repeat must match
     is_open: bool
+
+
+def kept_receipts(receipts: Mapping[K, Receipt], horizon: datetime) -> dict[K, Receipt]:
+    """The receipts created at or after ``horizon``: older ones have lapsed (``KEPT_FOR``)."""
+    return {key: receipt for key, receipt in receipts.items() if receipt.created_at >= horizon}
 
 
 @frozen

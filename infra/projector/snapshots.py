@@ -55,7 +55,8 @@ def encode_state(snapshot: Snapshot) -> dict[str, Any]:
     requests = state.requests if isinstance(state, ResetState) else state.challenges
     encoded: dict[str, Any] = {
         "requests": [_without_recipient(request) for request in requests.values()],
-        "receipts": [[client, key, _converter.unstructure(receipt)] for (client, key), receipt in state.receipts.items()],
+        "receipts": [[client, key, _converter.unstructure(receipt)]
+                     for (client, key), receipt in state.receipts.items()],
         "run": _converter.unstructure(state.run) if state.run is not None else None,
         "recipient_at": {str(request_id): position for request_id, position in snapshot.recipient_at.items()},
     }
@@ -71,7 +72,9 @@ def _without_recipient(request: ResetRequest | OtpChallenge) -> dict[str, Any]:
     return data
 
 
-def decode_snapshot(stream_id: str, version: int, encoded: Mapping[str, Any], recipients: Mapping[UUID, str]) -> Snapshot:
+def decode_snapshot(
+    stream_id: str, version: int, encoded: Mapping[str, Any], recipients: Mapping[UUID, str]
+) -> Snapshot:
     """The snapshot a row holds, with ``recipients`` (opened) by request id."""
     recipient_at = {UUID(request_id): position for request_id, position in encoded["recipient_at"].items()}
     receipts = {(client, key): _converter.structure(receipt, Receipt) for client, key, receipt in encoded["receipts"]}

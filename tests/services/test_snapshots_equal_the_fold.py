@@ -39,7 +39,7 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("otp"), keys, clients, st.sampled_from([ADA, EVE])),
     st.tuples(st.just("consume"), st.integers(0, 5)),
     st.tuples(st.just("verify"), st.integers(0, 5), st.booleans()),
-    st.tuples(st.just("wait"), st.sampled_from([1, 30, 61, 700, 1900, 3700])),
+    st.tuples(st.just("wait"), st.sampled_from([1, 30, 61, 700, 1900, 3700, 2 * 86400])),
 ), min_size=1, max_size=40)
 
 
