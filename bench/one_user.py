@@ -189,7 +189,7 @@ def victim_rows(engine: Engine, flow: str, refusals: int, samples: int) -> list[
     legacy = f"legacy-{flow}-{uuid4().hex[:8]}"
     with_history(ctx, flow, legacy, refusals)
     with engine.begin() as connection:  # a stream from before snapshots: nothing but its events
-        connection.execute(text("DELETE FROM stream_snapshots WHERE stream_id = :stream"), {"stream": stream_of(legacy)})
+        connection.execute(text("DELETE FROM stream_snapshots WHERE stream_id = :s"), {"s": stream_of(legacy)})
     first = timed(create(legacy))
     later = [timed(create(legacy)) for _ in range(samples)]
     rows += [(f"legacy victim ({refusals} refusal events): first create", first * 1000, "folds all, writes snapshot"),

@@ -28,8 +28,6 @@ RATE_WINDOW = timedelta(hours=1)
 # valid" once forgotten). So the state holds at most two days of requests,
 # and a decision costs the same on day 1 and day 1,000.
 KEPT_FOR = timedelta(hours=48)
-# Floods are counted per hour of the clock (UTC), a fixed window a reviewer can name.
-COUNT_WINDOW = timedelta(hours=1)
 # Repeats within the cooldown bind this many new idempotency keys per window
 # one event each; further keys are answered alike but counted, not bound.
 BOUND_KEYS_PER_WINDOW = 10
@@ -110,8 +108,9 @@ class RequestsCounted:
     transaction. When the stream's next event is appended (another answer,
     or the first refusal of the next window) the counter's final figures are
     appended first as this event and the row is emptied. A run is any
-    sequence of alike answers with no other event between them, so a stream
-    gets at most two events per run and window however many calls it takes.
+    sequence of alike answers with no other event between them, so however
+    many calls it takes, a run writes per window at most two events of
+    refusals, or ``BOUND_KEYS_PER_WINDOW`` + 1 of repeats.
 
     ``count`` is the number of calls counted (those not written one by one);
     ``clients`` the API clients they came from (None: no client, the CLI).
@@ -137,7 +136,7 @@ class CountingRun:
 
 
 def window_of(moment: datetime) -> datetime:
-    """The start of the counting window ``moment`` falls in."""
+    """The start of the counting window ``moment`` falls in: its hour of the clock (UTC), which a reviewer can name."""
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
