@@ -282,9 +282,42 @@ CREATE TABLE IF NOT EXISTS audit_index (
 GRANT SELECT, INSERT, UPDATE, DELETE ON delivery_messages, audit_index TO authledger_app;
 GRANT SELECT, INSERT, UPDATE ON projection_checkpoints TO authledger_app;
 
+-- Floods counted, not logged one by one (issue 13, domain/decisions.py
+-- RequestsCounted): the calls of a run of alike answers (refusals, repeats
+-- binding a new key) after the first ones written in its window. Not a
+-- projection of the log but its buffer: upserted in the transaction that
+-- answers the call, emptied into a RequestsCounted event when the stream's
+-- next event is appended. At most one row per stream and answer.
+CREATE TABLE IF NOT EXISTS request_counts (
+    stream_id     text        NOT NULL,
+    answer        text        NOT NULL CHECK (answer IN ('refused', 'reused')),
+    flow          text        NOT NULL CHECK (flow IN ('reset', 'otp')),
+    user_id       text        NOT NULL,
+    window_start  timestamptz NOT NULL,
+    first_at      timestamptz NOT NULL,
+    last_at       timestamptz NOT NULL,
+    count         bigint      NOT NULL CHECK (count > 0),
+    clients       jsonb       NOT NULL,  -- distinct API clients (null: none), at most 20
+    PRIMARY KEY (stream_id, answer)
+);
+
+-- Snapshots of the reset and OTP streams (issue 13, projections/snapshots.py):
+-- the folded state at stream version `version`, so that a decision folds
+-- only the events after it. An inline projection, rebuilt and verified like
+-- the others. Addresses in `state` are the very envelopes of the events that
+-- carry them, so `privacy forget` erases them here too.
+CREATE TABLE IF NOT EXISTS stream_snapshots (
+    stream_id  text    PRIMARY KEY,
+    version    integer NOT NULL CHECK (version > 0),
+    state      jsonb   NOT NULL
+);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON request_counts, stream_snapshots TO authledger_app;
+
 -- What each version brought; `authledger db init` takes any older database to
 -- the newest by re-applying this idempotent file.
 --   1  the log, its guards, the inline and catch-up projections, seals, subject keys
 --   2  the application role may re-wrap data keys (UPDATE of two subject_keys
 --      columns, for `privacy rewrap`); stray grants on seals are revoked
-INSERT INTO schema_version (version) VALUES (1), (2) ON CONFLICT DO NOTHING;
+--   3  request_counts (floods counted) and stream_snapshots (bounded folds)
+INSERT INTO schema_version (version) VALUES (1), (2), (3) ON CONFLICT DO NOTHING;

@@ -1,6 +1,7 @@
-"""Concurrent creates for one user: how long they take, and that none is a conflict (issue 13).
+"""One user's creates: concurrent ones, and one victim of a refusal flood (issue 13).
 
     .venv/bin/python bench/one_user.py [--concurrent 16] [--refusals 2000] [--rounds 3]
+                                       [--victim-refusals 10000] [--samples 30] [--only burst|victim]
 
 Starts its own embedded PostgreSQL (the server's default durability) and,
 for each flow (reset, OTP) and each kind of user, releases ``--concurrent``
@@ -21,6 +22,17 @@ issue). Figures are medians over ``--rounds``, each round on new users.
 The policies are the defaults (5 per hour) without the cooldown, so that
 every create the limit lets through issues a new request: a fresh user's
 burst is 5 accepted and the rest refused.
+
+The victim part runs sequentially, one client, on a hand-moved clock: a
+victim makes the limit's 5 requests, then ``--victim-refusals`` creates are
+refused through the service (0.2 s of clock apart). It reports create
+latency p50 beside a fresh user's in the same run: refused creates (the
+victim's against a user just at the limit), and accepted creates once the
+hour has passed (the victim's against a fresh user's first). It also times
+the first and last 100 refusals of the flood, and a "legacy" victim whose
+refusals were appended as one event each (a stream from before counting):
+its first decision folds them all and writes the snapshot, later ones read
+the snapshot.
 """
 
 from __future__ import annotations
@@ -33,9 +45,12 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import uuid4
+
+from sqlalchemy import Engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -45,6 +60,7 @@ from domain.policy import OtpPolicy, ResetPolicy  # noqa: E402
 from domain.otp import OtpRequestRefused, RequestOtp, otp_stream  # noqa: E402
 from domain.reset import RequestReset, ResetRequestRefused, reset_stream  # noqa: E402
 from domain.tokens import TokenKeys  # noqa: E402
+from infra.clock import ManualClock  # noqa: E402
 from infra.db.engine import Database  # noqa: E402
 from infra.errors import RateLimited  # noqa: E402
 from infra.eventlog.postgres import PostgresEventStore  # noqa: E402
@@ -108,11 +124,98 @@ def with_history(ctx: ServiceContext, flow: str, user: str, refusals: int) -> No
             append_and_fold(connection, [(stream_of(user), version, events)], {"actor": "bench"})
 
 
+def timed(call: Callable[[], object]) -> float:
+    """Seconds one call took; a rate-limited answer counts as an answer."""
+    started = time.perf_counter()
+    try:
+        call()
+    except RateLimited:
+        pass
+    return time.perf_counter() - started
+
+
+def p50_ms(latencies: list[float]) -> float:
+    return statistics.median(latencies) * 1000
+
+
+def victim_rows(engine: Engine, flow: str, refusals: int, samples: int) -> list[tuple[str, float, str]]:
+    """(what, create p50 in ms, note) for one flow: the victim beside fresh users, same run."""
+    clock = ManualClock()
+    ctx = ServiceContext(engine=engine, keys=KEYS, clock=clock, reset_policy=ResetPolicy(cooldown=timedelta(0)),
+                         otp_policy=OtpPolicy(cooldown=timedelta(0)))
+    request, stream_of, _, command = FLOWS[flow]
+
+    def create(user: str) -> Callable[[], object]:
+        return lambda: request(ctx, command(user, uuid4().hex), {"actor": "bench"})
+
+    def at_the_limit(user: str) -> None:
+        for _ in range(HOURLY_LIMIT):
+            create(user)()
+
+    victim = f"victim-{flow}-{uuid4().hex[:8]}"
+    at_the_limit(victim)
+    flood = []
+    for _ in range(refusals):
+        flood.append(timed(create(victim)))
+        clock.advance(0.2)
+    rows = [("victim: refusals 1-100 of the flood", p50_ms(flood[:100]), ""),
+            (f"victim: refusals {refusals - 99}-{refusals} of the flood", p50_ms(flood[-100:]), "")]
+    fresh_at_limit = f"fresh-{flow}-{uuid4().hex[:8]}"
+    at_the_limit(fresh_at_limit)
+    fresh_refused, victim_refused = [], []
+    for _ in range(samples):  # interleaved, so that the machine's noise falls on both alike
+        fresh_refused.append(timed(create(fresh_at_limit)))
+        victim_refused.append(timed(create(victim)))
+    rows += [("fresh user at the limit: refused create", p50_ms(fresh_refused), "baseline"),
+             (f"victim after {refusals} refusals: refused create", p50_ms(victim_refused),
+              f"{p50_ms(victim_refused) / p50_ms(fresh_refused):.2f}× baseline")]
+    # A peer made the victim's requests, hour by hour, but was never flooded: it isolates the flood's cost.
+    fresh_accepted, peer_accepted, victim_accepted = [], [], []
+    while len(victim_accepted) < samples:
+        clock.advance(timedelta(hours=1, seconds=1))
+        for _ in range(HOURLY_LIMIT):
+            fresh_accepted.append(timed(create(f"fresh-{flow}-{uuid4().hex[:8]}")))
+            peer_accepted.append(timed(create(fresh_at_limit)))
+            victim_accepted.append(timed(create(victim)))
+    rows += [("brand-new user: first create (accepted)", p50_ms(fresh_accepted), "baseline"),
+             ("peer, same requests, no flood: create (accepted)", p50_ms(peer_accepted),
+              f"{p50_ms(peer_accepted) / p50_ms(fresh_accepted):.2f}× baseline"),
+             (f"victim after {refusals} refusals: create (accepted)", p50_ms(victim_accepted),
+              f"{p50_ms(victim_accepted) / p50_ms(fresh_accepted):.2f}× baseline, "
+              f"{p50_ms(victim_accepted) / p50_ms(peer_accepted):.2f}× peer")]
+    with engine.connect() as connection:
+        length = PostgresEventStore(connection).stream_version(stream_of(victim))
+    rows.append(("victim's stream, events in all", float(length), "after the flood and the accepted creates"))
+    legacy = f"legacy-{flow}-{uuid4().hex[:8]}"
+    with_history(ctx, flow, legacy, refusals)
+    with engine.begin() as connection:  # a stream from before snapshots: nothing but its events
+        connection.execute(text("DELETE FROM stream_snapshots WHERE stream_id = :s"), {"s": stream_of(legacy)})
+    first = timed(create(legacy))
+    later = [timed(create(legacy)) for _ in range(samples)]
+    rows += [(f"legacy victim ({refusals} refusal events): first create", first * 1000, "folds all, writes snapshot"),
+             ("legacy victim: later creates", p50_ms(later),
+              f"{p50_ms(later) / p50_ms(fresh_refused):.2f}× fresh refused")]
+    return rows
+
+
+def run_victims(engine: Engine, refusals: int, samples: int) -> None:
+    print(f"\nvictim of {refusals} refusals vs fresh users, sequential, one client; p50 of {samples}+ creates\n")
+    print("| flow | what | create p50 (ms) | note |")
+    print("|---|---|---:|---|")
+    for flow in FLOWS:
+        for what, value, note in victim_rows(engine, flow, refusals, samples):
+            figure = f"{value:.0f}" if what.startswith("victim's stream") else f"{value:.2f}"
+            print(f"| {flow} | {what} | {figure} | {note} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrent", type=int, default=16, help="creates released at once (default 16)")
     parser.add_argument("--refusals", type=int, default=2000, help="refusals in the long history (default 2000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, each on new users (default 3)")
+    parser.add_argument("--victim-refusals", type=int, default=10_000, help="the victim's flood (default 10000)")
+    parser.add_argument("--samples", type=int, default=30, help="creates per victim figure (default 30)")
+    parser.add_argument("--only", choices=("burst", "victim"), help="run one part only")
     args = parser.parse_args()
     server = start_bench_server("authledger-bench-one-user-")
     database = Database(server.create_database("bench_one_user"))
@@ -123,7 +226,15 @@ def main() -> None:
     print(server.describe())
     print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start; {args.concurrent} creates "
           f"at once, different keys, one user; {args.rounds} rounds, medians\n")
-    print("| flow | user | burst wall (s) | latency p50 (ms) | latency max (ms) | accepted | 429 | conflicts |")
+    if args.only != "burst":
+        run_victims(engine, args.victim_refusals, args.samples)
+    if args.only != "victim":
+        run_bursts(ctx, args)
+    engine.dispose()
+
+
+def run_bursts(ctx: ServiceContext, args: argparse.Namespace) -> None:
+    print("\n| flow | user | burst wall (s) | latency p50 (ms) | latency max (ms) | accepted | 429 | conflicts |")
     print("|---|---|---|---|---|---|---|---|")
     for flow in FLOWS:
         for kind in ("fresh", f"{args.refusals} refusals"):
@@ -139,7 +250,6 @@ def main() -> None:
             answers = sum((r[2] for r in rounds), Counter())
             print(f"| {flow} | {kind} | {wall:.2f} | {p50:.0f} | {worst:.0f} | {answers['accepted']} "
                   f"| {answers['rate-limited']} | {answers['conflict']} |")
-    engine.dispose()
 
 
 if __name__ == "__main__":

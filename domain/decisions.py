@@ -8,8 +8,9 @@ from ``outcome``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import TypeVar
 from uuid import UUID
 
 from attrs import evolve, frozen
@@ -17,8 +18,19 @@ from attrs import evolve, frozen
 from domain.email import EmailQueued
 from domain.errors import IdempotencyMismatch, InvalidInput
 
+K = TypeVar("K")
 # "At most N emails per user and flow per hour": a sliding window.
 RATE_WINDOW = timedelta(hours=1)
+# How long a user's state remembers a request once it is closed (superseded,
+# completed, verified, locked): older ones can no longer change an answer.
+# Receipts live at most this long (the policies check it), the rate window
+# is an hour, and a closed link or code is refused either way (as "not
+# valid" once forgotten). So the state holds at most two days of requests,
+# and a decision costs the same on day 1 and day 1,000.
+KEPT_FOR = timedelta(hours=48)
+# Repeats within the cooldown bind this many new idempotency keys per window
+# one event each; further keys are answered alike but counted, not bound.
+BOUND_KEYS_PER_WINDOW = 10
 
 
 @frozen
@@ -64,12 +76,112 @@ class VerifyOutcome:
 
 
 @frozen
+class Counted:
+    """A call answered as the stream's last ones were: to be counted, not written as an event."""
+
+    flow: str  # "reset" or "otp"
+    user_id: str
+    answer: str  # "refused" or "reused"
+    at: datetime
+    client: str | None
+
+
+@frozen
 class Decision:
-    """Events for the user stream (in order), emails to queue, and the answer."""
+    """Events for the user stream (in order), emails to queue, the answer, and any call to count instead."""
 
     events: tuple[object, ...]
     emails: tuple[EmailQueued, ...]
     outcome: RequestOutcome | Refused | ConsumeOutcome | VerifyOutcome
+    counted: Counted | None = None
+
+
+@frozen
+class RequestsCounted:
+    """Calls of one window answered alike, recorded as one count instead of one event each.
+
+    Floods are bounded this way (issue 13): in a window (an hour of the clock,
+    UTC) the first refusal of a run is written as ``ResetRequestRefused`` /
+    ``OtpRequestRefused`` and the first ``BOUND_KEYS_PER_WINDOW`` repeats
+    with a new idempotency key as ``IdempotencyKeyBound``; every later call
+    answered alike only bumps a counter row (``request_counts``) in its
+    transaction. When the stream's next event is appended (another answer,
+    or the first refusal of the next window) the counter's final figures are
+    appended first as this event and the row is emptied. A run is any
+    sequence of alike answers with no other event between them, so however
+    many calls it takes, a run writes per window at most two events of
+    refusals, or ``BOUND_KEYS_PER_WINDOW`` + 1 of repeats.
+
+    ``count`` is the number of calls counted (those not written one by one);
+    ``clients`` the API clients they came from (None: no client, the CLI).
+    """
+
+    flow: str  # "reset" or "otp"
+    user_id: str
+    answer: str  # "refused" or "reused"
+    window_start: datetime
+    first_at: datetime
+    last_at: datetime
+    count: int
+    clients: tuple[str | None, ...]
+
+
+@frozen
+class CountingRun:
+    """The run of alike answers the stream's last events belong to, if they were alike."""
+
+    answer: str  # "refused" or "reused"
+    window_start: datetime
+    written: int  # events of this run and window written one by one
+
+
+def window_of(moment: datetime) -> datetime:
+    """The start of the counting window ``moment`` falls in: its hour of the clock (UTC), which a reviewer can name."""
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def run_after(run: CountingRun | None, event: object, refusal_type: type) -> CountingRun | None:
+    """The counting run once ``event`` is on the stream: alike answers extend it, any other event ends it.
+
+    ``refusal_type`` is the flow's refusal event (it has ``refused_at``). A
+    ``RequestsCounted`` leaves the run as it was: it is only ever appended
+    just before the event that ends or restarts the run.
+    """
+    if isinstance(event, refusal_type):
+        answer, at = "refused", event.refused_at  # type: ignore[attr-defined]
+    elif isinstance(event, IdempotencyKeyBound):
+        answer, at = "reused", event.bound_at
+    elif isinstance(event, RequestsCounted):
+        return run
+    else:
+        return None
+    window = window_of(at)
+    if run is not None and run.answer == answer and run.window_start == window:
+        return evolve(run, written=run.written + 1)
+    return CountingRun(answer, window, 1)
+
+
+def count_floods(
+    decision: Decision, run: CountingRun | None, *, flow: str, user_id: str, client: str | None, now: datetime,
+) -> Decision:
+    """The decision to write, once floods are counted (see ``RequestsCounted``).
+
+    A refusal after the run's first one in the same window, or a key bound
+    after ``BOUND_KEYS_PER_WINDOW`` in it, writes no event and is counted
+    instead. Such a key is answered with the open request but not bound:
+    a retry within the cooldown gets the same answer, a retry after it is
+    decided afresh. Honest clients retry with the same key, which replays.
+    """
+    window = window_of(now)
+    if run is None or run.window_start != window:
+        return decision
+    refused = isinstance(decision.outcome, Refused) and run.answer == "refused"
+    bound = [e for e in decision.events if isinstance(e, IdempotencyKeyBound)]
+    reused = bool(bound) and run.answer == "reused" and run.written >= BOUND_KEYS_PER_WINDOW
+    if not (refused or reused):
+        return decision
+    kept = () if refused else tuple(e for e in decision.events if not isinstance(e, IdempotencyKeyBound))
+    return evolve(decision, events=kept, counted=Counted(flow, user_id, run.answer, now, client))
 
 
 def require_utc(moment: datetime) -> None:
@@ -91,6 +203,11 @@ class PastRequest:
     created_at: datetime
     params: tuple[str, ...]  # what a replay or a repeat must match
     is_open: bool
+
+
+def kept_receipts(receipts: Mapping[K, Receipt], horizon: datetime) -> dict[K, Receipt]:
+    """The receipts created at or after ``horizon``: older ones have lapsed (``KEPT_FOR``)."""
+    return {key: receipt for key, receipt in receipts.items() if receipt.created_at >= horizon}
 
 
 @frozen

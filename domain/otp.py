@@ -17,18 +17,24 @@ from uuid import UUID
 from attrs import evolve, frozen
 
 from domain.decisions import (
+    CountingRun,
+    KEPT_FOR,
     Decision,
     IdempotencyKeyBound,
     PastRequest,
     Receipt,
     RequestOutcome,
     VerifyOutcome,
+    RequestsCounted,
     bind_key_to_reuse,
     check_request_input,
     check_text,
+    count_floods,
+    kept_receipts,
     replay_receipt,
     require_utc,
     reuse_or_refuse,
+    run_after,
 )
 from domain.email import EmailQueued
 from domain.errors import CodeRejected, InvalidInput, LockedOut, UnknownEventType
@@ -147,6 +153,8 @@ class OtpState:
     consecutive_failures: int
     account_lockouts: int
     locked_until: datetime | None
+    # The run of alike answers (refusals, bound repeats) the last events belong to: floods are counted.
+    run: CountingRun | None = None
 
 
 def initial_otp_state() -> OtpState:
@@ -163,6 +171,13 @@ def _with_challenge(state: OtpState, challenge: OtpChallenge) -> OtpState:
 def evolve_otp(state: OtpState, event: object) -> OtpState:
     """The state after ``event``. Events about unknown challenges change the
     challenge map not at all, so a replay never fails half-way."""
+    run = run_after(state.run, event, OtpRequestRefused)
+    if run != state.run:
+        state = evolve(state, run=run)
+    return _evolve_challenges(state, event)
+
+
+def _evolve_challenges(state: OtpState, event: object) -> OtpState:
     if isinstance(event, OtpChallengeIssued):
         challenge = OtpChallenge(
             event.challenge_id, event.user_id, event.recipient, event.key_id, event.digits,
@@ -173,7 +188,7 @@ def evolve_otp(state: OtpState, event: object) -> OtpState:
         if event.idempotency_key is not None:
             receipt = Receipt(event.challenge_id, event.issued_at)
             state = _with_receipt(state, event.client, event.idempotency_key, receipt)
-        return state
+        return _forget_before(state, event.issued_at - KEPT_FOR)
     if isinstance(event, IdempotencyKeyBound):
         receipt = Receipt(event.request_id, event.bound_at)
         return _with_receipt(state, event.client, event.idempotency_key, receipt)
@@ -194,9 +209,24 @@ def evolve_otp(state: OtpState, event: object) -> OtpState:
         # An account lockout without an end would be for good.
         until = event.until or datetime.max.replace(tzinfo=UTC)
         return evolve(state, account_lockouts=state.account_lockouts + 1, locked_until=until)
-    if isinstance(event, OtpRequestRefused):
+    if isinstance(event, (OtpRequestRefused, RequestsCounted)):
         return state
     raise UnknownEventType(f"{type(event).__name__} is not an event of an OTP stream")
+
+
+def _forget_before(state: OtpState, horizon: datetime) -> OtpState:
+    """Forget closed challenges issued before ``horizon`` and receipts created before it (see ``KEPT_FOR``).
+
+    Done when a challenge is issued, so that a fold and a snapshot forget
+    alike. The account-lock counters are never forgotten.
+    """
+    receipts = kept_receipts(state.receipts, horizon)
+    named = {receipt.request_id for receipt in receipts.values()}
+    challenges = {challenge_id: c for challenge_id, c in state.challenges.items()
+                  if c.status == "open" or c.issued_at >= horizon or challenge_id in named}
+    if len(challenges) == len(state.challenges) and len(receipts) == len(state.receipts):
+        return state
+    return evolve(state, challenges=challenges, receipts=receipts)
 
 
 def _with_receipt(state: OtpState, client: str | None, key: str, receipt: Receipt) -> OtpState:
@@ -218,9 +248,9 @@ def _receipt(state: OtpState, client: str | None, key: str | None) -> PastReques
     return evolve(challenge.past(), created_at=receipt.created_at)
 
 
-def fold_otp(events: Iterable[object]) -> OtpState:
-    """The state after all ``events``, oldest first."""
-    state = initial_otp_state()
+def fold_otp(events: Iterable[object], state: OtpState | None = None) -> OtpState:
+    """The state after all ``events``, oldest first, from ``state`` (a snapshot) or the start."""
+    state = state if state is not None else initial_otp_state()
     for event in events:
         state = evolve_otp(state, event)
     return state
@@ -276,10 +306,11 @@ def decide_otp_request(
         refusal=lambda retry_at: OtpRequestRefused(cmd.user_id, "rate_limited", now, retry_at),
     )
     if early is not None:
-        return bind_key_to_reuse(
+        early = bind_key_to_reuse(
             early, flow="otp", user_id=cmd.user_id, client=cmd.client,
             idempotency_key=cmd.idempotency_key, now=now,
         )  # fmt: skip
+        return count_floods(early, state.run, flow="otp", user_id=cmd.user_id, client=cmd.client, now=now)
 
     issued = OtpChallengeIssued(
         challenge_id=challenge_id,

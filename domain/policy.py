@@ -10,6 +10,7 @@ from datetime import timedelta
 
 from attrs import frozen
 
+from domain.decisions import KEPT_FOR
 from domain.errors import ConfigError
 from domain.tokens import check_otp_digits
 
@@ -33,6 +34,14 @@ def _non_negative_duration(owner: str, name: str, value: object) -> None:
         raise ConfigError(f"{owner}.{name} must not be negative, got {value}")
 
 
+def _within_kept_for(owner: str, value: timedelta) -> None:
+    # A user's state forgets closed requests after KEPT_FOR; a receipt must lapse first.
+    if value > KEPT_FOR:
+        raise ConfigError(
+            f"{owner}.receipt_ttl must be at most {KEPT_FOR} (what a user's state remembers), got {value}"
+        )
+
+
 def _positive_int(owner: str, name: str, value: object) -> None:
     # bool is an int subclass; True as a limit is a configuration mistake.
     if isinstance(value, bool) or not isinstance(value, int):
@@ -54,6 +63,7 @@ class ResetPolicy:
         for name in ("ttl", "receipt_ttl"):
             _positive_duration("ResetPolicy", name, getattr(self, name))
         _non_negative_duration("ResetPolicy", "cooldown", self.cooldown)
+        _within_kept_for("ResetPolicy", self.receipt_ttl)
         _positive_int("ResetPolicy", "hourly_limit", self.hourly_limit)
         if self.ttl > RESET_TTL_HARD_CAP:
             raise ConfigError(
@@ -83,6 +93,7 @@ class OtpPolicy:
         for name in ("ttl", "account_lock_base", "account_lock_max", "receipt_ttl"):
             _positive_duration("OtpPolicy", name, getattr(self, name))
         _non_negative_duration("OtpPolicy", "cooldown", self.cooldown)
+        _within_kept_for("OtpPolicy", self.receipt_ttl)
         for name in ("hourly_limit", "max_attempts", "account_lock_threshold"):
             _positive_int("OtpPolicy", name, getattr(self, name))
         check_otp_digits(self.digits)

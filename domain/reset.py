@@ -15,16 +15,22 @@ from attrs import evolve, frozen
 
 from domain.decisions import (
     ConsumeOutcome,
+    CountingRun,
     Decision,
+    KEPT_FOR,
     IdempotencyKeyBound,
     PastRequest,
     Receipt,
     RequestOutcome,
+    RequestsCounted,
     bind_key_to_reuse,
     check_request_input,
+    count_floods,
+    kept_receipts,
     replay_receipt,
     require_utc,
     reuse_or_refuse,
+    run_after,
 )
 from domain.email import EmailQueued
 from domain.errors import TokenInvalid, UnknownEventType
@@ -122,6 +128,8 @@ class ResetState:
     by_token_hash: Mapping[str, UUID]
     # (client, idempotency_key) -> the request it last created or was bound to.
     receipts: Mapping[tuple[str | None, str], Receipt]
+    # The run of alike answers (refusals, bound repeats) the last events belong to: floods are counted.
+    run: CountingRun | None = None
 
 
 def initial_reset_state() -> ResetState:
@@ -136,6 +144,13 @@ def _with_request(state: ResetState, request: ResetRequest) -> ResetState:
 def evolve_reset(state: ResetState, event: object) -> ResetState:
     """The state after ``event``. Events about unknown requests change nothing,
     so a replay never fails half-way."""
+    run = run_after(state.run, event, ResetRequestRefused)
+    if run != state.run:
+        state = evolve(state, run=run)
+    return _evolve_requests(state, event)
+
+
+def _evolve_requests(state: ResetState, event: object) -> ResetState:
     if isinstance(event, ResetRequested):
         request = ResetRequest(
             event.request_id, event.user_id, event.recipient, event.key_id, event.token_hash,
@@ -149,7 +164,7 @@ def evolve_reset(state: ResetState, event: object) -> ResetState:
         if event.idempotency_key is not None:
             receipt = Receipt(event.request_id, event.requested_at)
             state = _with_receipt(state, event.client, event.idempotency_key, receipt)
-        return state
+        return _forget_before(state, event.requested_at - KEPT_FOR)
     if isinstance(event, IdempotencyKeyBound):
         receipt = Receipt(event.request_id, event.bound_at)
         return _with_receipt(state, event.client, event.idempotency_key, receipt)
@@ -167,18 +182,34 @@ def evolve_reset(state: ResetState, event: object) -> ResetState:
         return _with_request(
             state, evolve(request, status="completed", completed_at=event.completed_at)
         )
-    if isinstance(event, ResetRequestRefused):
+    if isinstance(event, (ResetRequestRefused, RequestsCounted)):
         return state
     raise UnknownEventType(f"{type(event).__name__} is not an event of a reset stream")
+
+
+def _forget_before(state: ResetState, horizon: datetime) -> ResetState:
+    """Forget closed requests made before ``horizon`` and receipts created before it (see ``KEPT_FOR``).
+
+    Done when a request is made, so that a fold and a snapshot forget alike.
+    A request an unlapsed receipt names, or one still open, is kept.
+    """
+    receipts = kept_receipts(state.receipts, horizon)
+    named = {receipt.request_id for receipt in receipts.values()}
+    requests = {request_id: r for request_id, r in state.requests.items()
+                if r.status == "open" or r.requested_at >= horizon or request_id in named}
+    if len(requests) == len(state.requests) and len(receipts) == len(state.receipts):
+        return state
+    by_token_hash = {token_hash: i for token_hash, i in state.by_token_hash.items() if i in requests}
+    return evolve(state, requests=requests, by_token_hash=by_token_hash, receipts=receipts)
 
 
 def _with_receipt(state: ResetState, client: str | None, key: str, receipt: Receipt) -> ResetState:
     return evolve(state, receipts={**state.receipts, (client, key): receipt})
 
 
-def fold_reset(events: Iterable[object]) -> ResetState:
-    """The state after all ``events``, oldest first."""
-    state = initial_reset_state()
+def fold_reset(events: Iterable[object], state: ResetState | None = None) -> ResetState:
+    """The state after all ``events``, oldest first, from ``state`` (a snapshot) or the start."""
+    state = state if state is not None else initial_reset_state()
     for event in events:
         state = evolve_reset(state, event)
     return state
@@ -226,10 +257,11 @@ def decide_reset_request(
         refusal=lambda retry_at: ResetRequestRefused(cmd.user_id, "rate_limited", now, retry_at),
     )
     if early is not None:
-        return bind_key_to_reuse(
+        early = bind_key_to_reuse(
             early, flow="reset", user_id=cmd.user_id, client=cmd.client,
             idempotency_key=cmd.idempotency_key, now=now,
         )  # fmt: skip
+        return count_floods(early, state.run, flow="reset", user_id=cmd.user_id, client=cmd.client, now=now)
 
     token = derive_reset_token(keys.current, request_id)
     requested = ResetRequested(

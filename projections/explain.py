@@ -27,7 +27,7 @@ from attrs import define, field, frozen
 
 from domain import decisions, email, otp, outage, privacy, reset
 from domain.log import RecordedEvent
-from projections.timeline import erased_keys, event_times, format_time
+from projections.timeline import counted_answer, counted_clients, erased_keys, event_times, format_time
 
 T = format_time
 
@@ -174,6 +174,12 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             story.user_notes.append(Finding(f"A {flow} request by {_who(r)} was refused at {T(at)} ({e.reason}): no "
                                             f"email was queued; a new request is accepted from {T(e.retry_at)}.",
                                             r.event_type, pos, at, {}, {"retry_at": e.retry_at}))
+        case decisions.RequestsCounted():
+            flow = "reset" if e.flow == "reset" else "one-time code"
+            story.user_notes.append(Finding(f"{e.count} further {flow} requests were {counted_answer(e)} between "
+                                            f"{T(e.first_at)} and {T(e.last_at)}, by {counted_clients(e)}: counted "
+                                            "in one line rather than logged one by one; no email was queued.",
+                                            r.event_type, pos, at, {}, {"first_at": e.first_at, "last_at": e.last_at}))
         case decisions.IdempotencyKeyBound() if e.request_id in story.requests:
             request = story.requests[e.request_id]
             request.said.append(Finding(f"A repeat with idempotency key {e.idempotency_key!r} at {T(at)} was answered "

@@ -100,6 +100,19 @@ def _actor(recorded: RecordedEvent) -> str | None:
     return actor or (f"client {client}" if client else None)
 
 
+def counted_answer(event: decisions.RequestsCounted) -> str:
+    """How the counted calls were answered, in words."""
+    if event.answer == "refused":
+        return "refused (rate_limited)"
+    return "answered with the open request (their idempotency keys not bound)"
+
+
+def counted_clients(event: decisions.RequestsCounted) -> str:
+    """The clients counted calls came from, in words."""
+    names = [f"client {name}" if name is not None else "no client" for name in event.clients]
+    return ", ".join(names) or "unknown callers"
+
+
 def summary(event: object) -> str:
     """What happened, in a few words."""
     match event:
@@ -123,6 +136,9 @@ def summary(event: object) -> str:
         case otp.OtpChallengeLockedOut():
             until = f" until {format_time(event.until)}" if event.until else ""
             return f"locked ({event.scope}){until}"
+        case decisions.RequestsCounted():
+            return (f"{event.count} more calls {counted_answer(event)} from {format_time(event.first_at)} to "
+                    f"{format_time(event.last_at)}, by {counted_clients(event)}")
         case decisions.IdempotencyKeyBound():
             return f"idempotency key {event.idempotency_key!r} answered with the open request {event.request_id}"
         case email.EmailQueued():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import BigInteger, Column, Date, DateTime, Integer, Interval, MetaData, Table, Text, Uuid
+from sqlalchemy.dialects.postgresql import JSONB
 
 metadata = MetaData()
 
@@ -64,6 +65,12 @@ receipts = Table(
     Column("receipt_id", Uuid, primary_key=True),
     Column("flow", Text), Column("client", Text), Column("user_id", Text), Column("idempotency_key", Text),
     Column("request_id", Uuid), Column("message_id", Uuid), Column("created_at", _tz()),
+)
+
+stream_snapshots = Table(
+    "stream_snapshots", metadata,
+    Column("stream_id", Text, primary_key=True),
+    Column("version", Integer), Column("state", JSONB),
 )
 
 api_clients = Table(

@@ -38,6 +38,11 @@ def _make_converter() -> cattrs.Converter:
     return converter
 
 
+def make_converter() -> cattrs.Converter:
+    """A converter with the log's conventions (UUIDs and times as text), for other jsonb the project stores."""
+    return _make_converter()
+
+
 class EventCodec:
     """Encodes domain events as (tag, version, payload) and decodes them back."""
 

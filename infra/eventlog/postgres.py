@@ -58,7 +58,7 @@ APPEND_ONE = text("""
 LOAD_STREAM = text("""
     SELECT global_position, stream_id, stream_version, event_id, event_type, schema_version,
            payload, metadata, recorded_at, transaction_id::text
-      FROM events WHERE stream_id = :stream_id ORDER BY stream_version
+      FROM events WHERE stream_id = :stream_id AND stream_version > :after ORDER BY stream_version
 """)
 
 # Several streams at once, each event with the data key its personal fields
@@ -184,8 +184,10 @@ class PostgresEventStore:
             "payloads": list(columns[7]),
         }
 
-    def load(self, stream_id: str) -> list[RecordedEvent]:
-        return self._decode_all(self.connection.execute(LOAD_STREAM, {"stream_id": stream_id}).all())
+    def load(self, stream_id: str, after_version: int = 0) -> list[RecordedEvent]:
+        """The stream's events after ``after_version`` (a snapshot's), oldest first."""
+        rows = self.connection.execute(LOAD_STREAM, {"stream_id": stream_id, "after": after_version}).all()
+        return self._decode_all(rows)
 
     def load_many(self, stream_ids: Sequence[str]) -> dict[str, list[RecordedEvent]]:
         """The events of each of ``stream_ids`` (an empty list for an empty stream), read in one statement."""

@@ -112,3 +112,16 @@ def newest_events_of_request(
     """Up to ``limit`` events, newest first: those of one request or challenge on ``user_stream``, and its emails."""
     params = {"user_stream": user_stream, "id": request_id, "email_streams": list(email_streams), "limit": limit}
     return connection.execute(EVENTS_OF_REQUEST, params).all()
+
+
+# A personal field of the events at these positions, as stored (sealed): the
+# snapshots of reset and OTP streams name the events that carry each address.
+PERSONAL_FIELD_AT = text("""
+    SELECT global_position, event_type, payload->>'user_id' AS user_id, payload->>:field AS value
+      FROM events WHERE global_position = ANY(CAST(:positions AS bigint[]))
+""")
+
+
+def personal_field_at(connection: Connection, positions: Sequence[int], field: str) -> Sequence[Row[Any]]:
+    """(global_position, event_type, user_id, value) of ``field`` in the events at ``positions``, sealed."""
+    return connection.execute(PERSONAL_FIELD_AT, {"positions": list(positions), "field": field}).all()

@@ -23,6 +23,7 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "OtpChallengeLockedOut": (otp.OtpChallengeLockedOut, 1),
     "OtpRequestRefused": (otp.OtpRequestRefused, 1),
     "IdempotencyKeyBound": (decisions.IdempotencyKeyBound, 1),
+    "RequestsCounted": (decisions.RequestsCounted, 1),
     "EmailQueued": (email.EmailQueued, 1),
     "LeaseClaimed": (email.LeaseClaimed, 1),
     "LeaseExpired": (email.LeaseExpired, 1),

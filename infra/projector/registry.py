@@ -25,6 +25,7 @@ from infra.eventlog.tags import EVENT_TYPES
 from infra.projector.inline import EMAIL_EVENTS, INLINE
 from infra.eventlog.reader import Reading
 from infra.projector.appliers import Applier, EntriesApplier, KeyedApplier
+from infra.projector.snapshots import SnapshotApplier
 from projections.audit_index import entries_of
 from projections.delivery_stats import DeliveryRow, delivery_key, evolve_delivery
 
@@ -45,6 +46,11 @@ FOLDED_EVENTS: dict[str, tuple[type, ...]] = {
                        otp.OtpChallengeVerified, otp.OtpChallengeLockedOut),
     "receipts": (reset.ResetRequested, otp.OtpChallengeIssued, decisions.IdempotencyKeyBound),
     "api_clients": (clients.ClientRegistered, clients.ClientRevoked),
+    # Every event of a reset or OTP stream: the two folds refuse any other (UnknownEventType).
+    "stream_snapshots": (reset.ResetRequested, reset.ResetSuperseded, reset.ResetRequestRefused, reset.ResetCompleted,
+                         otp.OtpChallengeIssued, otp.OtpChallengeSuperseded, otp.OtpVerificationFailed,
+                         otp.OtpChallengeVerified, otp.OtpChallengeLockedOut, otp.OtpRequestRefused,
+                         decisions.IdempotencyKeyBound, decisions.RequestsCounted),
 }
 
 
@@ -82,7 +88,7 @@ def _summary_of(module_name: str) -> str:
     return doc.strip().splitlines()[0].replace("``", "") if doc.strip() else ""
 
 
-def _inline(applier: KeyedApplier) -> Projection:
+def _inline(applier: KeyedApplier | SnapshotApplier) -> Projection:
     """An inline projection, with the very applier the unit of work folds it with."""
     folded = FOLDED_EVENTS.get(applier.name)
     return Projection(applier.name, INLINE_KIND, _summary_of(applier.evolve.__module__), applier,

@@ -6,7 +6,12 @@ same transaction. Service functions are a few lines on top of
 ``decide_on_stream``, which serialises the writers of a stream: it takes a
 transaction-scoped advisory lock on the stream before loading it, so two
 concurrent requests for one user and flow are decided one after the other,
-the second on what the first committed. Requests with an idempotency key
+the second on what the first committed. A reset or OTP stream is loaded
+from its snapshot (``projections.snapshots``) plus the events after it, so
+a decision costs the same on a stream of ten events or a hundred thousand;
+a call the domain counts rather than logs (``Decision.counted``) bumps a
+counter row, and the stream's next append first writes those counts as
+``RequestsCounted`` (``infra.services.counts``). Requests with an idempotency key
 take an advisory lock on the key first (always key, then stream: no two
 transactions can wait for each other), so that retries in flight wait for
 (or are refused while) the first one runs. The time a decision is stamped
@@ -38,11 +43,14 @@ from domain.log import RecordedEvent
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.templates import EmailTemplates
 from domain.tokens import TokenKeys
+from projections.snapshots import Snapshot, evolve_snapshot, fold_of
 from infra.clock import Clock, SystemClock
 from infra.emails.templates import default_templates
-from infra.projector.inline import apply_inline
 from infra.eventlog.codec import default_codec
 from infra.eventlog.email_leases import append_fenced, claim_due_leases
+from infra.projector.inline import SNAPSHOTS, apply_inline
+from infra.projector.snapshots import load_snapshots
+from infra.services.counts import count_call, take_counts
 from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.subject_keys import PostgresKeyring
 
@@ -270,10 +278,12 @@ def _serialised(
                 if idempotency_lock is not None:
                     idempotency_lock.take(connection)
                 lock_stream(connection, stream_id)
-                history = PostgresEventStore(connection).load(stream_id)
-                decided = decide(fold(recorded.event for recorded in history), ctx.clock.now())
-                version = history[-1].stream_version if history else 0
-                append_and_fold(connection, batches_of(stream_id, version, decided), metadata)
+                state, version, snapshot = _load_folded(connection, stream_id, fold)
+                decided = decide(state, ctx.clock.now())
+                batches = _with_counts(connection, stream_id, batches_of(stream_id, version, decided), state, decided)
+                # The snapshot decided on, or None for a stream that has none yet: never read twice.
+                loaded = {SNAPSHOTS.name: {stream_id: snapshot}} if fold_of(stream_id) is not None else None
+                append_and_fold(connection, batches, metadata, loaded=loaded)
                 return decided
         except ConcurrencyConflict as conflict:
             if attempt == CONFLICT_RETRIES - 1:
@@ -281,6 +291,36 @@ def _serialised(
                 raise ConcurrencyConflict() from conflict
             _back_off(attempt)
     raise AssertionError("unreachable")
+
+
+def _load_folded(
+    connection: Connection, stream_id: str, fold: Callable[[Iterable[object]], Any]
+) -> tuple[Any, int, Snapshot | None]:
+    """(state, version, snapshot) of a stream: its snapshot and the events after it, or every event."""
+    store = PostgresEventStore(connection)
+    if fold_of(stream_id) is None:
+        history = store.load(stream_id)
+        return fold(recorded.event for recorded in history), history[-1].stream_version if history else 0, None
+    snapshot = load_snapshots(connection, [stream_id], keyring=store.keyring).get(stream_id)
+    # Only a stream that predates snapshots (or a rebuild) has events after its snapshot.
+    for recorded in store.load(stream_id, after_version=snapshot.version if snapshot is not None else 0):
+        snapshot = evolve_snapshot(snapshot, recorded)
+    if snapshot is None:
+        return fold(()), 0, None
+    return snapshot.state, snapshot.version, snapshot
+
+
+def _with_counts(connection: Connection, stream_id: str, batches: Batches, state: Any, decided: Any) -> Batches:
+    """Count a counted call; before anything else is appended to the stream, append its counts."""
+    counted = getattr(decided, "counted", None)
+    if counted is not None:
+        count_call(connection, stream_id, counted)
+    # Counts exist only while the stream's last events are a run of alike answers (state.run).
+    if getattr(state, "run", None) is None or not any(events for stream, _, events in batches if stream == stream_id):
+        return batches
+    summaries = take_counts(connection, stream_id)
+    return [(stream, version, [*summaries, *events] if stream == stream_id else events)
+            for stream, version, events in batches]
 
 
 def _back_off(attempt: int) -> None:
@@ -291,11 +331,11 @@ def _back_off(attempt: int) -> None:
 def load_state(
     ctx: ServiceContext, stream_id: str, fold: Callable[[Iterable[object]], Any], connection: Connection | None = None
 ) -> Any:
-    """The folded state of one stream, on ``connection`` or a fresh one."""
+    """The folded state of one stream (from its snapshot, if it has one), on ``connection`` or a fresh one."""
     if connection is not None:
-        return fold(recorded.event for recorded in PostgresEventStore(connection).load(stream_id))
+        return _load_folded(connection, stream_id, fold)[0]
     with ctx.engine.connect() as fresh:
-        return fold(recorded.event for recorded in PostgresEventStore(fresh).load(stream_id))
+        return _load_folded(fresh, stream_id, fold)[0]
 
 
 def load_streams(

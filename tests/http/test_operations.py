@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import Engine, text
 from starlette.routing import Route
 
+from infra.db.schema import SCHEMA_VERSION
 from infra.clock import ManualClock
 from infra.http.app import create_app
 from infra.delivery.leases import claim_due
@@ -46,7 +47,7 @@ async def test_healthz_needs_nothing(ctx: ServiceContext) -> None:
 
 async def test_readyz_checks_the_database_and_its_schema(api: httpx.AsyncClient, admin_engine: Engine) -> None:
     ready = await api.get("/readyz")
-    assert ready.status_code == 200 and ready.json() == {"status": "ready", "schema_version": 2}
+    assert ready.status_code == 200 and ready.json() == {"status": "ready", "schema_version": SCHEMA_VERSION}
 
     with admin_engine.begin() as connection:
         connection.execute(text("DROP TABLE api_clients"))
@@ -56,13 +57,13 @@ async def test_readyz_checks_the_database_and_its_schema(api: httpx.AsyncClient,
 
 async def test_readyz_accepts_a_newer_schema_and_refuses_an_older_one(api: httpx.AsyncClient, admin_engine: Engine) -> None:
     with admin_engine.begin() as connection:  # a newer release ran db init: schema.sql only ever adds
-        connection.execute(text("INSERT INTO schema_version (version) VALUES (3)"))
+        connection.execute(text("INSERT INTO schema_version (version) VALUES (:newer)"), {"newer": SCHEMA_VERSION + 1})
     assert (await api.get("/readyz")).status_code == 200
 
     with admin_engine.begin() as connection:
         connection.execute(text("DELETE FROM schema_version WHERE version >= 2"))
     problem = assert_problem(await api.get("/readyz"), 503, "schema-mismatch")
-    assert "schema version 1, not 2" in problem["detail"] and "authledger db init" in problem["detail"]
+    assert f"schema version 1, not {SCHEMA_VERSION}" in problem["detail"] and "authledger db init" in problem["detail"]
 
 
 async def test_metrics_count_outbox_states_expirations_and_latencies(

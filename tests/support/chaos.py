@@ -139,6 +139,7 @@ def run_chaos(
                     process.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     process.kill()
+                    process.wait()  # reap it: an unreaped Popen warns when collected, and warnings are errors
         delivered = _deliveries(provider, sink)
     return _report(engine, provider, messages, kills, restarts, delivered)
 

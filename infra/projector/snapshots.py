@@ -1,0 +1,210 @@
+"""Snapshots in PostgreSQL: each reset and OTP stream's state as jsonb, read back and kept up to date.
+
+The pure fold is ``projections.snapshots``; this module encodes its states
+with the log's converter conventions (UUIDs and times as text), leaving out
+every address: a request keeps the log position of the event that carries
+its recipient, and a decision reading a snapshot opens those events'
+envelopes under the user's data key. ``SnapshotApplier`` folds
+events into the table inline (the unit of work passes the snapshot it
+decided on, so nothing is read twice), and in rebuild, verify and replay.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Connection, Table, text
+
+from domain.decisions import CountingRun, Receipt
+from domain.log import RecordedEvent
+from domain.otp import OtpChallenge, OtpState
+from domain.reset import ResetRequest, ResetState
+from infra.db import tables
+from infra.eventlog.codec import make_converter
+from infra.eventlog.personal_data import FieldContext, Keyring, is_envelope
+from infra.eventlog.queries import personal_field_at
+from infra.projector.appliers import qualified_name
+from projections.snapshots import Snapshot, State, evolve_snapshot, snapshot_key
+
+_converter = make_converter()
+
+
+def _select(table: Table) -> Any:
+    return text(f"""
+        SELECT stream_id, version, state FROM {qualified_name(table)}
+         WHERE stream_id = ANY(CAST(:stream_ids AS text[]))
+    """)
+
+
+def _upsert(table: Table) -> Any:
+    return text(f"""
+        INSERT INTO {qualified_name(table)} (stream_id, version, state)
+        VALUES (:stream_id, :version, CAST(:state AS jsonb))
+        ON CONFLICT (stream_id) DO UPDATE SET version = EXCLUDED.version, state = EXCLUDED.state
+    """)
+
+
+def encode_state(snapshot: Snapshot) -> dict[str, Any]:
+    """The jsonb of a snapshot's state: no address, and only JSON types, so that it compares as it reads back."""
+    state = snapshot.state
+    requests = state.requests if isinstance(state, ResetState) else state.challenges
+    encoded: dict[str, Any] = {
+        "requests": [_without_recipient(request) for request in requests.values()],
+        "receipts": [[client, key, _converter.unstructure(receipt)]
+                     for (client, key), receipt in state.receipts.items()],
+        "run": _converter.unstructure(state.run) if state.run is not None else None,
+        "recipient_at": {str(request_id): position for request_id, position in snapshot.recipient_at.items()},
+    }
+    if isinstance(state, OtpState):
+        encoded["account"] = [state.consecutive_failures, state.account_lockouts,
+                              _converter.unstructure(state.locked_until)]
+    return encoded
+
+
+def _without_recipient(request: ResetRequest | OtpChallenge) -> dict[str, Any]:
+    data = _converter.unstructure(request)
+    del data["recipient"]
+    return data
+
+
+def decode_snapshot(
+    stream_id: str, version: int, encoded: Mapping[str, Any], recipients: Mapping[UUID, str]
+) -> Snapshot:
+    """The snapshot a row holds, with ``recipients`` (opened) by request id."""
+    recipient_at = {UUID(request_id): position for request_id, position in encoded["recipient_at"].items()}
+    receipts = {(client, key): _converter.structure(receipt, Receipt) for client, key, receipt in encoded["receipts"]}
+    run = _converter.structure(encoded["run"], CountingRun) if encoded["run"] is not None else None
+    state: State
+    if "account" in encoded:
+        challenges = [_converter.structure({**data, "recipient": recipients[UUID(data["challenge_id"])]}, OtpChallenge)
+                      for data in encoded["requests"]]
+        failures, lockouts, locked_until = encoded["account"]
+        state = OtpState({c.challenge_id: c for c in challenges}, receipts, failures, lockouts,
+                         _converter.structure(locked_until, datetime | None), run)
+    else:
+        requests = [_converter.structure({**data, "recipient": recipients[UUID(data["request_id"])]}, ResetRequest)
+                    for data in encoded["requests"]]
+        state = ResetState({r.request_id: r for r in requests}, {r.token_hash: r.request_id for r in requests},
+                           receipts, run)
+    return Snapshot(stream_id, version, state, recipient_at)
+
+
+def _recipients(
+    connection: Connection, keyring: Keyring | None, recipient_at: Mapping[UUID, int]
+) -> dict[UUID, str]:
+    """Each request's recipient, opened as the codec opens the event's (``[erased]`` once forgotten).
+
+    Without a keyring none is read: the applier only writes snapshots, and
+    no snapshot row holds an address, so its states carry none.
+    """
+    if keyring is None or not recipient_at:
+        return {request_id: "" for request_id in recipient_at}
+    by_position = {}
+    for position, tag, user_id, recipient in personal_field_at(connection, list(recipient_at.values()), "recipient"):
+        opened = recipient
+        if is_envelope(recipient):
+            opened = keyring.open(FieldContext(str(user_id), tag, "recipient"), recipient)
+        by_position[position] = opened
+    return {request_id: by_position[position] for request_id, position in recipient_at.items()}
+
+
+def load_snapshots(connection: Connection, stream_ids: Iterable[str], table: Table = tables.stream_snapshots,
+                   keyring: Keyring | None = None) -> dict[str, Snapshot]:
+    """The snapshots of these streams that exist, by stream id.
+
+    With ``keyring`` their recipients are read from the log and opened, as a
+    decision needs them; without, they are left out (empty).
+    """
+    found = connection.execute(_select(table), {"stream_ids": sorted(stream_ids)}).all()
+    snapshots = {}
+    for row in found:
+        recipient_at = {UUID(request_id): position for request_id, position in row.state["recipient_at"].items()}
+        recipients = _recipients(connection, keyring, recipient_at)
+        snapshots[row.stream_id] = decode_snapshot(row.stream_id, row.version, row.state, recipients)
+    return snapshots
+
+class SnapshotApplier:
+    """Folds events into ``stream_snapshots`` (or a shadow of it): one row per snapshotted stream.
+
+    Shaped like ``KeyedApplier``, so inline folding, rebuild, verify and
+    replay treat it alike. ``evolve`` names the pure fold it applies.
+    """
+
+    evolve = staticmethod(evolve_snapshot)
+
+    def __init__(self, table: Table = tables.stream_snapshots, *, cache_rows: int = 0) -> None:
+        self.table, self.tables, self.cache_rows = table, (table,), cache_rows
+        self._select, self._upsert = _select(table), _upsert(table)
+        self._cache: OrderedDict[str, Snapshot] = OrderedDict()
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+    def on(self, tables: Mapping[str, Table], *, cache_rows: int = 0) -> SnapshotApplier:
+        return SnapshotApplier(tables[self.table.name], cache_rows=cache_rows)
+
+    def fold(self, recorded: Iterable[RecordedEvent]) -> dict[str, list[dict[str, Any]]]:
+        rows: dict[str, Snapshot | None] = {}
+        changed = self._step(rows, recorded)
+        return {self.table.name: [_row(snapshot) for snapshot in changed.values()]}
+
+    def apply(
+        self, connection: Connection, recorded: Sequence[RecordedEvent], *,
+        loaded: dict[str, Snapshot | None] | None = None,
+    ) -> int:
+        """Fold ``recorded`` into the table.
+
+        ``loaded`` holds, by stream id, the snapshots the caller already read
+        (None: the stream has none yet); they are not read again.
+        """
+        keys = {key for r in recorded if (key := snapshot_key(r)) is not None}
+        if not keys:
+            return 0
+        rows: dict[str, Snapshot | None] = loaded if loaded is not None else {}
+        rows.update((key, self._cache[key]) for key in keys if key in self._cache and key not in rows)
+        missing = keys - rows.keys()
+        if missing:  # without their recipients: no snapshot row holds one, so the fold needs none
+            rows.update(load_snapshots(connection, missing, self.table))
+        try:
+            changed = self._step(rows, recorded)
+            values = [_row(snapshot, encoded=True) for snapshot in changed.values()]
+            connection.execute(self._upsert, values if len(values) > 1 else values[0])
+        except BaseException:
+            self._cache.clear()
+            raise
+        self._remember(changed)
+        return len(changed)
+
+    @staticmethod
+    def _step(rows: dict[str, Snapshot | None], recorded: Iterable[RecordedEvent]) -> dict[str, Snapshot]:
+        changed = {}
+        for r in recorded:
+            key = snapshot_key(r)
+            if key is not None:
+                rows[key] = changed[key] = evolve_snapshot(rows.get(key), r)
+        return changed
+
+    def _remember(self, changed: Mapping[str, Snapshot]) -> None:
+        if not self.cache_rows:
+            return
+        for key, snapshot in changed.items():
+            self._cache[key] = snapshot
+            self._cache.move_to_end(key)
+        while len(self._cache) > self.cache_rows:
+            self._cache.popitem(last=False)
+
+    def forget(self) -> None:
+        """Drop the cache, after a transaction that wrote through it rolled back."""
+        self._cache.clear()
+
+
+def _row(snapshot: Snapshot, *, encoded: bool = False) -> dict[str, Any]:
+    state = encode_state(snapshot)
+    return {"stream_id": snapshot.stream_id, "version": snapshot.version,
+            "state": json.dumps(state, separators=(",", ":")) if encoded else state}

@@ -1,0 +1,49 @@
+"""Counting floods: the ``request_counts`` buffer behind ``domain.decisions.RequestsCounted``.
+
+A call the domain counts (``Decision.counted``) bumps its stream's row in
+the transaction that answers it; the stream's next append first empties the
+rows into ``RequestsCounted`` events, so the log ends up holding every
+count. The rows are a buffer of the log, not a projection of it: they hold
+what no event holds yet, and no rebuild could bring them back.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC
+
+from sqlalchemy import Connection, text
+
+from domain.decisions import Counted, RequestsCounted, window_of
+
+MAX_CLIENTS = 20  # distinct clients named per count; a flood from more is still counted in full
+
+COUNT = text(f"""
+    INSERT INTO request_counts AS c (stream_id, answer, flow, user_id, window_start, first_at, last_at, count, clients)
+    VALUES (:stream_id, :answer, :flow, :user_id, :window_start, :at, :at, 1, jsonb_build_array(CAST(:client AS text)))
+    ON CONFLICT (stream_id, answer) DO UPDATE
+       SET last_at = greatest(c.last_at, EXCLUDED.last_at), count = c.count + 1,
+           clients = CASE WHEN c.clients @> EXCLUDED.clients OR jsonb_array_length(c.clients) >= {MAX_CLIENTS}
+                          THEN c.clients ELSE c.clients || EXCLUDED.clients END
+""")
+
+TAKE = text("""
+    DELETE FROM request_counts WHERE stream_id = :stream_id
+    RETURNING flow, user_id, answer, window_start, first_at, last_at, count, clients
+""")
+
+
+def count_call(connection: Connection, stream_id: str, counted: Counted) -> None:
+    """Add one call to its stream's count, in the caller's transaction."""
+    connection.execute(COUNT, {
+        "stream_id": stream_id, "answer": counted.answer, "flow": counted.flow, "user_id": counted.user_id,
+        "window_start": window_of(counted.at), "at": counted.at, "client": counted.client,
+    })
+
+
+def take_counts(connection: Connection, stream_id: str) -> list[RequestsCounted]:
+    """Empty the stream's counts into the events that record them, oldest first."""
+    rows = connection.execute(TAKE, {"stream_id": stream_id}).all()
+    counted = [RequestsCounted(row.flow, row.user_id, row.answer, row.window_start.astimezone(UTC),
+                               row.first_at.astimezone(UTC), row.last_at.astimezone(UTC), row.count,
+                               tuple(row.clients)) for row in rows]
+    return sorted(counted, key=lambda event: event.first_at)

@@ -1,0 +1,109 @@
+"""Snapshots equal a fresh fold of their whole stream, whatever happened on it (a property, on real PostgreSQL).
+
+Random sequences of reset requests, consumes, OTP requests, right and wrong
+codes, refusals, repeats with and without keys, and time passing, under
+tight limits so that refusals, counted floods and both kinds of lock occur.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import UUID, uuid4
+
+import attrs
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import Engine
+
+from domain.errors import CodeRejected, IdempotencyMismatch, LockedOut, TokenInvalid
+from domain.otp import RequestOtp, fold_otp, otp_stream
+from domain.policy import OtpPolicy, ResetPolicy
+from domain.reset import RequestReset, fold_reset, reset_stream
+from domain.tokens import derive_otp_code, derive_reset_token
+from infra.clock import ManualClock
+from infra.errors import RateLimited
+from infra.eventlog.postgres import PostgresEventStore
+from infra.projector.registry import projection_named
+from infra.projector.snapshots import load_snapshots
+from infra.projector.verify import verify
+from infra.services.otp import request_otp, verify_code
+from infra.services.reset import consume_token, request_reset
+from infra.services.unit_of_work import ServiceContext
+from tests.support.replay import assert_projections_match_log
+
+ADA, EVE = "ada@example.test", "eve@example.test"
+keys = st.sampled_from([None, "k1", "k2", "k3"])
+clients = st.sampled_from([None, "app"])
+operations = st.lists(st.one_of(
+    st.tuples(st.just("reset"), keys, clients, st.sampled_from([ADA, EVE])),
+    st.tuples(st.just("otp"), keys, clients, st.sampled_from([ADA, EVE])),
+    st.tuples(st.just("consume"), st.integers(0, 5)),
+    st.tuples(st.just("verify"), st.integers(0, 5), st.booleans()),
+    st.tuples(st.just("wait"), st.sampled_from([1, 30, 61, 700, 1900, 3700, 2 * 86400])),
+), min_size=1, max_size=40)
+
+
+def tight(ctx: ServiceContext) -> ServiceContext:
+    return attrs.evolve(
+        ctx,
+        reset_policy=ResetPolicy(hourly_limit=3),
+        otp_policy=OtpPolicy(hourly_limit=3, max_attempts=2, account_lock_threshold=3),
+    )
+
+
+def run(ctx: ServiceContext, clock: ManualClock, user: str, steps: list[tuple]) -> None:
+    resets: list[UUID] = []
+    challenges: list[UUID] = []
+    for step in steps:
+        try:
+            match step:
+                case ("reset", key, client, recipient):
+                    resets.append(request_reset(ctx, RequestReset(user, recipient, key, client)).request_id)
+                case ("otp", key, client, recipient):
+                    challenges.append(request_otp(ctx, RequestOtp(user, recipient, "login", key, client)).request_id)
+                case ("consume", n) if resets:
+                    consume_token(ctx, derive_reset_token(ctx.keys.current, resets[n % len(resets)]))
+                case ("verify", n, right) if challenges:
+                    challenge = challenges[n % len(challenges)]
+                    code = derive_otp_code(ctx.keys.current, challenge, ctx.otp_policy.digits)
+                    verify_code(ctx, challenge, code if right else f"{(int(code) + 1) % 10**len(code):0{len(code)}d}")
+                case ("wait", seconds):
+                    clock.advance(timedelta(seconds=seconds))
+        except (RateLimited, TokenInvalid, CodeRejected, LockedOut, IdempotencyMismatch):
+            pass  # refused, rejected or locked: what matters is what the stream holds now
+
+
+def assert_snapshot_equals_the_fold(engine: Engine, stream_id: str, fold: object) -> None:
+    with engine.connect() as connection:
+        store = PostgresEventStore(connection)
+        history = store.load(stream_id)
+        snapshot = load_snapshots(connection, [stream_id], keyring=store.keyring).get(stream_id)
+    if not history:
+        assert snapshot is None
+        return
+    assert snapshot is not None and snapshot.version == history[-1].stream_version
+    assert snapshot.state == fold(r.event for r in history)  # type: ignore[operator]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=operations)
+def test_every_snapshot_equals_a_fresh_fold_of_its_whole_stream(
+    ctx: ServiceContext, engine: Engine, clock: ManualClock, steps: list[tuple]
+) -> None:
+    user = uuid4().hex[:12]
+    run(tight(ctx), clock, user, steps)
+    assert_snapshot_equals_the_fold(engine, reset_stream(user), fold_reset)
+    assert_snapshot_equals_the_fold(engine, otp_stream(user), fold_otp)
+
+
+def test_projections_verify_and_the_replay_check_cover_the_snapshots(
+    ctx: ServiceContext, engine: Engine, admin_engine: Engine, clock: ManualClock
+) -> None:
+    steps = [("reset", "k1", "app", ADA), ("wait", 61), ("reset", None, None, ADA), ("consume", 0),
+             ("otp", None, None, ADA), ("verify", 0, False), ("verify", 0, False), ("otp", "k2", None, ADA),
+             ("verify", 1, True), ("reset", None, None, ADA), ("reset", None, None, ADA), ("reset", "k3", None, ADA)]
+    for user in ("1", "2"):
+        run(tight(ctx), clock, user, steps)
+    report = verify(admin_engine, projection_named("stream_snapshots"))
+    assert report.ok and report.rows == 8, report.summary()
+    assert_projections_match_log(engine)

@@ -1,0 +1,100 @@
+"""A user's folded state holds a bounded stretch of their history (issue 13): the domain alone.
+
+Closed requests are forgotten ``KEPT_FOR`` after they were made, once a
+newer one arrives; open ones, receipts still alive and the OTP account-lock
+counters are kept. Floods are counted, not written: see the counting rules.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+import pytest
+
+from domain.decisions import KEPT_FOR, Refused
+from domain.errors import ConfigError, TokenInvalid
+from domain.otp import OtpChallengeLockedOut, OtpVerificationFailed, RequestOtp, decide_otp_request, fold_otp
+from domain.policy import OtpPolicy, ResetPolicy
+from domain.reset import RequestReset, check_token, decide_reset_request, fold_reset
+from domain.tokens import TokenKeys, derive_reset_token, hash_token
+
+T0 = datetime(2025, 3, 1, 0, 0, tzinfo=UTC)
+KEYS = TokenKeys("k2", {"k2": b"current-key"})
+POLICY = ResetPolicy()
+
+
+def requested_for_days(days: int) -> tuple[list[object], list[UUID]]:
+    """The events of a user asking for a link as often as the limit allows, every hour for ``days``."""
+    events: list[object] = []
+    ids: list[UUID] = []
+    state = fold_reset([])
+    for hour in range(days * 24):
+        for n in range(POLICY.hourly_limit):
+            now = T0 + timedelta(hours=hour, minutes=2 * n)
+            request_id = UUID(int=len(ids) + 1)
+            decision = decide_reset_request(state, RequestReset("42", "ada@example.test"), now=now,
+                                            request_id=request_id, message_id=UUID(int=10**9 + len(ids)),
+                                            keys=KEYS, policy=POLICY)
+            ids.append(request_id)
+            events += decision.events
+            state = fold_reset(decision.events, state)
+    return events, ids
+
+
+def test_ten_days_of_requests_at_the_limit_leave_two_days_in_the_state() -> None:
+    events, ids = requested_for_days(10)
+    state = fold_reset(events)
+    assert len(ids) == 10 * 24 * POLICY.hourly_limit
+    assert len(state.requests) <= (KEPT_FOR // timedelta(hours=1) + 1) * POLICY.hourly_limit
+    assert len(state.by_token_hash) == len(state.requests)
+
+
+def test_a_forgotten_link_is_refused_as_not_valid_and_a_recent_closed_one_as_replaced() -> None:
+    events, ids = requested_for_days(3)
+    state = fold_reset(events)
+    now = T0 + timedelta(days=3)
+    with pytest.raises(TokenInvalid, match="not valid"):
+        check_token(state, hash_token(derive_reset_token(KEYS.current, ids[0])), now=now)
+    with pytest.raises(TokenInvalid, match="replaced"):
+        check_token(state, hash_token(derive_reset_token(KEYS.current, ids[-2])), now=now)
+
+
+def test_the_account_lock_counters_survive_forgetting() -> None:
+    failed = [OtpVerificationFailed(UUID(int=1), 1, 7, T0), OtpChallengeLockedOut(None, "account", T0, T0)]
+    state = fold_otp(failed)
+    policy = OtpPolicy()
+    later = T0 + 3 * KEPT_FOR
+    decision = decide_otp_request(state, RequestOtp("42", "ada@example.test"), now=later, challenge_id=UUID(int=2),
+                                  message_id=UUID(int=3), keys=KEYS, policy=policy)
+    state = fold_otp(decision.events, state)
+    assert (state.consecutive_failures, state.account_lockouts) == (7, 1)
+
+
+def test_a_refusal_after_the_first_of_its_window_is_counted_not_written() -> None:
+    state = fold_reset([])
+    for n in range(POLICY.hourly_limit):
+        now = T0 + timedelta(minutes=30 + 2 * n)
+        decision = decide_reset_request(state, RequestReset("42", "ada@example.test"), now=now,
+                                        request_id=UUID(int=n + 1), message_id=UUID(int=100 + n), keys=KEYS,
+                                        policy=POLICY)
+        state = fold_reset(decision.events, state)
+    now = T0 + timedelta(minutes=50)
+    first = decide_reset_request(state, RequestReset("42", "ada@example.test"), now=now, request_id=UUID(int=50),
+                                 message_id=UUID(int=51), keys=KEYS, policy=POLICY)
+    assert isinstance(first.outcome, Refused) and len(first.events) == 1 and first.counted is None
+    state = fold_reset(first.events, state)
+    second = decide_reset_request(state, RequestReset("42", "ada@example.test", client="app"), now=now,
+                                  request_id=UUID(int=52), message_id=UUID(int=53), keys=KEYS, policy=POLICY)
+    assert second.outcome == first.outcome and second.events == ()
+    assert second.counted is not None and (second.counted.answer, second.counted.client) == ("refused", "app")
+    next_window = decide_reset_request(state, RequestReset("42", "ada@example.test"), now=T0 + timedelta(minutes=65),
+                                       request_id=UUID(int=54), message_id=UUID(int=55), keys=KEYS, policy=POLICY)
+    assert isinstance(next_window.outcome, Refused) and len(next_window.events) == 1, "a new window logs again"
+
+
+def test_a_receipt_may_not_outlive_what_the_state_remembers() -> None:
+    with pytest.raises(ConfigError, match="receipt_ttl"):
+        ResetPolicy(receipt_ttl=KEPT_FOR + timedelta(seconds=1))
+    with pytest.raises(ConfigError, match="receipt_ttl"):
+        OtpPolicy(receipt_ttl=KEPT_FOR + timedelta(days=1))
