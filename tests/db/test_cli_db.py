@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from sqlalchemy import Engine, text
 
 from cli import cli
+from infra.db.schema import SCHEMA_VERSION
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
 
@@ -222,7 +223,7 @@ def test_db_shell_runs_psql_on_the_configured_database(database_url: str) -> Non
     result = subprocess.run([AUTHLEDGER, "db", "shell", "-tA", "-c", "SELECT max(version) FROM schema_version"],
                             env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "2"
+    assert result.stdout.strip() == str(SCHEMA_VERSION)
 
 
 def test_db_shell_without_psql_on_path_uses_the_one_shipped_with_the_embedded_server(
