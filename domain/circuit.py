@@ -79,6 +79,11 @@ def observe(
     policy: CircuitPolicy = CircuitPolicy(),
 ) -> tuple[Circuit, Transition | None]:
     """The circuit after one send's outcome, and the transition to record, if any."""
+    if circuit.state == "open":
+        # A send already in flight when the circuit opened says nothing the
+        # probe will not: only the probe's answer closes or reopens it, or the
+        # circuit flaps on every late answer of a half-down provider.
+        return (evolve(circuit, last_error=error) if outcome is Outcome.DOWN else circuit), None
     if outcome is Outcome.ANSWERED:
         if circuit.state == "closed":
             return (evolve(circuit, failing=frozenset()) if circuit.failing else circuit), None
@@ -86,8 +91,6 @@ def observe(
     if circuit.state == "half_open":
         pause = min(circuit.pause * 2, policy.max_pause)
         return evolve(circuit, state="open", probe_at=now + pause, pause=pause, last_error=error), Transition.REOPENED
-    if circuit.state == "open":
-        return evolve(circuit, last_error=error), None  # a send that was already in flight when it opened
     failing = circuit.failing | {message_id}
     if len(failing) < policy.failures_to_open:
         return evolve(circuit, failing=failing, last_error=error), None

@@ -95,3 +95,11 @@ def test_sends_that_were_in_flight_when_it_opened_change_nothing() -> None:
     after, transition = fail(circuit)
 
     assert transition is None and after.probe_at == circuit.probe_at
+
+
+def test_a_late_answer_to_a_send_made_before_it_opened_does_not_close_it() -> None:
+    circuit = opened()
+
+    after, transition = observe(circuit, Outcome.ANSWERED, message_id=uuid.uuid4(), now=NOW, policy=POLICY)
+
+    assert transition is None and after == circuit, "only the probe's answer closes it"
