@@ -35,12 +35,14 @@ is shown so that a load generator at its limit would be seen.
 from __future__ import annotations
 
 import argparse
+import atexit
 import base64
 import json
 import multiprocessing
 import os
 import platform
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -413,6 +415,7 @@ def main() -> None:
 
     os.environ.setdefault("AUTHLEDGER_MASTER_KEY", f"bench:{base64.urlsafe_b64encode(os.urandom(32)).decode()}")
     data_dir = Path(tempfile.mkdtemp(prefix="authledger-bench-providers-"))
+    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)  # runs after the server's own exit hook
     server = Server(start_embedded(data_dir))
     settings = _prepare_template(server)
     print(f"PostgreSQL {settings.pop('server_version')} (embedded); "
