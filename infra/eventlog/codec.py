@@ -23,6 +23,7 @@ from uuid import UUID
 import cattrs
 
 from domain.errors import UnknownEventType
+from domain.log import RecordedEvent
 from infra.errors import PersonalDataUnreadable
 from infra.eventlog.tags import EVENT_TYPES, PERSONAL_FIELDS
 from infra.eventlog.personal_data import FieldContext, Keyring, is_envelope
@@ -95,6 +96,21 @@ class EventCodec:
             return self._converter.structure(data, cls)
         except (cattrs.BaseValidationError, ValueError, TypeError) as error:
             raise UnknownEventType(f"{tag} version {version} payload does not match its class: {error}") from error
+
+    def decode_row(self, row: Any, keyring: Keyring | None = None) -> RecordedEvent:
+        """One row of ``events`` (any query selecting its columns) as a recorded event."""
+        return RecordedEvent(
+            global_position=row.global_position,
+            stream_id=row.stream_id,
+            stream_version=row.stream_version,
+            event_id=row.event_id if isinstance(row.event_id, UUID) else UUID(str(row.event_id)),
+            event_type=row.event_type,
+            schema_version=row.schema_version,
+            event=self.decode(row.event_type, row.schema_version, row.payload, keyring),
+            metadata=row.metadata if row.metadata is not None else {},
+            recorded_at=row.recorded_at,
+            transaction_id=int(row.transaction_id),
+        )
 
     def _open_personal(self, tag: str, payload: Mapping[str, Any], keyring: Keyring | None) -> dict[str, Any]:
         # Only the personal fields: any other field may hold text a client

@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import uuid4
 
 from sqlalchemy import Connection, column, text
 from sqlalchemy.exc import IntegrityError
@@ -216,15 +216,4 @@ class PostgresEventStore:
         return [self._decode(row) for row in rows]
 
     def _decode(self, row: Any) -> RecordedEvent:
-        return RecordedEvent(
-            global_position=row.global_position,
-            stream_id=row.stream_id,
-            stream_version=row.stream_version,
-            event_id=row.event_id if isinstance(row.event_id, UUID) else UUID(str(row.event_id)),
-            event_type=row.event_type,
-            schema_version=row.schema_version,
-            event=self.codec.decode(row.event_type, row.schema_version, row.payload, self.keyring),
-            metadata=row.metadata,
-            recorded_at=row.recorded_at,
-            transaction_id=int(row.transaction_id),
-        )
+        return self.codec.decode_row(row, self.keyring)

@@ -27,7 +27,6 @@ import functools
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
-from uuid import UUID
 
 from attrs import frozen
 from sqlalchemy import Connection, TextClause, text
@@ -136,21 +135,6 @@ def to_position(position: int) -> LogBound:
     return LogBound("to_position", {"to_position": position})
 
 
-def decode_row(row: Any, codec: EventCodec, keyring: Keyring | None = None) -> RecordedEvent:
-    return RecordedEvent(
-        global_position=row.global_position,
-        stream_id=row.stream_id,
-        stream_version=row.stream_version,
-        event_id=row.event_id if isinstance(row.event_id, UUID) else UUID(str(row.event_id)),
-        event_type=row.event_type,
-        schema_version=row.schema_version,
-        event=codec.decode(row.event_type, row.schema_version, row.payload, keyring),
-        metadata=row.metadata if row.metadata is not None else {},
-        recorded_at=row.recorded_at,
-        transaction_id=int(row.transaction_id),
-    )
-
-
 def _keyring(connection: Connection, rows: list[Any], reading: Reading) -> Keyring:
     return keyring_for(connection, ((row.event_type, row.payload) for row in rows)) if reading.personal_data else SEALED
 
@@ -171,7 +155,7 @@ def read_page(
         params["event_types"] = sorted(reading.event_types or ())
     rows = connection.execute(_page_query(bound.name, reading.details, filtered), params).all()
     keyring = _keyring(connection, rows, reading)
-    return [decode_row(row, codec, keyring) for row in rows]
+    return [codec.decode_row(row, keyring) for row in rows]
 
 
 def pages(
@@ -204,4 +188,4 @@ def read_positions(
     codec = codec or default_codec()
     rows = connection.execute(AT_POSITIONS, {"positions": positions}).all()
     keyring = _keyring(connection, rows, reading)
-    return [decode_row(row, codec, keyring) for row in rows]
+    return [codec.decode_row(row, keyring) for row in rows]
