@@ -54,26 +54,6 @@ DELIVERY_EVENTS = text("""
      ORDER BY e.transaction_id, e.global_position
      LIMIT :limit
 """)
-# The messages a user's request streams name.
-MESSAGES_NAMED = text("""
-    SELECT DISTINCT m.id FROM events,
-           LATERAL (VALUES (payload->>'message_id'), (payload->>'notice_message_id')) AS m(id)
-     WHERE stream_id = ANY(CAST(:streams AS text[])) AND m.id IS NOT NULL
-""")
-# The newest events first so that LIMIT keeps the most recent.
-EVENTS_OF_STREAMS = text("""
-    SELECT global_position, stream_id, stream_version, event_type, schema_version, recorded_at, payload, metadata
-      FROM events WHERE stream_id = ANY(CAST(:streams AS text[]))
-     ORDER BY global_position DESC LIMIT :limit
-""")
-EVENTS_OF_REQUEST = text("""
-    SELECT global_position, stream_id, stream_version, event_type, schema_version, recorded_at, payload, metadata
-      FROM events
-     WHERE (stream_id = :user_stream
-            AND (payload->>'request_id' = :id OR payload->>'challenge_id' = :id))
-        OR stream_id = ANY(CAST(:email_streams AS text[]))
-     ORDER BY global_position DESC LIMIT :limit
-""")
 
 
 def lag_after(connection: Connection, checkpoint: Checkpoint) -> Row[Any]:
@@ -94,24 +74,6 @@ def horizon_head(connection: Connection) -> Row[Any] | None:
 def delivery_events_after(connection: Connection, tx: str, position: int, limit: int) -> Sequence[Row[Any]]:
     """The next ``limit`` events below the horizon after (tx, position), with their delivery latencies' inputs."""
     return connection.execute(DELIVERY_EVENTS, {"tx": tx, "pos": position, "limit": limit}).all()
-
-
-def messages_named_by(connection: Connection, streams: Sequence[str]) -> list[str]:
-    """The message ids the events of ``streams`` name (their emails and password-changed notices)."""
-    return list(connection.execute(MESSAGES_NAMED, {"streams": list(streams)}).scalars())
-
-
-def newest_events_of_streams(connection: Connection, streams: Sequence[str], limit: int) -> Sequence[Row[Any]]:
-    """Up to ``limit`` events of ``streams`` as stored, newest first."""
-    return connection.execute(EVENTS_OF_STREAMS, {"streams": list(streams), "limit": limit}).all()
-
-
-def newest_events_of_request(
-    connection: Connection, user_stream: str, request_id: str, email_streams: Sequence[str], limit: int,
-) -> Sequence[Row[Any]]:
-    """Up to ``limit`` events, newest first: those of one request or challenge on ``user_stream``, and its emails."""
-    params = {"user_stream": user_stream, "id": request_id, "email_streams": list(email_streams), "limit": limit}
-    return connection.execute(EVENTS_OF_REQUEST, params).all()
 
 
 # A personal field of the events at these positions, as stored (sealed): the
