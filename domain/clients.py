@@ -19,6 +19,24 @@ from domain.errors import InvalidInput, NotFound, UnknownEventType
 
 CLIENT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 
+# What a key may do. Each HTTP operation needs exactly one of these.
+SCOPES = ("send", "verify", "review", "admin", "metrics")
+# A client registered before scopes existed could create, verify and read
+# timelines (what the API offered then), and keeps exactly that.
+LEGACY_SCOPES = frozenset({"send", "verify", "review"})
+
+
+@frozen
+class Caller:
+    """Who presented a key: the client, the tenant it belongs to, and what its key may do."""
+
+    client: str
+    tenant: str
+    scopes: frozenset[str]
+
+    def may(self, scope: str) -> bool:
+        return scope in self.scopes
+
 
 def client_stream(name: str) -> str:
     """The stream id holding this client's registrations and revocations."""

@@ -56,6 +56,14 @@ class Unauthorized(AuthledgerError):
     problem_type = "unauthorized"
 
 
+class Forbidden(AuthledgerError):
+    """The API key is valid but lacks the scope this operation needs."""
+
+    http_status = 403
+    exit_code = 7  # like Unauthorized: the caller's credentials do not allow it
+    problem_type = "forbidden"
+
+
 class TamperDetected(AuthledgerError):
     """The log no longer matches its hash-chain seals or a signed digest."""
 

@@ -30,14 +30,15 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from domain.errors import AuthledgerError, InvalidInput, NotFound
-from infra.errors import SchemaMismatch, Unauthorized
+from infra.errors import Forbidden, SchemaMismatch, Unauthorized
 from domain.decisions import RequestOutcome
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
 from infra.services import otp as otp_service, reset as reset_service
 from infra.db import tables
 from infra.http import schemas
-from infra.services.clients import client_of_key
+from domain.clients import Caller
+from infra.services.clients import authenticate
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from infra.http.metrics import LogMetrics, render
 from infra.http.openapi import openapi_document
@@ -94,16 +95,17 @@ class Api:
 
     # -- shared steps ---------------------------------------------------------------------------
 
-    def _client(self, api_key: str) -> str:
-        client = client_of_key(self.ctx.engine, api_key)
-        if client is None:
+    def _caller(self, api_key: str, scope: str) -> Caller:
+        caller = authenticate(self.ctx.engine, api_key)
+        if caller is None:
             raise Unauthorized("the API key is unknown or revoked")
-        return client
+        if not caller.may(scope):
+            raise Forbidden(f"this API key lacks the {scope!r} scope that this operation needs")
+        return caller
 
-    def _metadata(self, request: Request, client: str) -> dict[str, str]:
-        request.state.client = client
+    def _metadata(self, request: Request, caller: Caller) -> dict[str, str]:
         request_id = request.state.request_id
-        return {"client": client, "actor": f"client:{client}", "request_id": request_id,
+        return {"client": caller.client, "actor": f"client:{caller.client}", "request_id": request_id,
                 "correlation_id": request_id}
 
     async def _checked(self, request: Request, schema: schemas.Schema, *, create: bool = False
@@ -113,30 +115,38 @@ class Api:
         key = idempotency_key(request) if create else None
         return await read_json(request, schema, limit=self.max_body_bytes), key
 
-    async def _authenticated(self, request: Request, work: Callable[[str], Any]) -> Any:
-        """Run ``work(client)`` in the threadpool after authenticating the request's key there."""
+    async def _authenticated(self, request: Request, scope: str, work: Callable[[Caller], Any]) -> Any:
+        """Run ``work(caller)`` in the threadpool after checking there that the key holds ``scope``."""
         api_key = bearer_key(request)
-        return await run_in_threadpool(lambda: work(self._client(api_key)))
+
+        def authenticated_work() -> Any:
+            caller = self._caller(api_key, scope)
+            request.state.client = caller.client  # for the request's log line
+            return work(caller)
+
+        return await run_in_threadpool(authenticated_work)
 
     # -- password resets ------------------------------------------------------------------------
 
     async def create_reset(self, request: Request) -> Response:
         body, key = await self._checked(request, schemas.RESET_CREATE, create=True)
-        outcome = await self._authenticated(request, lambda client: reset_service.request_reset(
-            self.ctx, RequestReset(body["user_id"], body["email"], key, client), self._metadata(request, client),
+        outcome = await self._authenticated(request, "send", lambda caller: reset_service.request_reset(
+            self.ctx, RequestReset(body["user_id"], body["email"], key, caller.client),
+            self._metadata(request, caller),
             in_flight="refuse"))
         return _accepted({"request_id": str(outcome.request_id)}, outcome)
 
     async def verify_reset(self, request: Request) -> Response:
         body, _ = await self._checked(request, schemas.TOKEN_BODY)
-        found = await self._authenticated(request, lambda _: reset_service.verify_token(self.ctx, body["token"]))
+        found = await self._authenticated(request, "verify",
+                                          lambda _: reset_service.verify_token(self.ctx, body["token"]))
         return _json({"valid": True, "request_id": str(found.request_id), "user_id": found.user_id,
                       "expires_at": found.expires_at.isoformat()})
 
     async def consume_reset(self, request: Request) -> Response:
         body, _ = await self._checked(request, schemas.TOKEN_BODY)
-        outcome = await self._authenticated(request, lambda client: reset_service.consume_token(
-            self.ctx, body["token"], self._metadata(request, client)))
+        outcome = await self._authenticated(request, "verify", lambda caller: reset_service.consume_token(
+            self.ctx, body["token"], self._metadata(request, caller)))
         return _json({"consumed": True, "request_id": str(outcome.request_id), "user_id": outcome.user_id,
                       "completed_at": outcome.completed_at.isoformat()})
 
@@ -144,16 +154,16 @@ class Api:
 
     async def create_challenge(self, request: Request) -> Response:
         body, key = await self._checked(request, schemas.OTP_CREATE, create=True)
-        outcome = await self._authenticated(request, lambda client: otp_service.request_otp(
-            self.ctx, RequestOtp(body["user_id"], body["email"], body.get("purpose", "login"), key, client),
-            self._metadata(request, client), in_flight="refuse"))
+        outcome = await self._authenticated(request, "send", lambda caller: otp_service.request_otp(
+            self.ctx, RequestOtp(body["user_id"], body["email"], body.get("purpose", "login"), key, caller.client),
+            self._metadata(request, caller), in_flight="refuse"))
         return _accepted({"challenge_id": str(outcome.request_id)}, outcome)
 
     async def verify_challenge(self, request: Request) -> Response:
         challenge_id = _path_uuid(request.path_params["challenge_id"], "challenge")
         body, _ = await self._checked(request, schemas.CODE_BODY)
-        await self._authenticated(request, lambda client: otp_service.verify_code(
-            self.ctx, challenge_id, body["code"], self._metadata(request, client)))
+        await self._authenticated(request, "verify", lambda caller: otp_service.verify_code(
+            self.ctx, challenge_id, body["code"], self._metadata(request, caller)))
         return _json({"verified": True, "challenge_id": str(challenge_id)})
 
     # -- support and operations -----------------------------------------------------------------
@@ -165,13 +175,13 @@ class Api:
             raise InvalidQuery("give exactly one of user_id, request_id or message_id")
         [(name, value)] = query.items()
 
-        def work(client: str) -> Any:
+        def work(caller: Caller) -> Any:
             if name == "user_id":
                 return user_timeline(self.ctx, value)
             finder = request_timeline if name == "request_id" else message_timeline
             return finder(self.ctx, UUID(value))  # single_query held it to the canonical form
 
-        found = await self._authenticated(request, work)
+        found = await self._authenticated(request, "review", work)
         return _json(found.as_json())
 
     async def healthz(self, request: Request) -> Response:

@@ -21,7 +21,7 @@ import uvicorn
 from domain.errors import NotFound
 from infra.bootstrap import App, stop_on_sigterm
 from infra.http.app import create_app
-from infra.services.clients import client_of_key, create_client, revoke_client
+from infra.services.clients import authenticate, create_client, revoke_client
 from infra.logs import configure_logging
 from infra.db.schema import init_schema
 from infra.projector.catchup import CatchUpRunner
@@ -39,7 +39,8 @@ def ensure_dev_key(app: App) -> tuple[str, Path]:
     path = app.settings.data_dir / DEV_KEY_FILE
     if path.exists():
         key = path.read_text().strip()
-        if client_of_key(app.engine, key) == DEV_CLIENT:
+        caller = authenticate(app.engine, key)
+        if caller is not None and caller.client == DEV_CLIENT:
             return key, path
     try:  # the file was lost or the database reset: start the dev client afresh
         revoke_client(app.services, DEV_CLIENT, metadata=SERVE_METADATA)

@@ -15,12 +15,15 @@ from attrs import frozen
 from sqlalchemy import Engine, select
 
 from domain.clients import (
+    LEGACY_SCOPES,
+    Caller,
     check_client_name,
     client_stream,
     decide_register,
     decide_revoke,
     fold_client,
 )
+from domain.tenants import DEFAULT_TENANT
 from domain.tokens import hash_token
 from infra.db import tables
 from infra.services.unit_of_work import ServiceContext, decide_events_on_stream
@@ -64,9 +67,10 @@ def list_clients(engine: Engine) -> list[ApiClientRow]:
         return [ApiClientRow(**row._mapping) for row in connection.execute(query)]
 
 
-def client_of_key(engine: Engine, api_key: str) -> str | None:
-    """The name of the active client holding ``api_key``, or None."""
+def authenticate(engine: Engine, api_key: str) -> Caller | None:
+    """Who holds ``api_key`` (client, tenant, scopes) while it is active, or None."""
     c = tables.api_clients.c
     query = select(c.name).where(c.key_hash == hash_token(api_key), c.status == "active")
     with engine.connect() as connection:
-        return connection.execute(query).scalar()
+        name = connection.execute(query).scalar()
+    return None if name is None else Caller(name, DEFAULT_TENANT, LEGACY_SCOPES)

@@ -24,13 +24,18 @@ from sqlalchemy import Engine
 from infra.bootstrap import App
 from infra.config import Settings
 from infra.db.engine import Database
-from infra.services.clients import client_of_key, revoke_client
+from infra.services.clients import authenticate, revoke_client
 from infra.http.serve import ensure_dev_key
 from tests.support.log_reading import stream_events
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
 KEYS = "e2e:" + base64.urlsafe_b64encode(b"e" * 32).decode().rstrip("=")
 T = TypeVar("T")
+
+
+def client_of(engine: Engine, api_key: str) -> str | None:
+    caller = authenticate(engine, api_key)
+    return caller and caller.client
 
 
 
@@ -202,7 +207,7 @@ def test_the_development_key_is_kept_and_replaced_once_it_stops_working(
     finally:
         app.close()
     assert len({key, new_key, newest}) == 3
-    assert client_of_key(engine, newest) == "dev" and client_of_key(engine, new_key) is None
+    assert client_of(engine, newest) == "dev" and client_of(engine, new_key) is None
     assert path.read_text().strip() == newest and path.stat().st_mode & 0o777 == 0o600
     kinds = [type(e).__name__ for e in stream_events(engine, "client:dev")]
     assert kinds == ["ClientRegistered", "ClientRevoked", "ClientRegistered", "ClientRevoked", "ClientRegistered"]

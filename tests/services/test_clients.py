@@ -9,9 +9,14 @@ from sqlalchemy import Engine, text
 
 from cli import cli
 from domain.tokens import hash_token
-from infra.services.clients import client_of_key
+from infra.services.clients import authenticate
 from tests.support.log_reading import stream_events
 from tests.support.replay import assert_projections_match_log
+
+
+def client_of(engine: Engine, api_key: str) -> str | None:
+    caller = authenticate(engine, api_key)
+    return caller and caller.client
 
 
 def run(database_url: str, *args: str) -> tuple[int, str]:
@@ -33,7 +38,7 @@ def test_a_client_is_created_with_a_key_shown_once_and_stored_hashed(database_ur
     created = json.loads(output)
     assert set(created) == {"name", "api_key"} and created["name"] == "shop"
 
-    assert client_of_key(engine, created["api_key"]) == "shop"
+    assert client_of(engine, created["api_key"]) == "shop"
     stored = everything_stored(engine)
     assert created["api_key"] not in stored and hash_token(created["api_key"]) in stored
     [registered] = stream_events(engine, "client:shop")
@@ -68,7 +73,7 @@ def test_a_revoked_key_no_longer_authenticates_and_the_revocation_is_an_event(
     code, output = run(database_url, "clients", "revoke", "shop", "--json")
 
     assert code == 0 and json.loads(output) == {"name": "shop", "revoked": True, "already_revoked": False}
-    assert client_of_key(engine, key) is None
+    assert client_of(engine, key) is None
     assert [type(e).__name__ for e in stream_events(engine, "client:shop")] == ["ClientRegistered", "ClientRevoked"]
     assert "already revoked" in run(database_url, "clients", "revoke", "shop")[1]
 
@@ -77,7 +82,7 @@ def test_a_revoked_name_can_be_created_again_with_a_new_key(database_url: str, e
     old = json.loads(run(database_url, "clients", "create", "shop", "--json")[1])["api_key"]
     run(database_url, "clients", "revoke", "shop")
     new = json.loads(run(database_url, "clients", "create", "shop", "--json")[1])["api_key"]
-    assert client_of_key(engine, new) == "shop" and client_of_key(engine, old) is None
+    assert client_of(engine, new) == "shop" and client_of(engine, old) is None
     assert_projections_match_log(engine)
 
 
