@@ -134,8 +134,7 @@ def _consume_form(token: str, csrf: str) -> str:
     return f"""<form method="post" action="{RESET_PATH}">
 <input type="hidden" name="token" value="{escape(token)}">
 <input type="hidden" name="{CSRF_FIELD}" value="{escape(csrf)}">
-<p><label for="new-password">New password (not stored: this page only shows the flow)</label>
-<input id="new-password" name="new_password" type="password" autocomplete="new-password"></p>
+<p>Your application would ask for the new password here; this stand-in only uses up the link.</p>
 <p><button type="submit">Use this link: reset the password</button></p>
 </form>"""
 

@@ -98,7 +98,7 @@ async def test_the_page_shows_a_valid_link_and_its_button_consumes_it_once(
     assert "Development stand-in" in page.text and "AUTHLEDGER_RESET_URL" in page.text
     assert page.headers["content-security-policy"].startswith("default-src 'none'") and "<script" not in page.text
     assert page.headers["cache-control"] == "no-store" and page.headers["referrer-policy"] == "no-referrer"
-    assert 'method="post"' in page.text and "<label for=" in page.text
+    assert 'method="post"' in page.text and '<button type="submit">' in page.text
     cookie = page.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict") and "Path=/reset" in cookie
 
