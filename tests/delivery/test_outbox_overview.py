@@ -12,6 +12,7 @@ from domain.delivery import DeliveryPolicy
 from domain.reset import RequestReset
 from infra.clock import ManualClock
 from infra.delivery.overview import QUERIES, attention_lists, hourly_counts, last_24_hours
+from infra.delivery.status import GIVEN_UP
 from infra.delivery.worker import Worker
 from infra.projector.catchup import catch_up
 from infra.services.reset import request_reset
@@ -104,6 +105,8 @@ def test_the_chart_queries_use_their_indexes(ctx: ServiceContext, clock: ManualC
             plan = "\n".join(connection.execute(text("EXPLAIN " + query.text),
                                                 {"origin": since, "since": since, "until": until}).scalars())
             assert "delivery_messages_by_" in plan, f"{name} does not use its index:\n{plan}"
+        plan = "\n".join(connection.execute(text("EXPLAIN " + GIVEN_UP.text), {"limit": 100}).scalars())
+        assert "email_outbox_given_up" in plan, plan
 
 
 def chart(hours: list[HourCounts]) -> ET.Element:
