@@ -75,6 +75,22 @@ def test_an_erased_user_is_not_findable_and_a_replay_agrees(ctx: ServiceContext,
     assert verify(admin_engine, projection_named("address_index")).ok
 
 
+def test_a_rebuild_of_the_index_opens_the_hashes_and_leaves_the_erased_user_out(
+    ctx: ServiceContext, admin_engine: Engine
+) -> None:
+    from infra.projector.rebuild import rebuild
+
+    request_reset(ctx, RequestReset("u1", ADA))
+    request_otp(ctx, RequestOtp("u2", ADA))
+    forget(ctx, "u1")
+    rebuild(admin_engine, projection_named("address_index"), batch_size=2)
+    assert users_by_address(ctx, "default", ADA) == ["u2"]
+    with ctx.engine.connect() as connection:
+        rows = connection.execute(text("SELECT user_id, hashes FROM address_index ORDER BY user_id")).all()
+    assert [(r.user_id, bool(r.hashes)) for r in rows] == [("u1", False), ("u2", True)]
+    assert_projections_match_log(ctx.engine)
+
+
 def test_a_request_after_erasure_is_found_again(ctx: ServiceContext) -> None:
     request_reset(ctx, RequestReset("u1", ADA))
     forget(ctx, "u1")
