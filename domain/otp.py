@@ -64,6 +64,9 @@ class OtpChallengeIssued:
     message_id: UUID
     idempotency_key: str | None
     client: str | None
+    # "<key id>:<hex HMAC>" of the normalised recipient (infra/services/address_index.py);
+    # a personal field, erased with the recipient. None on events from before it existed.
+    address_hmac: str | None = None
 
 
 @frozen
@@ -282,6 +285,7 @@ def decide_otp_request(
     message_id: UUID,
     keys: TokenKeys,
     policy: OtpPolicy,
+    address_hmac: str | None = None,
 ) -> Decision:
     """Decide an OTP request: replay, refuse while locked, reuse, rate-limit,
     or issue a new challenge that supersedes every open one.
@@ -324,6 +328,7 @@ def decide_otp_request(
         message_id=message_id,
         idempotency_key=cmd.idempotency_key,
         client=cmd.client,
+        address_hmac=address_hmac,
     )
     superseded = tuple(
         OtpChallengeSuperseded(c.challenge_id, superseded_by=challenge_id)

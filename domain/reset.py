@@ -58,6 +58,10 @@ class ResetRequested:
     message_id: UUID
     idempotency_key: str | None
     client: str | None
+    # "<key id>:<hex HMAC>" of the normalised recipient, so a reviewer can find
+    # the user by address (infra/services/address_index.py); a personal field,
+    # erased with the recipient. None on events from before it existed.
+    address_hmac: str | None = None
 
 
 @frozen
@@ -236,6 +240,7 @@ def decide_reset_request(
     message_id: UUID,
     keys: TokenKeys,
     policy: ResetPolicy,
+    address_hmac: str | None = None,
 ) -> Decision:
     """Decide a reset request, rules in order: (a) an idempotency receipt
     replays the first outcome, or raises ``IdempotencyMismatch`` for another
@@ -275,6 +280,7 @@ def decide_reset_request(
         message_id=message_id,
         idempotency_key=cmd.idempotency_key,
         client=cmd.client,
+        address_hmac=address_hmac,
     )
     superseded = tuple(
         ResetSuperseded(r.request_id, superseded_by=request_id, reason="new_request")

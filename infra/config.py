@@ -63,6 +63,15 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+def _yes_no(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"must be true or false, got {raw!r}")
+
+
 def _http_url(raw: str) -> str:
     parts = urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -166,6 +175,9 @@ class Settings:
         doc="From address of every email.")
     reset_url: str = _setting("AUTHLEDGER_RESET_URL", "http://localhost:8000/reset", _http_url,
         doc="Page that reset links open, with `?token=` added.")
+    dev_reset_page: bool = _setting("AUTHLEDGER_DEV_RESET_PAGE", False, _yes_no,
+        doc="Serve the development stand-in reset page at /reset with DATABASE_URL set too "
+            "(it is always on for the embedded default).")
     templates_dir: Path | None = _setting("AUTHLEDGER_TEMPLATES_DIR", None, Path,
         doc="Folder of email templates that replace the shipped ones, file by file (see README, The emails).")
     token_keys: str | None = _setting("AUTHLEDGER_TOKEN_KEYS", None, _checked_text(parse_token_keys), secret=True,

@@ -78,3 +78,9 @@ api_clients = Table(
     Column("name", Text, primary_key=True),
     Column("key_hash", Text), Column("status", Text), Column("created_at", _tz()), Column("revoked_at", _tz()),
 )
+
+address_index = Table(
+    "address_index", metadata,
+    Column("user_id", Text, primary_key=True),
+    Column("tenant", Text), Column("hashes", Text),
+)

@@ -42,6 +42,7 @@ from infra.services.clients import authenticate
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from infra.http.metrics import LogMetrics, render
 from infra.http.openapi import openapi_document
+from infra.http.pages import docs_routes, reset_page_routes
 from infra.http.problems import (
     InternalError,
     InvalidQuery,
@@ -271,9 +272,12 @@ class RequestContext:
 
 def create_app(
     ctx: ServiceContext, *, worker: Worker | None = None, catch_up: CatchUpRunner | None = None,
-    max_body_bytes: int = MAX_BODY_BYTES,
+    max_body_bytes: int = MAX_BODY_BYTES, reset_page: bool = False,
 ) -> Starlette:
-    """The API over ``ctx``; ``worker`` and ``catch_up`` run in threads for the app's lifetime."""
+    """The API over ``ctx``; ``worker`` and ``catch_up`` run in threads for the app's lifetime.
+
+    ``/docs`` is always served; the development reset page (``infra.http.pages``) with ``reset_page``.
+    """
     api = Api(ctx, max_body_bytes=max_body_bytes, worker=worker)
 
     async def on_error(request: Request, error: Exception) -> Response:
@@ -304,6 +308,8 @@ def create_app(
         Route("/readyz", api.readyz, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),
         Route("/openapi.json", api.openapi, methods=["GET"]),
+        *docs_routes(),
+        *(reset_page_routes(ctx) if reset_page else []),
     ]
     return Starlette(
         routes=routes,

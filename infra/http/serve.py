@@ -20,6 +20,7 @@ import uvicorn
 
 from domain.errors import NotFound
 from infra.bootstrap import App, stop_on_sigterm
+from infra.config import Settings
 from infra.http.app import create_app
 from infra.services.clients import authenticate, create_client, revoke_client
 from infra.logs import configure_logging
@@ -55,6 +56,12 @@ def ensure_dev_key(app: App) -> tuple[str, Path]:
     return key, path
 
 
+def reset_page_enabled(settings: Settings, *, embedded: bool) -> bool:
+    """The stand-in reset page: on the embedded default, where the reset link's default points at it;
+    with DATABASE_URL only when AUTHLEDGER_DEV_RESET_PAGE says so."""
+    return embedded or settings.dev_reset_page
+
+
 def _route_uvicorn_logs() -> None:
     """uvicorn's own lines in authledger's format; our per-request line replaces its access log."""
     ours = logging.getLogger("authledger")
@@ -79,7 +86,7 @@ def serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str],
 
 def _serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str], None]) -> None:
     settings, base = app.settings, f"http://{host}:{port}"
-    lines = [f"authledger API on {base} (OpenAPI document at {base}/openapi.json)"]
+    lines = [f"authledger API on {base} (OpenAPI document at {base}/openapi.json, interactive at {base}/docs)"]
     if app.database.embedded:
         init_schema(app.admin_engine)
         lines.append(f"database: embedded PostgreSQL in {(settings.data_dir / 'pgdata').resolve()}")
@@ -95,6 +102,9 @@ def _serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str]
     if app.database.embedded:
         key, path = ensure_dev_key(app)
         lines += [f"development API key (for local use only; also in {path.resolve()}):", f"  {key}"]
+    reset_page = reset_page_enabled(settings, embedded=app.database.embedded)
+    if reset_page:
+        lines.append(f"development reset page (a stand-in for your application's): {base}/reset")
     say("\n".join(lines))
 
     worker = None
@@ -102,8 +112,8 @@ def _serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str]
         worker = Worker(ctx, app.mailer, sender=settings.sender, inflight=inflight, poll_seconds=settings.poll_seconds)
     catch_up = CatchUpRunner(app.engine, poll_seconds=settings.poll_seconds)
     config = uvicorn.Config(
-        create_app(ctx, worker=worker, catch_up=catch_up), host=host, port=port, log_config=None, access_log=False,
-        lifespan="on", timeout_graceful_shutdown=10, server_header=False,
+        create_app(ctx, worker=worker, catch_up=catch_up, reset_page=reset_page), host=host, port=port,
+        log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=10, server_header=False,
     )
     server = uvicorn.Server(config)
 

@@ -19,6 +19,7 @@ from domain.log import RecordedEvent
 from infra.db import tables
 from infra.projector.appliers import KeyedApplier
 from infra.projector.snapshots import SnapshotApplier
+from projections.address_index import AddressIndexRow, address_index_key, evolve_address_index
 from projections.api_clients import ApiClientRow, api_client_key, evolve_api_client
 from projections.otp_challenges import OtpChallengeRow, evolve_otp_challenge, otp_challenge_key
 from projections.outbox import OutboxRow, evolve_outbox
@@ -47,9 +48,14 @@ RECEIPTS = KeyedApplier(tables.receipts, ReceiptRow, "receipt_id", receipt_key, 
 API_CLIENTS = KeyedApplier(
     tables.api_clients, ApiClientRow, "name", api_client_key, evolve_api_client, lock=True
 )
+ADDRESS_INDEX = KeyedApplier(
+    tables.address_index, AddressIndexRow, "user_id", address_index_key, evolve_address_index, lock=True
+)
 # Folded last: a decision's snapshot is written after the rows it decided on.
 SNAPSHOTS = SnapshotApplier()
-INLINE: list[KeyedApplier | SnapshotApplier] = [OUTBOX, RESET_TOKENS, OTP_CHALLENGES, RECEIPTS, API_CLIENTS, SNAPSHOTS]
+INLINE: list[KeyedApplier | SnapshotApplier] = [
+    OUTBOX, RESET_TOKENS, OTP_CHALLENGES, RECEIPTS, API_CLIENTS, ADDRESS_INDEX, SNAPSHOTS,
+]
 
 
 def apply_inline(

@@ -18,7 +18,7 @@ import sys
 from attrs import frozen
 from sqlalchemy import Table
 
-from domain import clients, decisions, otp, reset
+from domain import clients, decisions, otp, privacy, reset
 from domain.errors import NotFound
 from infra.db import tables
 from infra.eventlog.tags import EVENT_TYPES
@@ -46,12 +46,19 @@ FOLDED_EVENTS: dict[str, tuple[type, ...]] = {
                        otp.OtpChallengeVerified, otp.OtpChallengeLockedOut),
     "receipts": (reset.ResetRequested, otp.OtpChallengeIssued, decisions.IdempotencyKeyBound),
     "api_clients": (clients.ClientRegistered, clients.ClientRevoked),
+    "address_index": (reset.ResetRequested, otp.OtpChallengeIssued, privacy.SubjectErased),
     # Every event of a reset or OTP stream: the two folds refuse any other (UnknownEventType).
     "stream_snapshots": (reset.ResetRequested, reset.ResetSuperseded, reset.ResetRequestRefused, reset.ResetCompleted,
                          otp.OtpChallengeIssued, otp.OtpChallengeSuperseded, otp.OtpVerificationFailed,
                          otp.OtpChallengeVerified, otp.OtpChallengeLockedOut, otp.OtpRequestRefused,
                          decisions.IdempotencyKeyBound, decisions.RequestsCounted),
 }
+
+
+# Projections whose fold reads personal fields opened (rebuild, verify and
+# replay then need the master key): the address index reads each request's
+# sealed address_hmac, which an erased user's events give as "[erased]".
+OPENS_PERSONAL_DATA = frozenset({"address_index"})
 
 
 def tags_of(classes: tuple[type, ...]) -> frozenset[str]:
@@ -67,6 +74,7 @@ class Projection:
     # The event tags it folds (None: every event). Only inline projections use
     # this to skip events; a catch-up projection's checkpoint counts them all.
     event_types: frozenset[str] | None = None
+    personal_data: bool = False  # the fold reads personal fields opened (OPENS_PERSONAL_DATA)
 
     @property
     def tables(self) -> tuple[Table, ...]:
@@ -79,7 +87,8 @@ class Projection:
     @property
     def reading(self) -> Reading:
         """What its fold needs of the log (a catch-up checkpoint counts every event, so reads them all)."""
-        return Reading(event_types=None if self.catches_up else self.event_types, details=False)
+        return Reading(event_types=None if self.catches_up else self.event_types, details=False,
+                       personal_data=self.personal_data)
 
 
 def _summary_of(module_name: str) -> str:
@@ -92,7 +101,7 @@ def _inline(applier: KeyedApplier | SnapshotApplier) -> Projection:
     """An inline projection, with the very applier the unit of work folds it with."""
     folded = FOLDED_EVENTS.get(applier.name)
     return Projection(applier.name, INLINE_KIND, _summary_of(applier.evolve.__module__), applier,
-                      tags_of(folded) if folded is not None else None)
+                      tags_of(folded) if folded is not None else None, applier.name in OPENS_PERSONAL_DATA)
 
 
 CATCH_UP: tuple[Projection, ...] = (

@@ -28,6 +28,7 @@ from domain.otp import (
     otp_stream,
 )
 from infra.db import tables
+from infra.services.address_index import address_hmac
 from infra.logs import log_event
 from infra.services.unit_of_work import IdempotencyLock, InFlight, ServiceContext, decide_on_stream
 
@@ -52,7 +53,7 @@ def request_otp(
         ctx, otp_stream(cmd.user_id), fold_otp,
         lambda state, now: decide_otp_request(
             state, cmd, now=now, challenge_id=challenge_id, message_id=message_id,
-            keys=ctx.keys, policy=ctx.otp_policy,
+            keys=ctx.keys, policy=ctx.otp_policy, address_hmac=address_hmac(ctx.keys, cmd.recipient),
         ),
         metadata,
         idempotency_lock=lock,

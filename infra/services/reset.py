@@ -22,6 +22,7 @@ from domain.reset import (
 )
 from domain.tokens import hash_token
 from infra.db import tables
+from infra.services.address_index import address_hmac
 from infra.services.unit_of_work import IdempotencyLock, InFlight, ServiceContext, decide_on_stream, load_state
 
 # A token is 32 bytes of HMAC in base64url without padding: 43 characters.
@@ -45,7 +46,7 @@ def request_reset(
         ctx, reset_stream(cmd.user_id), fold_reset,
         lambda state, now: decide_reset_request(
             state, cmd, now=now, request_id=request_id, message_id=message_id,
-            keys=ctx.keys, policy=ctx.reset_policy,
+            keys=ctx.keys, policy=ctx.reset_policy, address_hmac=address_hmac(ctx.keys, cmd.recipient),
         ),
         metadata,
         idempotency_lock=lock,

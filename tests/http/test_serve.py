@@ -126,6 +126,7 @@ def test_serve_takes_requests_delivers_mail_and_stops_cleanly_on_sigterm(
         code = next(line.strip() for line in text_of(code_mail).splitlines() if line.strip().isdigit())
 
         assert api.post("/v1/password-resets/verify", json={"token": token}).json()["valid"] is True
+        assert api.get("/reset", params={"token": token}).status_code == 404, "with DATABASE_URL: no stand-in page"
         consumed = api.post("/v1/password-resets/consume", json={"token": token})
         assert consumed.status_code == 200 and consumed.json()["request_id"] == reset.json()["request_id"]
         verified = api.post(f"/v1/otp/challenges/{challenge.json()['challenge_id']}/verify", json={"code": code})
@@ -183,6 +184,9 @@ def test_on_the_embedded_default_serve_initialises_the_database_and_prints_a_dev
         said = (tmp_path / "serve.out").read_text()
         assert key in said and "for local use only" in said
         assert f"Maildir {(data_dir / 'maildir').resolve()}" in said
+        assert f"development reset page (a stand-in for your application's): {base}/reset" in said
+        assert httpx.get(f"{base}/reset").status_code == 400, "the default reset link's page exists"
+        assert httpx.get(f"{base}/docs").status_code == 200
 
         answer = httpx.post(f"{base}/v1/otp/challenges", json={"user_id": "1", "email": "dev@example.com"},
                             headers={"Authorization": f"Bearer {key}", "Idempotency-Key": "dev-1"})
