@@ -37,6 +37,7 @@ from domain.reset import RequestReset
 from infra.services import otp as otp_service, reset as reset_service
 from infra.db import tables
 from infra.http import schemas
+from infra.console.app import Console
 from domain.clients import Caller
 from infra.services.clients import authenticate
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -271,10 +272,11 @@ class RequestContext:
 
 def create_app(
     ctx: ServiceContext, *, worker: Worker | None = None, catch_up: CatchUpRunner | None = None,
-    max_body_bytes: int = MAX_BODY_BYTES,
+    max_body_bytes: int = MAX_BODY_BYTES, console: Console | None = None,
 ) -> Starlette:
-    """The API over ``ctx``; ``worker`` and ``catch_up`` run in threads for the app's lifetime."""
+    """The API over ``ctx``, and the review console at /console; ``worker`` and ``catch_up`` run in threads."""
     api = Api(ctx, max_body_bytes=max_body_bytes, worker=worker)
+    console = console or Console(ctx)
 
     async def on_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, AuthledgerError)
@@ -304,6 +306,7 @@ def create_app(
         Route("/readyz", api.readyz, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),
         Route("/openapi.json", api.openapi, methods=["GET"]),
+        console.mount(),
     ]
     return Starlette(
         routes=routes,

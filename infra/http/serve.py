@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 
@@ -21,6 +22,7 @@ import uvicorn
 from domain.errors import NotFound
 from infra.bootstrap import App, stop_on_sigterm
 from infra.http.app import create_app
+from infra.console.app import Console
 from infra.services.clients import authenticate, create_client, revoke_client
 from infra.logs import configure_logging
 from infra.db.schema import init_schema
@@ -102,7 +104,8 @@ def _serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str]
         worker = Worker(ctx, app.mailer, sender=settings.sender, inflight=inflight, poll_seconds=settings.poll_seconds)
     catch_up = CatchUpRunner(app.engine, poll_seconds=settings.poll_seconds)
     config = uvicorn.Config(
-        create_app(ctx, worker=worker, catch_up=catch_up), host=host, port=port, log_config=None, access_log=False,
+        create_app(ctx, worker=worker, catch_up=catch_up,
+                   console=Console(ctx, idle=timedelta(minutes=settings.console_idle_minutes))), host=host, port=port, log_config=None, access_log=False,
         lifespan="on", timeout_graceful_shutdown=10, server_header=False,
     )
     server = uvicorn.Server(config)
