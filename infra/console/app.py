@@ -215,8 +215,8 @@ class Console:
         query = form.get("q", "")
         found = await run_in_threadpool(search, self.ctx.engine, session.caller.tenant, query,
                                         address_index=self.address_index) if len(query) <= 320 else None
-        if found is None:  # the same answer for unknown ids and other tenants' ids
-            return self.render("search.html", 404, session, csrf=session.csrf, nothing=NOTHING_FOUND)
+        if found is None:  # the same answer for unknown ids and other tenants' ids; a search that found nothing
+            return self.render("search.html", 200, session, csrf=session.csrf, nothing=NOTHING_FOUND)
         kind, value = found
         return RedirectResponse(f"{PREFIX}/case?{urlencode({'kind': kind, 'id': value})}", status_code=303)
 
