@@ -11,12 +11,14 @@ the only script is ``static/console.js`` (no inline script, no CDN), and
 
 from __future__ import annotations
 
+import io
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
@@ -27,9 +29,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from domain.clients import Caller
+from domain.errors import ConfigError, NotFound
+from infra.audit.export import export_case
 from infra.console import svg
 from infra.console.cases import KINDS, AddressIndex, Case, find_case, no_address_index, search
 from infra.console.sessions import COOKIE, DEFAULT_IDLE, SIGN_IN_COOKIE, Session, Sessions, new_token, same_token
+from infra.eventlog.personal_data import is_envelope
 from infra.services.clients import authenticate
 from infra.services.unit_of_work import ServiceContext
 from projections.timeline import format_time
@@ -56,6 +61,9 @@ ENDED = {
 }
 NOTHING_FOUND = "Nothing found."
 Authenticate = Callable[[Any, str], Caller | None]
+SigningKey = Callable[[], Ed25519PrivateKey]
+NO_SIGNING_KEY = ("This server has no audit signing key (AUTHLEDGER_SIGNING_KEY or AUTHLEDGER_SIGNING_KEY_FILE), "
+                  "so it cannot sign a download of the case.")
 
 
 class SecurityHeaders:
@@ -78,11 +86,14 @@ class Console:
 
     ``authenticate`` answers who holds a key (``infra.services.clients.authenticate``);
     ``address_index`` finds the user of an email address (the HMAC index; none until it is wired in).
+    ``signing_key`` loads the audit signing key that signs a case's download (none: no download).
     """
 
     def __init__(self, ctx: ServiceContext, *, idle: timedelta = DEFAULT_IDLE,
-                 authenticate: Authenticate = authenticate, address_index: AddressIndex = no_address_index) -> None:
+                 authenticate: Authenticate = authenticate, address_index: AddressIndex = no_address_index,
+                 signing_key: SigningKey | None = None) -> None:
         self.ctx = ctx
+        self.signing_key = signing_key
         self.sessions = Sessions(ctx.clock, idle)
         self.authenticate = authenticate
         self.address_index = address_index
@@ -94,6 +105,7 @@ class Console:
             Route("/", self.search_page, methods=["GET"]),
             Route("/search", self.search, methods=["POST"]),
             Route("/case", self.case_page, methods=["GET"]),
+            Route("/case.jsonl", self.case_download, methods=["GET"]),
             Route("/sign-in", self.sign_in_page, methods=["GET"]),
             Route("/sign-in", self.sign_in, methods=["POST"]),
             Route("/sign-out", self.sign_out, methods=["POST"]),
@@ -233,6 +245,32 @@ class Console:
             return self.render("search.html", 404, session, csrf=session.csrf, nothing=NOTHING_FOUND)
         return self.render("case.html", 200, session, csrf=session.csrf, **_case_context(case))
 
+    async def case_download(self, request: Request) -> Response:
+        """The case as JSON Lines: its events in full, the rest of their stretch of the chain as hashes, signed."""
+        session = await self._session(request)
+        if isinstance(session, Response):
+            return session
+        kind, value = request.query_params.get("kind", ""), request.query_params.get("id", "")
+        case = None
+        if kind in KINDS and value:
+            case = await run_in_threadpool(find_case, self.ctx.engine, session.caller.tenant, kind, value,
+                                           now=self.ctx.clock.now())
+        if case is None:
+            return self.render("search.html", 404, session, csrf=session.csrf, nothing=NOTHING_FOUND)
+        try:
+            key = self.signing_key() if self.signing_key else None
+        except ConfigError:
+            key = None
+        if key is None:
+            return self._refused(NO_SIGNING_KEY, 409, session)
+        out = io.StringIO()
+        try:
+            await run_in_threadpool(export_case, self.ctx.engine, key, [r.global_position for r in case.events], out)
+        except NotFound as error:
+            return self._refused(f"Not downloadable yet: {error.message}.", 409, session)
+        return Response(out.getvalue(), media_type="application/x-ndjson", headers={
+            "Content-Disposition": f'attachment; filename="authledger-{kind}-case.jsonl"'})
+
     def coming(self, heading: str, what: str) -> Callable[[Request], Awaitable[Response]]:
         """A page another module will provide: signed-in only, and saying so."""
 
@@ -246,8 +284,9 @@ class Console:
 
 
 def _case_context(case: Case) -> dict[str, Any]:
-    addresses = {r.global_position: r.event.recipient for r in case.events
-                 if isinstance(getattr(r.event, "recipient", None), str)}
+    # Addresses as the lookup gives them: plain, or [erased]; a field it left sealed is not shown as ciphertext.
+    addresses = {r.global_position: "(sealed)" if is_envelope(r.event.recipient) else r.event.recipient
+                 for r in case.events if isinstance(getattr(r.event, "recipient", None), str)}
     rows = [{"position": e.global_position, "at": format_time(e.at), "event": e.event_type, "client": e.actor or "-",
              "request_id": str(e.request_id) if e.request_id else "-", "address": addresses.get(e.global_position, ""),
              "what": e.summary} for e in case.review.timeline]

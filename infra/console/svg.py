@@ -116,7 +116,7 @@ def draw(events: list[RecordedEvent]) -> str:
     extra_moments: list[datetime] = []
 
     def lane(message_id: UUID) -> _Lane:
-        return lanes.setdefault(message_id, _Lane(message_id, f"email {str(message_id)[:8]}"))
+        return lanes.setdefault(message_id, _Lane(message_id, f"email {_short(message_id)}"))
 
     for r in events:
         event, at = r.event, when.get(r.global_position)
@@ -124,7 +124,7 @@ def draw(events: list[RecordedEvent]) -> str:
             continue
         if isinstance(event, email.EmailQueued):
             found = lane(event.message_id)
-            found.label, found.queued_at = f"{event.template} {str(event.message_id)[:8]}", at
+            found.label, found.queued_at = f"{event.template} {_short(event.message_id)}", at
         elif isinstance(event, email.LeaseClaimed):
             leases[event.lease_token] = lease = _Lease(event.message_id, event.lease_owner, event.lease_token,
                                                        event.attempt, at, event.lease_expires_at)
@@ -132,7 +132,9 @@ def draw(events: list[RecordedEvent]) -> str:
             extra_moments.append(event.lease_expires_at)
         elif type(event) in LEASE_ENDINGS and getattr(event, "lease_token", None) in leases:
             ended = leases.pop(event.lease_token)
-            ended.end, ended.outcome = at, LEASE_ENDINGS[type(event)]
+            # An expiry is recorded when noticed (by the next claim); the lease itself ran out at its own time.
+            ended.end = min(ended.end, at) if isinstance(event, email.LeaseExpired) else at
+            ended.outcome = LEASE_ENDINGS[type(event)]
     scale = _Scale([*when.values(), *extra_moments])
     order = {message_id: index for index, message_id in enumerate(lanes)}
     attempts = {lease.token: lease for found in lanes.values() for lease in found.leases}
@@ -216,20 +218,27 @@ def draw(events: list[RecordedEvent]) -> str:
     ])
 
 
+def _short(message_id: UUID) -> str:
+    """The id's last 8 hex digits: enough to tell a case's emails apart (the tooltip has the whole id)."""
+    return f"…{message_id.hex[-8:]}"
+
+
 def _request_id(event: object) -> UUID | None:
     return getattr(event, "request_id", None) or getattr(event, "challenge_id", None)
 
 
 def _axis(scale: _Scale, height: int) -> list[str]:
     lines = [f'<text class="axis-label" x="{LABEL - 8}" y="{TOP + BAR + 4}" text-anchor="end">requests</text>']
-    for x, label in scale.ticks():
+    ticks = scale.ticks()
+    for index, (x, label) in enumerate(ticks):
+        anchor = "end" if index == len(ticks) - 1 else "middle"  # the last label stays inside the picture
         lines.append(f'<line class="tick" x1="{x}" y1="{TOP - 10}" x2="{x}" y2="{height}"/>')
-        lines.append(f'<text class="axis-label" x="{x}" y="{TOP - 14}" text-anchor="middle">{label}</text>')
+        lines.append(f'<text class="axis-label" x="{x}" y="{TOP - 14}" text-anchor="{anchor}">{label}</text>')
     return lines
 
 
 def _lane_labels(lanes: Iterable[_Lane], lane_y: Callable[[UUID], float]) -> list[str]:
-    return [f'<g class="lane" data-message="{found.message_id}">'
+    return [f'<g class="lane" data-message="{found.message_id}"><title>email {found.message_id}</title>'
             f'<line class="lane-line" x1="{LABEL}" y1="{lane_y(found.message_id)}" x2="{WIDTH - RIGHT}" '
             f'y2="{lane_y(found.message_id)}"/>'
             f'<text class="lane-label" x="{LABEL - 8}" y="{lane_y(found.message_id) + 4}" text-anchor="end">'
@@ -240,7 +249,7 @@ def _lease_bar(lease: _Lease, scale: _Scale, y: float) -> str:
     start, end = scale.x(lease.start), scale.x(lease.end)
     told = (f"lease of {lease.worker}, attempt {lease.attempt}, from {format_time(lease.start)} "
             f"to {format_time(lease.end)}: {lease.outcome}")
-    return (f'<rect class="lease {lease.outcome}" x="{start}" y="{y - BAR / 2}" width="{max(end - start, 2.0)}" '
+    return (f'<rect class="lease {lease.outcome}" x="{start}" y="{y - BAR / 2}" width="{max(end - start, 4.0)}" '
             f'height="{BAR}" rx="3" data-kind="lease" data-message="{lease.message_id}" '
             f'data-worker="{_attr(lease.worker)}" data-attempt="{lease.attempt}" data-outcome="{lease.outcome}" '
             f'data-lease="{lease.token}">{_title(told)}</rect>')

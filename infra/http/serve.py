@@ -23,6 +23,7 @@ from domain.errors import NotFound
 from infra.bootstrap import App, stop_on_sigterm
 from infra.http.app import create_app
 from infra.console.app import Console
+from infra.audit.digest import signing_key
 from infra.services.clients import authenticate, create_client, revoke_client
 from infra.logs import configure_logging
 from infra.db.schema import init_schema
@@ -105,7 +106,8 @@ def _serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str]
     catch_up = CatchUpRunner(app.engine, poll_seconds=settings.poll_seconds)
     config = uvicorn.Config(
         create_app(ctx, worker=worker, catch_up=catch_up,
-                   console=Console(ctx, idle=timedelta(minutes=settings.console_idle_minutes))), host=host, port=port, log_config=None, access_log=False,
+                   console=Console(ctx, idle=timedelta(minutes=settings.console_idle_minutes),
+                                   signing_key=lambda: signing_key(settings))), host=host, port=port, log_config=None, access_log=False,
         lifespan="on", timeout_graceful_shutdown=10, server_header=False,
     )
     server = uvicorn.Server(config)
