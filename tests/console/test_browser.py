@@ -33,7 +33,9 @@ pytestmark = [
 ]
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e .[test])")
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
 
@@ -101,8 +103,16 @@ def problems_in_console(browser: webdriver.Chrome) -> list[str]:
     return [entry["message"] for entry in browser.get_log("browser") if entry["level"] in ("SEVERE", "WARNING")]
 
 
-def heading(browser: webdriver.Chrome) -> str:
-    return browser.find_element(By.TAG_NAME, "h1").text
+def shows(browser: webdriver.Chrome, heading: str) -> bool:
+    """Wait for the page whose h1 is ``heading`` (a submitted form navigates after send_keys returns)."""
+    def arrived(driver: webdriver.Chrome) -> bool:
+        return driver.find_element(By.TAG_NAME, "h1").text == heading
+
+    try:
+        WebDriverWait(browser, 10, ignored_exceptions=[StaleElementReferenceException]).until(arrived)
+    except TimeoutException:
+        raise AssertionError(f"expected the page {heading!r}, got {browser.title!r} at {browser.current_url}") from None
+    return True
 
 
 def search_for(browser: webdriver.Chrome, query: str) -> None:
@@ -115,7 +125,7 @@ def test_a_reviewer_signs_in_searches_reads_a_case_and_signs_out_with_the_keyboa
     browser: webdriver.Chrome, base_url: str, review_key: str, case: dict[str, UUID], engine: Engine
 ) -> None:
     browser.get(f"{base_url}/console/")
-    assert browser.current_url.endswith("/console/sign-in") and heading(browser) == "Sign in"
+    assert shows(browser, "Sign in") and browser.current_url.endswith("/console/sign-in")
     label = browser.find_element(By.CSS_SELECTOR, "label[for=api_key]")
     assert label.text == "API key"
     shot(browser, "sign-in")
@@ -127,20 +137,21 @@ def test_a_reviewer_signs_in_searches_reads_a_case_and_signs_out_with_the_keyboa
     assert browser.switch_to.active_element.get_attribute("id") == "api_key"
     browser.switch_to.active_element.send_keys(review_key, Keys.ENTER)
 
-    assert heading(browser) == "Search"
+    assert shows(browser, "Search")
     assert browser.find_element(By.CSS_SELECTOR, "label[for=q]").text == "User id, request id or message id"
     assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "nav a")] == ["Search", "Outbox", "Audit"]
     shot(browser, "search")
 
     search_for(browser, "no-such-user")
-    assert browser.find_element(By.CLASS_NAME, "nothing").text == "Nothing found."
+    WebDriverWait(browser, 10, ignored_exceptions=[StaleElementReferenceException]).until(
+        lambda driver: driver.find_element(By.CLASS_NAME, "nothing").text == "Nothing found.")
 
     search_for(browser, "42")
-    assert heading(browser) == "User 42"
+    assert shows(browser, "User 42")
     shot(browser, "case-user")
 
     search_for_from_nav(browser, str(case["first_request"]))
-    assert heading(browser) == f"Request {case['first_request']}"
+    assert shows(browser, f"Request {case['first_request']}")
     told = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "li.sentence")]
     review = explain(engine, request_id=case["first_request"], now=datetime.now(UTC))
     assert told == [finding.sentence for finding in review.findings]
@@ -150,7 +161,7 @@ def test_a_reviewer_signs_in_searches_reads_a_case_and_signs_out_with_the_keyboa
     shot(browser, "case-request")
 
     search_for_from_nav(browser, str(case["second_message"]))
-    assert heading(browser) == f"Message {case['second_message']}"
+    assert shows(browser, f"Message {case['second_message']}")
     bars = [(bar.get_attribute("data-message"), bar.get_attribute("data-worker"), bar.get_attribute("data-attempt"),
              bar.get_attribute("data-outcome"))
             for bar in browser.find_elements(By.CSS_SELECTOR, "svg.timeline rect[data-kind=lease]")]
@@ -162,10 +173,10 @@ def test_a_reviewer_signs_in_searches_reads_a_case_and_signs_out_with_the_keyboa
     shot(browser, "case-message")
 
     browser.find_element(By.XPATH, "//button[text()='Sign out']").click()
-    assert heading(browser) == "Sign in"
+    assert shows(browser, "Sign in")
     assert browser.find_element(By.CLASS_NAME, "notice").text == "You are signed out."
     browser.get(f"{base_url}/console/")
-    assert heading(browser) == "Sign in", "the session is gone"
+    assert shows(browser, "Sign in"), "the session is gone"
     shot(browser, "signed-out")
 
     assert problems_in_console(browser) == []
@@ -173,7 +184,7 @@ def test_a_reviewer_signs_in_searches_reads_a_case_and_signs_out_with_the_keyboa
 
 def search_for_from_nav(browser: webdriver.Chrome, query: str) -> None:
     browser.find_element(By.LINK_TEXT, "Search").click()
-    assert heading(browser) == "Search"
+    assert shows(browser, "Search")
     search_for(browser, query)
 
 
@@ -183,6 +194,7 @@ def test_a_refused_key_is_told_why_and_the_page_raises_no_console_error(
     browser.get(f"{base_url}/console/sign-in")
     browser.find_element(By.ID, "api_key").send_keys("alk_not_a_key", Keys.ENTER)
 
+    WebDriverWait(browser, 10).until(lambda driver: driver.find_elements(By.CSS_SELECTOR, "[role=alert]"))
     assert browser.find_element(By.CSS_SELECTOR, "[role=alert]").text == "That API key is unknown or revoked."
     shot(browser, "sign-in-refused")
     [refusal] = problems_in_console(browser)  # the page's own 401, and nothing else
