@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from cli import cli
 from domain.reset import RequestReset
@@ -20,6 +24,7 @@ from infra.services.clients import create_client
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
 from tests.console.support import Browser, sign_in
+from tests.unit.test_audit_chain import offline_check_script
 
 KEY = Ed25519PrivateKey.from_private_bytes(b"s" * 32)
 
@@ -98,3 +103,17 @@ def test_a_case_not_sealed_yet_says_so(ctx: ServiceContext, browser: Browser) ->
     answer = browser.get("/console/case.jsonl?kind=user&id=42")
 
     assert answer.status_code == 409 and "audit seal" in answer.text
+
+
+def test_the_documented_offline_script_accepts_a_case_download(
+    ctx: ServiceContext, browser: Browser, tmp_path: Path
+) -> None:
+    two_users_interleaved(ctx)
+    script, path = tmp_path / "check.py", tmp_path / "case.jsonl"
+    script.write_text(offline_check_script())
+    path.write_bytes(browser.get("/console/case.jsonl?kind=user&id=42").content)
+    public = base64.b64encode(KEY.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+
+    result = subprocess.run([sys.executable, str(script), str(path), public], capture_output=True, text=True)
+
+    assert result.returncode == 0 and result.stdout.startswith("ok: "), result.stderr
