@@ -52,6 +52,7 @@ LEASE_ENDINGS: dict[type, str] = {
 }
 REQUESTS = (reset.ResetRequested, otp.OtpChallengeIssued)
 SUPERSESSIONS = (reset.ResetSuperseded, otp.OtpChallengeSuperseded)
+# Presentations of a link or code, by outcome (a rejected presentation's event joins here as "rejected").
 VERIFICATIONS: dict[type, str] = {
     otp.OtpVerificationFailed: "failed",
     otp.OtpChallengeVerified: "verified",
@@ -113,7 +114,6 @@ def draw(events: list[RecordedEvent]) -> str:
     when = {r.global_position: times[r.global_position] for r in events if times[r.global_position] is not None}
     lanes: dict[UUID, _Lane] = {}
     leases: dict[UUID, _Lease] = {}
-    extra_moments: list[datetime] = []
 
     def lane(message_id: UUID) -> _Lane:
         return lanes.setdefault(message_id, _Lane(message_id, f"email {_short(message_id)}"))
@@ -129,13 +129,13 @@ def draw(events: list[RecordedEvent]) -> str:
             leases[event.lease_token] = lease = _Lease(event.message_id, event.lease_owner, event.lease_token,
                                                        event.attempt, at, event.lease_expires_at)
             lane(event.message_id).leases.append(lease)
-            extra_moments.append(event.lease_expires_at)
         elif type(event) in LEASE_ENDINGS and getattr(event, "lease_token", None) in leases:
             ended = leases.pop(event.lease_token)
             # An expiry is recorded when noticed (by the next claim); the lease itself ran out at its own time.
             ended.end = min(ended.end, at) if isinstance(event, email.LeaseExpired) else at
             ended.outcome = LEASE_ENDINGS[type(event)]
-    scale = _Scale([*when.values(), *extra_moments])
+    # A lease still held is drawn to its expiry, so the axis reaches that far.
+    scale = _Scale([*when.values(), *(lease.end for lease in leases.values())])
     order = {message_id: index for index, message_id in enumerate(lanes)}
     attempts = {lease.token: lease for found in lanes.values() for lease in found.leases}
 
