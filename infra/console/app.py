@@ -138,6 +138,7 @@ class Console:
         if caller is None or not caller.may(SCOPE):
             self.sessions.close(cookie)
             return self._to_sign_in(request, "revoked" if caller is None else "scope")
+        request.state.client = caller.client  # for the request's log line
         if caller != session.caller:
             assert cookie is not None
             self.sessions.replace_caller(cookie, caller)
