@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -42,10 +43,20 @@ COMMANDS = {
 }
 
 
+def say_when_browser_tests_skip() -> None:
+    missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
+    if missing:
+        print(f"dev.py: {' and '.join(missing)} not found, so the review console's browser tests "
+              "(tests/console/test_browser.py) will be SKIPPED; install them with "
+              "`apt-get install chromium chromium-driver` (CI's .ci/run does)", file=sys.stderr)
+
+
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
         sys.exit(f"usage: python3 dev.py {{{'|'.join(COMMANDS)}}} [args...]")
     ensure_environment()
+    if sys.argv[1] == "test":
+        say_when_browser_tests_skip()
     command = COMMANDS[sys.argv[1]](sys.argv[2:])
     os.chdir(ROOT)
     os.execv(command[0], command)

@@ -228,6 +228,8 @@ class Settings:
         doc="`id:base64key,...` newest first, 32 bytes each: wrap the per-user data keys; required with DATABASE_URL.")
     signing_key: str | None = _setting("AUTHLEDGER_SIGNING_KEY", None, _checked_text(parse_signing_key), secret=True,
         doc="Base64 Ed25519 private key that signs audit digests.")
+    console_idle_minutes: int = _setting("AUTHLEDGER_CONSOLE_IDLE_MINUTES", 15, _whole(1, 24 * 60),
+        doc="Minutes without a request after which a review console session ends.")
     signing_key_file: Path | None = _setting("AUTHLEDGER_SIGNING_KEY_FILE", None, Path,
         doc="File holding the audit signing key, instead of the variable.")
 

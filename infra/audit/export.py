@@ -5,6 +5,12 @@
     ...
     {"type": "digest", <a signed digest of the last link, with segment {first_index, anchor}>}
 
+An export of one case (the console's download: ``export_case``) carries in
+full only the events of that case; every other event of the stretch is an
+``{"type": "elided", "chain_index": i, "leaf": <hex>, "link": <hex>}`` line,
+its leaf hash without its content, so the chain is still recomputed link by
+link to the signed head while no other user's event leaves the database.
+
 The ``event`` object is exactly what the chain hashes (docs/audit.md), so an
 auditor recomputes every link from the anchor with nothing but SHA-256 and
 checks the last one against the signature. The signature covers the anchor
@@ -16,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -34,6 +40,12 @@ from projections.audit_chain import PROGRESS_STEP, Finding, LoggedEvent, Seal, c
 
 EXPORT_FORMAT = "authledger-export/1"
 Progress = Callable[[int], None]
+
+# The stretch of the chain that holds these events (those already sealed).
+POSITIONS_RANGE = text("""
+    SELECT min(chain_index) AS first, max(chain_index) AS last, count(*) AS sealed
+      FROM seals WHERE global_position = ANY(CAST(:positions AS bigint[]))
+""")
 
 # The contiguous stretch of the chain from the first to the last sealed event
 # recorded in [since, until). recorded_at is the appending transaction's start,
@@ -87,6 +99,49 @@ def export(
             digest = sign_digest(head, key, created_at=now_text(), segment=(stretch.first, stretch.anchor))
             file.write(_line({"type": "digest", **digest}))
     return ExportResult(out, check.checked, stretch.first, stretch.last, digest["key_id"])
+
+
+@frozen
+class CaseExport:
+    events: int  # the case's events in the export, in full
+    elided: int  # the other events of the stretch, as leaf hashes
+    unsealed: int  # the case's events not sealed yet, so not in the export
+
+
+def export_case(engine: Engine, key: Ed25519PrivateKey, positions: Collection[int], file: TextIO) -> CaseExport:
+    """Write the events at ``positions`` in full, and the rest of their stretch of the chain elided, then a digest.
+
+    ``audit verify --export`` checks the result like any export; NotFound when none of them is sealed yet.
+    """
+    wanted = set(positions)
+    with snapshot(engine) as connection, connection.begin():
+        row = connection.execute(POSITIONS_RANGE, {"positions": sorted(wanted)}).one()
+        if row.first is None:
+            raise NotFound("none of these events is sealed yet: run `authledger audit seal` first")
+        stretch = chain_range(connection, row.first, row.last)
+        assert stretch is not None
+        head = seal_at(connection, stretch.last)
+        assert head is not None
+        file.write(_line(_header(stretch, None, None)))
+        elided = 0
+
+        def write(event: LoggedEvent, seal: Seal) -> None:
+            nonlocal elided
+            if event.global_position in wanted:
+                file.write(_line({"type": "event", "chain_index": seal.chain_index,
+                                  "transaction_id": event.transaction_id, "link": seal.link.hex(),
+                                  "event": event.document()}))
+            else:
+                elided += 1
+                file.write(_line({"type": "elided", "chain_index": seal.chain_index,
+                                  "leaf": leaf_hash(canonical_json(event.document())).hex(), "link": seal.link.hex()}))
+
+        check = check_stretch(connection, stretch, on_entry=write)
+        if check.finding is not None:
+            raise TamperDetected(f"export refused, the log does not match its seals: {check.finding.describe()}")
+        digest = sign_digest(head, key, created_at=now_text(), segment=(stretch.first, stretch.anchor))
+        file.write(_line({"type": "digest", **digest}))
+    return CaseExport(row.sealed, elided, len(wanted) - row.sealed)
 
 
 def stretch_for_times(engine: Engine, since: datetime | None, until: datetime | None) -> ChainRange:
@@ -212,6 +267,15 @@ def _check_lines(path: Path, lines: Iterator[tuple[int, str]], trusted: Ed25519P
             is_trusted = check_trust(digest, trusted, source)
             finding = _compare_head(digest, first, anchor, index - 1, link) if count else _empty(digest)
             return ExportCheck(path, count, first, index - 1 if count else None, digest, is_trusted, finding)
+        if line.get("type") == "elided":  # another case's event: its leaf hash stands for it
+            leaf, stored = _elided_line(line, number, index, source)
+            link = next_link(link, leaf)
+            if link != stored:
+                finding = Finding("changed", index, None, None, None,
+                                  f"line {number} does not match its link: it, or a line before it, was changed")
+                return ExportCheck(path, count, first, index - 1 if count else None, None, False, finding)
+            index, count = index + 1, count + 1
+            continue
         event, canonical, stored = _event_line(line, number, index, source)
         link = next_link(link, leaf_hash(canonical))
         if link != stored:
@@ -244,6 +308,19 @@ def _event_line(line: dict[str, Any], number: int, index: int, source: str) -> t
         return event, canonical_json(line["event"]), bytes.fromhex(line["link"])
     except (KeyError, TypeError, ValueError):
         raise DigestInvalid(f"{source} is corrupt: line {number} is not a well-formed event line") from None
+
+
+def _elided_line(line: dict[str, Any], number: int, index: int, source: str) -> tuple[bytes, bytes]:
+    """An elided event's leaf hash and the stored link."""
+    try:
+        if line["chain_index"] != index:
+            raise DigestInvalid(f"{source} is corrupt: line {number} should be the event with chain index {index}")
+        leaf, stored = bytes.fromhex(line["leaf"]), bytes.fromhex(line["link"])
+    except (KeyError, TypeError, ValueError):
+        raise DigestInvalid(f"{source} is corrupt: line {number} is not a well-formed elided line") from None
+    if len(leaf) != 32:
+        raise DigestInvalid(f"{source} is corrupt: line {number} is not a well-formed elided line")
+    return leaf, stored
 
 
 def _compare_head(digest: Digest, first: int, anchor: bytes, last: int, link: bytes) -> Finding | None:

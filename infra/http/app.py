@@ -37,6 +37,7 @@ from domain.reset import RequestReset
 from infra.services import otp as otp_service, reset as reset_service
 from infra.db import tables
 from infra.http import schemas
+from infra.console.app import Console
 from domain.clients import Caller
 from infra.services.clients import authenticate
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -272,13 +273,14 @@ class RequestContext:
 
 def create_app(
     ctx: ServiceContext, *, worker: Worker | None = None, catch_up: CatchUpRunner | None = None,
-    max_body_bytes: int = MAX_BODY_BYTES, reset_page: bool = False,
+    max_body_bytes: int = MAX_BODY_BYTES, reset_page: bool = False, console: Console | None = None,
 ) -> Starlette:
-    """The API over ``ctx``; ``worker`` and ``catch_up`` run in threads for the app's lifetime.
+    """The API over ``ctx``, and the review console at /console; ``worker`` and ``catch_up`` run in threads.
 
     ``/docs`` is always served; the development reset page (``infra.http.pages``) with ``reset_page``.
     """
     api = Api(ctx, max_body_bytes=max_body_bytes, worker=worker)
+    console = console or Console(ctx)
 
     async def on_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, AuthledgerError)
@@ -310,6 +312,7 @@ def create_app(
         Route("/openapi.json", api.openapi, methods=["GET"]),
         *docs_routes(),
         *(reset_page_routes(ctx) if reset_page else []),
+        console.mount(),
     ]
     return Starlette(
         routes=routes,

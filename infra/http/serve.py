@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 
@@ -22,6 +23,8 @@ from domain.errors import NotFound
 from infra.bootstrap import App, stop_on_sigterm
 from infra.config import Settings
 from infra.http.app import create_app
+from infra.console.app import Console
+from infra.audit.digest import signing_key
 from infra.services.clients import authenticate, create_client, revoke_client
 from infra.logs import configure_logging
 from infra.db.schema import init_schema
@@ -112,8 +115,11 @@ def _serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str]
         worker = Worker(ctx, app.mailer, sender=settings.sender, inflight=inflight, poll_seconds=settings.poll_seconds)
     catch_up = CatchUpRunner(app.engine, poll_seconds=settings.poll_seconds)
     config = uvicorn.Config(
-        create_app(ctx, worker=worker, catch_up=catch_up, reset_page=reset_page), host=host, port=port,
-        log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=10, server_header=False,
+        create_app(ctx, worker=worker, catch_up=catch_up, reset_page=reset_page,
+                   console=Console(ctx, idle=timedelta(minutes=settings.console_idle_minutes),
+                                   signing_key=lambda: signing_key(settings))),
+        host=host, port=port, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=10,
+        server_header=False,
     )
     server = uvicorn.Server(config)
 

@@ -1,0 +1,1 @@
+"""The review console: web pages at /console over the one lookup (issue 15)."""

@@ -1,0 +1,124 @@
+"""What the console shows about a user, request or message: found through the one lookup, for one tenant.
+
+The events come from ``infra.review.lookup`` (as for ``history``, ``explain``
+and ``GET /v1/timeline``); the sentences and the timeline from
+``infra.review.history``, the very functions the CLI prints, so the page
+says word for word what ``authledger explain`` says.
+
+A caller sees only its tenant: a user id is scoped with the caller's tenant
+before the lookup, and a request or message is shown only when the user it
+belongs to is of that tenant. Anything else is "nothing found", the same
+answer as for an id that never existed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime
+from uuid import UUID
+
+from attrs import frozen
+from sqlalchemy import Engine
+
+from domain.errors import NotFound
+from domain.log import RecordedEvent
+from domain.tenants import scoped_user, split_scoped_user, tenant_of
+from infra.review.history import Review, explain, history
+from infra.review.lookup import Story, about_message, about_request, about_user, looking_up
+
+KINDS = ("user", "request", "message")
+PRINTABLE = re.compile(r"[!-~]{1,200}")  # a user id as the API accepts it
+# The address search is console-parts' keyed-hash index: given the engine, the
+# caller's tenant and an address, the scoped user id it belongs to, or None.
+AddressIndex = Callable[[Engine, str, str], str | None]
+
+
+def no_address_index(engine: Engine, tenant: str, address: str) -> str | None:
+    """Until the HMAC address index is wired in, an address finds nothing."""
+    return None
+
+
+@frozen
+class Case:
+    kind: str  # "user", "request" or "message"
+    value: str  # as the caller typed it: the tenant-local user id, or the UUID
+    user_id: str | None  # tenant-local
+    review: Review
+    events: list[RecordedEvent]  # what the lookup says the case is about, in log order
+
+
+def _uuid(value: str) -> UUID | None:
+    try:
+        found = UUID(value)
+    except ValueError:
+        return None
+    return found if str(found) == value.lower() else None
+
+
+def find_case(engine: Engine, tenant: str, kind: str, value: str, *, now: datetime) -> Case | None:
+    """The case of ``value`` as a ``kind`` id, seen from ``tenant``; None when there is nothing to see."""
+    if kind == "user":
+        return _user_case(engine, tenant, value, now) if PRINTABLE.fullmatch(value) else None
+    found = _uuid(value)
+    story = _story(engine, tenant, kind, found) if found is not None else None
+    if story is None or story.user_id is None:
+        return None
+    try:
+        review = explain(engine, **{f"{kind}_id": found}, now=now)
+    except NotFound:
+        return None
+    return Case(kind, str(found), split_scoped_user(story.user_id)[1], review, story.events)
+
+
+def _story(engine: Engine, tenant: str, kind: str, found: UUID) -> Story | None:
+    """The lookup's story of a request or message, if it belongs to a user of ``tenant``."""
+    if kind not in ("request", "message"):
+        return None
+    with looking_up(engine) as lookup:
+        story = about_request(lookup, found) if kind == "request" else about_message(lookup, found)
+    return story if story is not None and story.user_id is not None and tenant_of(story.user_id) == tenant else None
+
+
+def _user_case(engine: Engine, tenant: str, user_id: str, now: datetime) -> Case | None:
+    scoped = scoped_user(tenant, user_id)
+    with looking_up(engine) as lookup:
+        events = about_user(lookup, scoped)
+    if not events:
+        return None
+    try:
+        review = history(engine, scoped, now=now)
+    except NotFound:
+        return None
+    return Case("user", user_id, user_id, review, events)
+
+
+def search(engine: Engine, tenant: str, query: str, *,
+           address_index: AddressIndex = no_address_index) -> tuple[str, str] | None:
+    """Where a search lands: ``(kind, value)`` of the first case found, trying each kind of id in turn.
+
+    A UUID is tried as a request, then a message, then a user id (applications use UUIDs for users too);
+    an address (it has an @) goes through ``address_index``; anything else is a user id.
+    """
+    query = query.strip()
+    if not query:
+        return None
+    if "@" in query:
+        scoped = address_index(engine, tenant, query)
+        if scoped is not None and tenant_of(scoped) == tenant:
+            return "user", split_scoped_user(scoped)[1]
+    found = _uuid(query)
+    kinds = ("request", "message", "user") if found is not None else ("user",)
+    value = str(found) if found is not None else query
+    for kind in kinds:
+        if kind == "user":
+            if PRINTABLE.fullmatch(value) and _has_user(engine, scoped_user(tenant, value)):
+                return kind, value
+        elif found is not None and _story(engine, tenant, kind, found) is not None:
+            return kind, value
+    return None
+
+
+def _has_user(engine: Engine, scoped: str) -> bool:
+    with looking_up(engine) as lookup:
+        return bool(about_user(lookup, scoped))

@@ -1,0 +1,133 @@
+"""The case timeline is a pure drawing of the lookup's events: lanes, lease bars, attempts, links, the erasure."""
+
+from __future__ import annotations
+
+import itertools
+import xml.etree.ElementTree as ElementTree
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from domain.email import EmailQueued, LeaseClaimed, LeaseExpired, ProviderAccepted, SendAttemptFailed
+from domain.log import RecordedEvent
+from domain.privacy import SubjectErased
+from domain.reset import ResetRequested, ResetSuperseded
+from infra.console.svg import draw
+
+T0 = datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
+OLD, NEW = UUID(int=1), UUID(int=2)
+M1, M2 = UUID(int=11), UUID(int=12)
+L1, L2, L3 = UUID(int=21), UUID(int=22), UUID(int=23)
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def recorded(events: list[tuple[str, Any]]) -> list[RecordedEvent]:
+    """One transaction per event, except that a supersession shares its replacement's (as appended)."""
+    positions = itertools.count(1)
+    return [RecordedEvent(position, stream, 1, UUID(int=1000 + position), type(event).__name__, 1, event,
+                          transaction_id=position + isinstance(event, ResetSuperseded))
+            for (stream, event), position in zip(events, positions, strict=False)]
+
+
+def requested(request_id: UUID, message_id: UUID, seconds: float) -> ResetRequested:
+    return ResetRequested(request_id, "42", "ada@example.test", "k2", "hash", at(seconds), at(seconds + 1800),
+                          message_id, None, "shop")
+
+
+def queued(message_id: UUID, request_id: UUID, seconds: float) -> EmailQueued:
+    return EmailQueued(message_id, "reset", "reset_link", "42", request_id, "ada@example.test", at(seconds))
+
+
+def claimed(message_id: UUID, worker: str, lease: UUID, attempt: int, seconds: float) -> LeaseClaimed:
+    return LeaseClaimed(message_id, worker, lease, at(seconds), at(seconds + 45), attempt)
+
+
+def a_superseded_link_and_a_worker_killed_mid_lease() -> list[RecordedEvent]:
+    return recorded([
+        ("reset-user:42", requested(OLD, M1, 0)),
+        (f"email:{M1}", queued(M1, OLD, 0)),
+        (f"email:{M1}", claimed(M1, "w1", L1, 1, 1)),
+        (f"email:{M1}", SendAttemptFailed(M1, L1, 1, at(2), "451 try later", True, at(30))),
+        ("reset-user:42", ResetSuperseded(OLD, NEW, "new_request")),
+        ("reset-user:42", requested(NEW, M2, 131)),
+        (f"email:{M2}", queued(M2, NEW, 131)),
+        (f"email:{M2}", claimed(M2, "w1", L2, 1, 132)),
+        (f"email:{M2}", LeaseExpired(M2, "w1", L2, at(178))),
+        (f"email:{M2}", claimed(M2, "w2", L3, 2, 180)),
+        (f"email:{M2}", ProviderAccepted(M2, L3, 2, at(181), "smtp", "<m2@relay>", "k2")),
+        ("subject:42", SubjectErased("42", at(300), ("dk1",))),
+    ])
+
+
+def shapes(svg: str, kind: str) -> list[dict[str, str]]:
+    root = ElementTree.fromstring(svg)
+    return [element.attrib for element in root.iter() if element.attrib.get("data-kind") == kind]
+
+
+def test_each_lease_is_a_bar_naming_its_message_worker_attempt_and_how_it_ended() -> None:
+    svg = draw(a_superseded_link_and_a_worker_killed_mid_lease())
+
+    bars = [(b["data-message"], b["data-worker"], b["data-attempt"], b["data-outcome"]) for b in shapes(svg, "lease")]
+
+    assert bars == [(str(M1), "w1", "1", "failed"), (str(M2), "w1", "1", "expired"), (str(M2), "w2", "2", "accepted")]
+
+
+def test_a_killed_workers_bar_runs_from_its_claim_to_the_expiry_and_the_next_claim_starts_after_it() -> None:
+    svg = draw(a_superseded_link_and_a_worker_killed_mid_lease())
+
+    [_, expired, taken_over] = shapes(svg, "lease")
+
+    assert float(expired["x"]) + float(expired["width"]) <= float(taken_over["x"])
+
+
+def test_attempts_are_marked_with_the_providers_answer() -> None:
+    root = ElementTree.fromstring(draw(a_superseded_link_and_a_worker_killed_mid_lease()))
+
+    attempts = [e for e in root.iter() if e.attrib.get("data-kind") == "attempt"]
+
+    assert [(a.attrib["data-message"], a.attrib["data-worker"], a.attrib["data-outcome"]) for a in attempts] == [
+        (str(M1), "w1", "failed"), (str(M2), "w2", "accepted")]
+    assert "451 try later" in attempts[0].find(f"{SVG}title").text
+    assert "<m2@relay>" in attempts[1].find(f"{SVG}title").text
+
+
+def test_one_lane_per_email_a_link_from_the_superseded_request_to_its_replacement_and_the_erasure() -> None:
+    svg = draw(a_superseded_link_and_a_worker_killed_mid_lease())
+
+    root = ElementTree.fromstring(svg)
+    lanes = [e.attrib["data-message"] for e in root.iter() if e.attrib.get("class") == "lane"]
+    [link] = shapes(svg, "supersession")
+    requests = {r["data-request"]: r for r in shapes(svg, "request")}
+
+    assert lanes == [str(M1), str(M2)]
+    assert (link["data-request"], link["data-superseded-by"]) == (str(OLD), str(NEW))
+    assert link["d"].startswith(f"M{requests[str(OLD)]['cx']},")
+    assert link["d"].split()[-1].startswith(f"{requests[str(NEW)]['cx']},")
+    assert len(shapes(svg, "erasure")) == 1
+
+
+def test_a_lease_still_held_is_drawn_open_to_its_expiry() -> None:
+    svg = draw(recorded([(f"email:{M1}", queued(M1, OLD, 0)), (f"email:{M1}", claimed(M1, "w9", L1, 1, 1))]))
+
+    [bar] = shapes(svg, "lease")
+
+    assert (bar["data-worker"], bar["data-outcome"]) == ("w9", "open")
+
+
+def test_text_from_the_log_is_escaped_in_the_picture() -> None:
+    svg = draw(recorded([(f"email:{M1}", queued(M1, OLD, 0)),
+                         (f"email:{M1}", claimed(M1, 'w"<script>', L1, 1, 1)),
+                         (f"email:{M1}", SendAttemptFailed(M1, L1, 1, at(2), "<b>&", False, None))]))
+
+    root = ElementTree.fromstring(svg)  # still well-formed XML
+
+    assert "<script>" not in svg and root.find(f"{SVG}script") is None
+    assert shapes(svg, "lease")[0]["data-worker"] == 'w"<script>'
+
+
+def test_an_empty_case_is_an_empty_picture() -> None:
+    assert shapes(draw([]), "lease") == []
