@@ -25,7 +25,7 @@ async def challenge(api: httpx.AsyncClient, body: dict[str, str] = ADA, key: str
 
 
 async def verify(api: httpx.AsyncClient, challenge_id: str, code: str) -> httpx.Response:
-    return await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code})
+    return await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code, "user_id": "42"})
 
 
 async def test_a_challenge_is_accepted_and_its_code_verifies_once(api: httpx.AsyncClient, engine: Engine) -> None:
@@ -102,6 +102,6 @@ async def test_a_code_of_the_wrong_shape_is_400_and_writes_nothing(
 ) -> None:
     challenge_id = (await challenge(api)).json()["challenge_id"]
     written = log_size(engine)
-    response = await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code})
+    response = await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code, "user_id": "42"})
     assert response.status_code == 400 and response.json()["type"].endswith(("invalid-input", "invalid-body"))
     assert log_size(engine) == written

@@ -67,10 +67,10 @@ def test_request_deliver_and_verify_a_code_from_the_command_line(env: dict[str, 
     sent_code = next(line for line in body.splitlines() if line.strip().isdigit()).strip()
     assert sent_code == code_of(str(answer["challenge_id"]))
 
-    code, output = run(env, "otp", "verify", str(answer["challenge_id"]), sent_code, "--json")
+    code, output = run(env, "otp", "verify", "--user-id", "42", str(answer["challenge_id"]), sent_code, "--json")
     assert code == 0, output
     assert json.loads(output) == {"verified": True, "challenge_id": answer["challenge_id"], "attempts_left": 5}
-    code, output = run(env, "otp", "verify", str(answer["challenge_id"]), sent_code)
+    code, output = run(env, "otp", "verify", "--user-id", "42", str(answer["challenge_id"]), sent_code)
     assert code == 4 and "already used" in output and sent_code not in output
 
 
@@ -87,11 +87,11 @@ def test_a_wrong_code_exits_non_zero_and_says_how_many_attempts_are_left(env: di
     challenge_id = str(request(env)["challenge_id"])
     bad = wrong(code_of(challenge_id))
 
-    code, output = run(env, "otp", "verify", challenge_id, bad)
+    code, output = run(env, "otp", "verify", "--user-id", "42", challenge_id, bad)
     assert code == 4
     assert output == "Error: The code is wrong; 4 attempts left.\n"
 
-    result = CliRunner().invoke(cli, ["otp", "verify", challenge_id, bad, "--json"], env=env)
+    result = CliRunner().invoke(cli, ["otp", "verify", "--user-id", "42", challenge_id, bad, "--json"], env=env)
     assert result.exit_code == 4
     assert json.loads(result.stdout) == {
         "verified": False, "attempts_left": 3, "error": "The code is wrong; 3 attempts left.",
@@ -112,7 +112,7 @@ def test_a_malformed_challenge_id_or_code_is_a_one_line_error_and_writes_nothing
     request(env)
     before = event_count(engine)
 
-    exit_code, output = run(env, "otp", "verify", challenge_id, code)
+    exit_code, output = run(env, "otp", "verify", "--user-id", "42", challenge_id, code)
 
     assert exit_code == 2
     assert output.startswith("Error: ") and said in output and output.count("\n") == 1
@@ -154,14 +154,14 @@ def test_the_account_lock_follows_its_environment_settings(env: dict[str, str]) 
     challenge_id = str(request(env)["challenge_id"])
     bad = wrong(code_of(challenge_id))
 
-    said = [run(env, "otp", "verify", challenge_id, bad) for _ in range(2)]
+    said = [run(env, "otp", "verify", "--user-id", "42", challenge_id, bad) for _ in range(2)]
     before = datetime.now(UTC)
-    code, output = run(env, "otp", "verify", challenge_id, bad)
+    code, output = run(env, "otp", "verify", "--user-id", "42", challenge_id, bad)
     after = datetime.now(UTC)
 
     assert said == [(4, f"Error: The code is wrong; {n} attempts left.\n") for n in (4, 3)]
     assert code == 4 and "one-time codes for this account are locked until " in output, output
     until = datetime.fromisoformat(output.rsplit("locked until ", 1)[1].strip().rstrip("."))
     assert before + timedelta(seconds=60) <= until <= after + timedelta(seconds=60)
-    code, output = run(env, "otp", "verify", challenge_id, code_of(challenge_id))
+    code, output = run(env, "otp", "verify", "--user-id", "42", challenge_id, code_of(challenge_id))
     assert code != 0 and "locked until" in output and code_of(challenge_id) not in output
