@@ -165,3 +165,35 @@ def test_the_account_lock_follows_its_environment_settings(env: dict[str, str]) 
     assert before + timedelta(seconds=60) <= until <= after + timedelta(seconds=60)
     code, output = run(env, "otp", "verify", "--user-id", "42", challenge_id, code_of(challenge_id))
     assert code != 0 and "locked until" in output and code_of(challenge_id) not in output
+
+
+def test_a_tenants_code_is_verified_only_for_that_tenant_and_user(env: dict[str, str], engine: Engine) -> None:
+    code, output = run(env, "otp", "request", "--tenant", "acme", "--user-id", "u1", "--email", "ada@example.test",
+                       "--purpose", "step_up", "--json")  # fmt: skip
+    assert code == 0, output
+    challenge_id = json.loads(output)["challenge_id"]
+    before = event_count(engine)
+
+    for others in (["--user-id", "u1"], ["--tenant", "shop", "--user-id", "u1"], ["--tenant", "acme", "--user-id", "u2"],
+                   ["--tenant", "acme", "--user-id", "u1", "--purpose", "login"]):
+        exit_code, output = run(env, "otp", "verify", *others, challenge_id, code_of(challenge_id))
+        assert (exit_code, output) == (4, "Error: The code is not valid.\n"), others
+    assert event_count(engine) == before, "no attempt was counted"
+
+    exit_code, output = run(env, "otp", "verify", "--tenant", "acme", "--user-id", "u1", "--purpose", "step_up",
+                            challenge_id, code_of(challenge_id), "--json")  # fmt: skip
+    assert exit_code == 0 and json.loads(output)["attempts_left"] == 5, output
+    exit_code, output = run(env, "history", "--tenant", "acme", "--user-id", "u1")
+    assert exit_code == 0 and output.startswith("What happened to user u1 of tenant acme")
+    exit_code, output = run(env, "history", "--user-id", "u1")
+    assert exit_code != 0 and "no events about user 'u1'" in output
+
+
+@pytest.mark.parametrize("command", [["otp", "request", "--email", "ada@example.test"], ["history"],
+                                     ["reset", "request", "--email", "ada@example.test"]])
+def test_a_tenant_name_out_of_shape_is_a_usage_error_and_writes_nothing(
+    env: dict[str, str], engine: Engine, command: list[str]
+) -> None:
+    exit_code, output = run(env, *command, "--user-id", "u1", "--tenant", "Not A Tenant")
+    assert exit_code == 2 and "a tenant name is 1-63 characters" in output
+    assert event_count(engine) == 0
