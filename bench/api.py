@@ -160,7 +160,8 @@ async def _round(base: str, api_key: str, count: int, clients: int, order: list[
     async def verify(client: httpx.AsyncClient, index: int) -> httpx.Response:
         challenge_id = created[index]
         code = derive_otp_code(KEY, UUID(challenge_id), 6)
-        return await client.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code})
+        return await client.post(f"/v1/otp/challenges/{challenge_id}/verify",
+                                 json={"code": code, "user_id": f"bench-{run_id}-{index}"})
 
     calls: dict[str, tuple[Call, int]] = {"healthz": (healthz, 200), "otp": (challenge, 202), "verify": (verify, 200)}
     results = {}

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from commands.output import CLI_CLIENT, cli_metadata, emit, explained_mismatch, json_option
+from commands.output import CLI_CLIENT, cli_metadata, emit, explained_mismatch, json_option, tenant_option
 from domain.errors import CodeRejected
 from domain.otp import RequestOtp
 from infra.bootstrap import App
@@ -23,12 +23,13 @@ def otp() -> None:
 @click.option("--email", "recipient", required=True, help="Where to send the code.")
 @click.option("--purpose", default="login", show_default=True, help="What the code is for; shown in the email.")
 @click.option("--idempotency-key", help="Retries with the same key return the first answer.")
+@tenant_option
 @json_option
 @click.pass_obj
 def otp_request(app: App, user_id: str, recipient: str, purpose: str, idempotency_key: str | None,
-                as_json: bool) -> None:
+                tenant: str, as_json: bool) -> None:
     """Issue a one-time code for a user and queue its email."""
-    command = RequestOtp(user_id, recipient, purpose, idempotency_key, CLI_CLIENT)
+    command = RequestOtp(user_id, recipient, purpose, idempotency_key, CLI_CLIENT, tenant)
     with explained_mismatch(idempotency_key, user_id, "a different email address or purpose"):
         outcome = otp_service.request_otp(app.services, command, cli_metadata("otp request"))
     data = {
@@ -43,12 +44,21 @@ def otp_request(app: App, user_id: str, recipient: str, purpose: str, idempotenc
 @otp.command("verify")
 @click.argument("challenge_id")
 @click.argument("code")
+@click.option("--user-id", required=True, help="The user the code was sent to; another user's challenge is refused.")
+@click.option("--purpose", help="When given, the challenge must have been issued for this purpose.")
+@tenant_option
 @json_option
 @click.pass_obj
-def otp_verify(app: App, challenge_id: str, code: str, as_json: bool) -> None:
-    """Check a one-time code; it is accepted once. Exits non-zero when refused."""
+def otp_verify(app: App, challenge_id: str, code: str, user_id: str, purpose: str | None, tenant: str,
+               as_json: bool) -> None:
+    """Check a one-time code; it is accepted once. Exits non-zero when refused.
+
+    A challenge of another user, purpose or tenant is refused exactly like an
+    unknown one, and counts no attempt.
+    """
     try:
-        outcome = otp_service.verify_code(app.services, challenge_id, code, cli_metadata("otp verify"))
+        outcome = otp_service.verify_code(app.services, challenge_id, code, cli_metadata("otp verify"),
+                                          user_id=user_id, purpose=purpose, tenant=tenant)
     except CodeRejected as error:
         if not as_json:
             raise

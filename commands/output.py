@@ -14,7 +14,8 @@ from typing import Any
 
 import click
 
-from domain.errors import IdempotencyMismatch
+from domain.errors import IdempotencyMismatch, InvalidInput
+from domain.tenants import DEFAULT_TENANT, check_tenant_name
 
 
 def emit(data: Any, as_json: bool, text: str) -> None:
@@ -22,6 +23,19 @@ def emit(data: Any, as_json: bool, text: str) -> None:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for tools.")
+
+
+def _tenant_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        return check_tenant_name(value)
+    except InvalidInput as error:
+        raise click.BadParameter(error.message) from None
+
+
+tenant_option = click.option(
+    "--tenant", default=DEFAULT_TENANT, show_default=True, callback=_tenant_name,
+    help="The application (tenant) the user belongs to; user ids mean something only inside their tenant.",
+)
 
 
 CLI_CLIENT = "cli"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from commands.output import CLI_CLIENT, cli_metadata, emit, explained_mismatch, json_option
+from commands.output import CLI_CLIENT, cli_metadata, emit, explained_mismatch, json_option, tenant_option
 from domain.reset import RequestReset
+from domain.tenants import split_scoped_user
 from infra.bootstrap import App
 from infra.services import reset as reset_service
 
@@ -19,11 +20,13 @@ def reset() -> None:
 @click.option("--user-id", required=True, help="The application's id for the user.")
 @click.option("--email", "recipient", required=True, help="Where to send the link.")
 @click.option("--idempotency-key", help="Retries with the same key return the first answer.")
+@tenant_option
 @json_option
 @click.pass_obj
-def reset_request(app: App, user_id: str, recipient: str, idempotency_key: str | None, as_json: bool) -> None:
+def reset_request(app: App, user_id: str, recipient: str, idempotency_key: str | None, tenant: str,
+                  as_json: bool) -> None:
     """Issue a reset link for a user and queue its email."""
-    command = RequestReset(user_id, recipient, idempotency_key, CLI_CLIENT)
+    command = RequestReset(user_id, recipient, idempotency_key, CLI_CLIENT, tenant)
     with explained_mismatch(idempotency_key, user_id, "a different email address"):
         outcome = reset_service.request_reset(app.services, command, cli_metadata("reset request"))
     data = {
@@ -37,25 +40,29 @@ def reset_request(app: App, user_id: str, recipient: str, idempotency_key: str |
 
 @reset.command("verify")
 @click.argument("token")
+@tenant_option
 @json_option
 @click.pass_obj
-def reset_verify(app: App, token: str, as_json: bool) -> None:
+def reset_verify(app: App, token: str, tenant: str, as_json: bool) -> None:
     """Check a token without consuming it."""
-    request = reset_service.verify_token(app.services, token)
-    data = {"valid": True, "request_id": str(request.request_id), "user_id": request.user_id,
+    request = reset_service.verify_token(app.services, token, tenant=tenant)
+    user_id = split_scoped_user(request.user_id)[1]
+    data = {"valid": True, "request_id": str(request.request_id), "user_id": user_id,
             "expires_at": request.expires_at.isoformat()}
-    emit(data, as_json, f"valid: request {data['request_id']} of user {request.user_id}, "
+    emit(data, as_json, f"valid: request {data['request_id']} of user {user_id}, "
                         f"expires {data['expires_at']}")
 
 
 @reset.command("consume")
 @click.argument("token")
+@tenant_option
 @json_option
 @click.pass_obj
-def reset_consume(app: App, token: str, as_json: bool) -> None:
+def reset_consume(app: App, token: str, tenant: str, as_json: bool) -> None:
     """Use a token once: the application is changing the password now."""
-    outcome = reset_service.consume_token(app.services, token, cli_metadata("reset consume"))
-    data = {"consumed": True, "request_id": str(outcome.request_id), "user_id": outcome.user_id,
+    outcome = reset_service.consume_token(app.services, token, cli_metadata("reset consume"), tenant=tenant)
+    user_id = split_scoped_user(outcome.user_id)[1]
+    data = {"consumed": True, "request_id": str(outcome.request_id), "user_id": user_id,
             "completed_at": outcome.completed_at.isoformat()}
-    emit(data, as_json, f"consumed: request {data['request_id']} of user {outcome.user_id}; "
+    emit(data, as_json, f"consumed: request {data['request_id']} of user {user_id}; "
                         "other open requests superseded, notice queued")

@@ -39,6 +39,7 @@ from domain.decisions import (
 from domain.email import EmailQueued
 from domain.errors import CodeRejected, InvalidInput, LockedOut, UnknownEventType
 from domain.policy import OtpPolicy
+from domain.tenants import DEFAULT_TENANT, check_tenant_name, scoped_user
 from domain.tokens import TokenKeys, derive_otp_code, otp_code_matches
 
 OTP_CODE = "otp_code"
@@ -107,17 +108,24 @@ class OtpRequestRefused:
 
 @frozen
 class RequestOtp:
-    """Ask for a one-time code for ``user_id``, sent to ``recipient``."""
+    """Ask for a one-time code for ``user_id`` of ``tenant``, sent to ``recipient``."""
 
-    user_id: str
+    user_id: str  # the tenant's own id for the user; events carry ``scoped_user_id``
     recipient: str
     purpose: str = "login"
     idempotency_key: str | None = None
     client: str | None = None
+    tenant: str = DEFAULT_TENANT
 
     def __attrs_post_init__(self) -> None:
         check_request_input(self.user_id, self.recipient, self.idempotency_key, self.client)
         check_text("purpose", self.purpose, max_length=64)
+        check_tenant_name(self.tenant)
+
+    @property
+    def scoped_user_id(self) -> str:
+        """The user as streams and events name them: two tenants' ``u1`` are two users."""
+        return scoped_user(self.tenant, self.user_id)
 
 
 @frozen
@@ -307,18 +315,18 @@ def decide_otp_request(
         now=now,
         cooldown=policy.cooldown,
         hourly_limit=policy.hourly_limit,
-        refusal=lambda retry_at: OtpRequestRefused(cmd.user_id, "rate_limited", now, retry_at),
+        refusal=lambda retry_at: OtpRequestRefused(cmd.scoped_user_id, "rate_limited", now, retry_at),
     )
     if early is not None:
         early = bind_key_to_reuse(
-            early, flow="otp", user_id=cmd.user_id, client=cmd.client,
+            early, flow="otp", user_id=cmd.scoped_user_id, client=cmd.client,
             idempotency_key=cmd.idempotency_key, now=now,
         )  # fmt: skip
-        return count_floods(early, state.run, flow="otp", user_id=cmd.user_id, client=cmd.client, now=now)
+        return count_floods(early, state.run, flow="otp", user_id=cmd.scoped_user_id, client=cmd.client, now=now)
 
     issued = OtpChallengeIssued(
         challenge_id=challenge_id,
-        user_id=cmd.user_id,
+        user_id=cmd.scoped_user_id,
         recipient=cmd.recipient,
         key_id=keys.current_id,
         digits=policy.digits,
@@ -336,7 +344,7 @@ def decide_otp_request(
         if c.status == "open"
     )
     email = EmailQueued(
-        message_id, "otp", OTP_CODE, cmd.user_id, challenge_id, cmd.recipient, available_at=now
+        message_id, "otp", OTP_CODE, cmd.scoped_user_id, challenge_id, cmd.recipient, available_at=now
     )
     return Decision(
         events=(*superseded, issued),

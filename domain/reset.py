@@ -35,6 +35,7 @@ from domain.decisions import (
 from domain.email import EmailQueued
 from domain.errors import TokenInvalid, UnknownEventType
 from domain.policy import ResetPolicy
+from domain.tenants import DEFAULT_TENANT, check_tenant_name, scoped_user
 from domain.tokens import TokenKeys, derive_reset_token, hash_token
 
 RESET_LINK = "reset_link"
@@ -89,15 +90,22 @@ class ResetCompleted:
 
 @frozen
 class RequestReset:
-    """Ask for a reset link for ``user_id``, sent to ``recipient``."""
+    """Ask for a reset link for ``user_id`` of ``tenant``, sent to ``recipient``."""
 
-    user_id: str
+    user_id: str  # the tenant's own id for the user; events carry ``scoped_user_id``
     recipient: str
     idempotency_key: str | None = None
     client: str | None = None
+    tenant: str = DEFAULT_TENANT
 
     def __attrs_post_init__(self) -> None:
         check_request_input(self.user_id, self.recipient, self.idempotency_key, self.client)
+        check_tenant_name(self.tenant)
+
+    @property
+    def scoped_user_id(self) -> str:
+        """The user as streams and events name them: two tenants' ``u1`` are two users."""
+        return scoped_user(self.tenant, self.user_id)
 
 
 @frozen
@@ -259,19 +267,19 @@ def decide_reset_request(
         now=now,
         cooldown=policy.cooldown,
         hourly_limit=policy.hourly_limit,
-        refusal=lambda retry_at: ResetRequestRefused(cmd.user_id, "rate_limited", now, retry_at),
+        refusal=lambda retry_at: ResetRequestRefused(cmd.scoped_user_id, "rate_limited", now, retry_at),
     )
     if early is not None:
         early = bind_key_to_reuse(
-            early, flow="reset", user_id=cmd.user_id, client=cmd.client,
+            early, flow="reset", user_id=cmd.scoped_user_id, client=cmd.client,
             idempotency_key=cmd.idempotency_key, now=now,
         )  # fmt: skip
-        return count_floods(early, state.run, flow="reset", user_id=cmd.user_id, client=cmd.client, now=now)
+        return count_floods(early, state.run, flow="reset", user_id=cmd.scoped_user_id, client=cmd.client, now=now)
 
     token = derive_reset_token(keys.current, request_id)
     requested = ResetRequested(
         request_id=request_id,
-        user_id=cmd.user_id,
+        user_id=cmd.scoped_user_id,
         recipient=cmd.recipient,
         key_id=keys.current_id,
         token_hash=hash_token(token),
@@ -287,7 +295,7 @@ def decide_reset_request(
         for r in _open_requests(state)
     )
     email = EmailQueued(
-        message_id, "reset", RESET_LINK, cmd.user_id, request_id, cmd.recipient, available_at=now
+        message_id, "reset", RESET_LINK, cmd.scoped_user_id, request_id, cmd.recipient, available_at=now
     )
     return Decision(
         events=(*superseded, requested),

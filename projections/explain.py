@@ -27,6 +27,7 @@ from attrs import define, field, frozen
 
 from domain import decisions, email, otp, outage, privacy, reset
 from domain.log import RecordedEvent
+from domain.tenants import split_scoped_user
 from projections.timeline import counted_answer, counted_clients, erased_keys, event_times, format_time
 
 T = format_time
@@ -129,9 +130,10 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
         case reset.ResetRequested() | otp.OtpChallengeIssued():
             rid = e.request_id if isinstance(e, reset.ResetRequested) else e.challenge_id
             kind = "Reset request" if isinstance(e, reset.ResetRequested) else "OTP challenge"
-            made = (f"{kind} {rid} for user {e.user_id} was made at {T(at)} by {_who(r)}, valid until "
+            user_id = split_scoped_user(e.user_id)[1]  # as the tenant knows them
+            made = (f"{kind} {rid} for user {user_id} was made at {T(at)} by {_who(r)}, valid until "
                     f"{T(e.expires_at)} (key {e.key_id}).")
-            found = Finding(made, r.event_type, pos, at, _ids(request_id=rid, user_id=e.user_id,
+            found = Finding(made, r.event_type, pos, at, _ids(request_id=rid, user_id=user_id,
                             message_id=e.message_id), {"expires_at": e.expires_at})
             story.requests[rid] = Request(rid, kind, [found], e.expires_at, [e.message_id])
         case reset.ResetSuperseded() | otp.OtpChallengeSuperseded():

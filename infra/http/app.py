@@ -39,6 +39,7 @@ from infra.db import tables
 from infra.http import schemas
 from infra.console.app import Console
 from domain.clients import Caller
+from domain.tenants import split_scoped_user
 from infra.services.clients import authenticate
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from infra.http.metrics import LogMetrics, render
@@ -133,23 +134,23 @@ class Api:
     async def create_reset(self, request: Request) -> Response:
         body, key = await self._checked(request, schemas.RESET_CREATE, create=True)
         outcome = await self._authenticated(request, "send", lambda caller: reset_service.request_reset(
-            self.ctx, RequestReset(body["user_id"], body["email"], key, caller.client),
+            self.ctx, RequestReset(body["user_id"], body["email"], key, caller.client, caller.tenant),
             self._metadata(request, caller),
             in_flight="refuse"))
         return _accepted({"request_id": str(outcome.request_id)}, outcome)
 
     async def verify_reset(self, request: Request) -> Response:
         body, _ = await self._checked(request, schemas.TOKEN_BODY)
-        found = await self._authenticated(request, "verify",
-                                          lambda _: reset_service.verify_token(self.ctx, body["token"]))
-        return _json({"valid": True, "request_id": str(found.request_id), "user_id": found.user_id,
+        found = await self._authenticated(request, "verify", lambda caller: reset_service.verify_token(
+            self.ctx, body["token"], tenant=caller.tenant))
+        return _json({"valid": True, "request_id": str(found.request_id), "user_id": _local(found.user_id),
                       "expires_at": found.expires_at.isoformat()})
 
     async def consume_reset(self, request: Request) -> Response:
         body, _ = await self._checked(request, schemas.TOKEN_BODY)
         outcome = await self._authenticated(request, "verify", lambda caller: reset_service.consume_token(
-            self.ctx, body["token"], self._metadata(request, caller)))
-        return _json({"consumed": True, "request_id": str(outcome.request_id), "user_id": outcome.user_id,
+            self.ctx, body["token"], self._metadata(request, caller), tenant=caller.tenant))
+        return _json({"consumed": True, "request_id": str(outcome.request_id), "user_id": _local(outcome.user_id),
                       "completed_at": outcome.completed_at.isoformat()})
 
     # -- OTP ------------------------------------------------------------------------------------
@@ -157,7 +158,8 @@ class Api:
     async def create_challenge(self, request: Request) -> Response:
         body, key = await self._checked(request, schemas.OTP_CREATE, create=True)
         outcome = await self._authenticated(request, "send", lambda caller: otp_service.request_otp(
-            self.ctx, RequestOtp(body["user_id"], body["email"], body.get("purpose", "login"), key, caller.client),
+            self.ctx, RequestOtp(body["user_id"], body["email"], body.get("purpose", "login"), key, caller.client,
+                                 caller.tenant),
             self._metadata(request, caller), in_flight="refuse"))
         return _accepted({"challenge_id": str(outcome.request_id)}, outcome)
 
@@ -165,7 +167,8 @@ class Api:
         challenge_id = _path_uuid(request.path_params["challenge_id"], "challenge")
         body, _ = await self._checked(request, schemas.CODE_BODY)
         await self._authenticated(request, "verify", lambda caller: otp_service.verify_code(
-            self.ctx, challenge_id, body["code"], self._metadata(request, caller)))
+            self.ctx, challenge_id, body["code"], self._metadata(request, caller), user_id=body["user_id"],
+            purpose=body.get("purpose"), tenant=caller.tenant))
         return _json({"verified": True, "challenge_id": str(challenge_id)})
 
     # -- support and operations -----------------------------------------------------------------
@@ -179,9 +182,9 @@ class Api:
 
         def work(caller: Caller) -> Any:
             if name == "user_id":
-                return user_timeline(self.ctx, value)
+                return user_timeline(self.ctx, value, tenant=caller.tenant)
             finder = request_timeline if name == "request_id" else message_timeline
-            return finder(self.ctx, UUID(value))  # single_query held it to the canonical form
+            return finder(self.ctx, UUID(value), tenant=caller.tenant)  # single_query held it to the canonical form
 
         found = await self._authenticated(request, "review", work)
         return _json(found.as_json())
@@ -216,6 +219,11 @@ class Api:
 
     async def openapi(self, request: Request) -> Response:
         return _json(self.document)
+
+
+def _local(scoped_user_id: str) -> str:
+    """The user id as the caller's tenant knows it: responses never show the scoped id."""
+    return split_scoped_user(scoped_user_id)[1]
 
 
 def _path_uuid(value: str, what: str) -> UUID:

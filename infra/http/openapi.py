@@ -176,12 +176,14 @@ def openapi_document(*, max_body_bytes: int) -> Json:
             "/v1/password-resets/verify": {"post": _action(
                 "Check a reset token without using it", "verifyPasswordReset", "TokenBody",
                 "The token is valid: the user may choose a new password.", "PasswordResetValid",
-                rejected="An unknown, expired, replaced or used token is `token-invalid`.")},
+                rejected="An unknown, expired, replaced or used token is `token-invalid`; so is a token of "
+                         "another tenant, word for word.")},
             "/v1/password-resets/consume": {"post": _action(
                 "Use a reset token once; the application then changes the password", "consumePasswordReset",
                 "TokenBody", "Consumed: other open requests are superseded and a notice is queued.",
                 "PasswordResetConsumed",
-                rejected="An unknown, expired, replaced or used token is `token-invalid`.",
+                rejected="An unknown, expired, replaced or used token is `token-invalid`; so is a token of "
+                         "another tenant, word for word.",
                 extra={"503": WRITE_UNAVAILABLE})},
             "/v1/otp/challenges": {"post": _create(
                 "Create an OTP challenge and queue the code's email", "createOtpChallenge",
@@ -192,7 +194,9 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 "Check a code", "verifyOtpChallenge", "CodeBody", "The code is right; it cannot be used again.",
                 "OtpVerified", parameters=[CHALLENGE_ID],
                 rejected="A wrong, expired, replaced, used or locked code, or an unknown challenge, is "
-                         "`code-rejected`, with `attempts_left`. A code with another number of digits than "
+                         "`code-rejected`, with `attempts_left`. A challenge of another user, of another "
+                         "purpose than the one named, or of another tenant is answered exactly as an unknown "
+                         "one and counts no attempt. A code with another number of digits than "
                          "the challenge's is `invalid-input` (\"the code must be 6 digits\") and is not "
                          "counted as an attempt.",
                 extra={"404": _problem("The challenge id is not a canonical UUID (`not-found`)."),
@@ -203,7 +207,8 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 "The events of a user, a request or a message, for support (exactly one query parameter)",
                 "getTimeline",
                 {"200": _json("The events, oldest first; the most recent 500 when `truncated`.", "Timeline"),
-                 "404": _problem("No such request or message (`not-found`)."), **COMMON_PROBLEMS},
+                 "404": _problem("No such request or message (`not-found`); one of another tenant is "
+                                 "answered the same way."), **COMMON_PROBLEMS},
                 parameters=[TIMELINE_QUERY],
                 bad_request="No, two or an unknown query parameter, or a malformed value (`invalid-query`).")},
             "/healthz": {"get": _operation(

@@ -34,6 +34,10 @@ PURPOSE: Schema = {
     "type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_.:-]+$", "default": "login",
     "description": "What the code is for; shown to the user in the email.",
 }
+VERIFY_PURPOSE: Schema = {
+    **{k: v for k, v in PURPOSE.items() if k != "default"},
+    "description": "When given, the code is accepted only for a challenge issued for this purpose.",
+}
 TOKEN: Schema = {
     "type": "string", "minLength": 1, "maxLength": 512,
     "description": "The token from the reset link.",
@@ -64,7 +68,9 @@ def _object(properties: dict[str, Schema], required: list[str]) -> Schema:
 RESET_CREATE = _object({"user_id": USER_ID, "email": EMAIL}, ["user_id", "email"])
 TOKEN_BODY = _object({"token": TOKEN}, ["token"])
 OTP_CREATE = _object({"user_id": USER_ID, "email": EMAIL, "purpose": PURPOSE}, ["user_id", "email"])
-CODE_BODY = _object({"code": CODE}, ["code"])
+# The user (and, when the application asked for one, the purpose) the code
+# must have been issued to: a challenge id alone could be the attacker's own.
+CODE_BODY = _object({"code": CODE, "user_id": USER_ID, "purpose": VERIFY_PURPOSE}, ["code", "user_id"])
 
 # Responses.
 REUSED: Schema = {

@@ -12,9 +12,11 @@ from uuid import UUID
 from attrs import frozen
 from sqlalchemy import Engine
 
+from domain.decisions import check_text
 from domain.errors import NotFound
 from domain.log import RecordedEvent
-from infra.review.lookup import about_message, about_request, about_user, looking_up
+from domain.tenants import DEFAULT_TENANT, scoped_user
+from infra.review.lookup import about_message, about_request, about_user, looking_up, of_tenant
 from projections.explain import Finding, message_findings, request_findings, user_findings
 from projections.timeline import TimelineEntry, timeline
 from projections.timeline import render as render_timeline
@@ -43,23 +45,30 @@ def _until(events: list[RecordedEvent], as_of: datetime | None) -> list[Recorded
     return [r for r in events if as_of is None or (r.recorded_at is not None and r.recorded_at <= as_of)]
 
 
-def history(engine: Engine, user_id: str, *, flow: str | None = None, as_of: datetime | None = None,
-            now: datetime) -> Review:
-    """Everything about one user (one flow, or both), as it stood at ``as_of`` if given."""
+def _of(tenant: str) -> str:
+    return "" if tenant == DEFAULT_TENANT else f" of tenant {tenant}"
+
+
+def history(engine: Engine, user_id: str, *, tenant: str = DEFAULT_TENANT, flow: str | None = None,
+            as_of: datetime | None = None, now: datetime) -> Review:
+    """Everything about one user of ``tenant`` (one flow, or both), as it stood at ``as_of`` if given."""
+    # A well-formed id holds no space, so it can never name another tenant's scoped id.
+    check_text("user_id", user_id, max_length=200)
     with looking_up(engine) as lookup:
-        events = _until(about_user(lookup, user_id, flow), as_of)
+        events = _until(about_user(lookup, scoped_user(tenant, user_id), flow), as_of)
     if not events:
-        raise NotFound(f"no events about user {user_id!r}" + (f" in the {flow} flow" if flow else ""))
+        raise NotFound(f"no events about user {user_id!r}{_of(tenant)}" + (f" in the {flow} flow" if flow else ""))
     findings = user_findings(events, user_id, now=as_of or now)
-    return Review(f"user {user_id}", findings, timeline(events), lookup.unindexed)
+    return Review(f"user {user_id}{_of(tenant)}", findings, timeline(events), lookup.unindexed)
 
 
 def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID | None = None,
-            now: datetime) -> Review:
+            tenant: str = DEFAULT_TENANT, now: datetime) -> Review:
     """Why a request's link worked or not, and what happened to its emails; or one email's story.
 
     The sentences are told from every event of the user's flow; the timeline
-    shows the events ``lookup`` says are about the request or message.
+    shows the events ``lookup`` says are about the request or message. A
+    request or email of another tenant than ``tenant`` is not in the log for it.
     """
     with looking_up(engine) as lookup:
         if request_id is not None:
@@ -68,6 +77,7 @@ def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID 
             story, kind, value = about_message(lookup, message_id), "message", message_id
         else:
             raise ValueError("explain needs a request id or a message id")
+    story = of_tenant(story, tenant)
     if story is None:
         raise NotFound(f"no {kind} {value} in the log")
     if request_id is not None:

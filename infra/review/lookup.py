@@ -39,6 +39,7 @@ from domain.log import RecordedEvent
 from domain.otp import OtpChallengeSuperseded
 from domain.privacy import subject_stream
 from domain.reset import ResetSuperseded
+from domain.tenants import DEFAULT_TENANT, tenant_of
 from infra.eventlog.reader import AT_POSITIONS, COMMITTED, pages, read_positions
 from infra.projector.catchup import read_checkpoint
 from projections.audit_index import MESSAGE_FIELDS, entries_of, user_of_stream
@@ -170,3 +171,12 @@ def about_message(lookup: Lookup, message_id: UUID) -> Story | None:
               or (served is not None and not r.stream_id.startswith("email:")
                   and request_of[r.global_position] == served)]
     return Story(user_id, served, context, events)
+
+
+def of_tenant(story: Story | None, tenant: str) -> Story | None:
+    """``story`` if its user belongs to ``tenant``, else None: another tenant's request or email does not
+    exist for it, so it is answered exactly as an unknown id."""
+    if story is None:
+        return None
+    owner = tenant_of(story.user_id) if story.user_id is not None else DEFAULT_TENANT
+    return story if owner == tenant else None

@@ -4,6 +4,10 @@ Events are returned as stored (payload and metadata straight from the log),
 so the answer is what an auditor would read in the database. Which events
 are about what is ``infra.review.lookup``'s answer, the same that
 ``history`` and ``explain`` tell.
+
+Every look-up is made for one tenant: a request or message of another
+tenant is answered exactly as one that does not exist, and ``user_id`` in
+the answer is the tenant's own id (the stored events keep the scoped one).
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ from uuid import UUID
 
 from attrs import frozen
 
+from domain.decisions import check_text
 from domain.errors import NotFound
 from domain.log import RecordedEvent
-from infra.review.lookup import Lookup, about_message, about_request, about_user, looking_up
+from domain.tenants import DEFAULT_TENANT, scoped_user, split_scoped_user
+from infra.review.lookup import Lookup, Story, about_message, about_request, about_user, looking_up, of_tenant
 from infra.services.unit_of_work import ServiceContext
 
 DEFAULT_LIMIT = 500
@@ -51,28 +57,36 @@ def _as_stored(lookup: Lookup, events: list[RecordedEvent], limit: int) -> tuple
     ], len(events) > limit
 
 
-def user_timeline(ctx: ServiceContext, user_id: str, *, limit: int = DEFAULT_LIMIT) -> Timeline:
-    """Every request, challenge and email of one user, and their erasure (the most recent ``limit`` events)."""
+def _local_user(story: Story) -> str:
+    return split_scoped_user(story.user_id)[1] if story.user_id is not None else ""
+
+
+def user_timeline(ctx: ServiceContext, user_id: str, *, tenant: str = DEFAULT_TENANT,
+                  limit: int = DEFAULT_LIMIT) -> Timeline:
+    """Every request, challenge and email of one user of ``tenant``, and their erasure (the most recent ``limit``)."""
+    check_text("user_id", user_id, max_length=200)  # no space: never another tenant's scoped id
     with looking_up(ctx.engine) as lookup:
-        events, truncated = _as_stored(lookup, about_user(lookup, user_id), limit)
+        events, truncated = _as_stored(lookup, about_user(lookup, scoped_user(tenant, user_id)), limit)
     return Timeline(user_id, None, None, events, truncated)
 
 
-def request_timeline(ctx: ServiceContext, request_id: UUID, *, limit: int = DEFAULT_LIMIT) -> Timeline:
+def request_timeline(ctx: ServiceContext, request_id: UUID, *, tenant: str = DEFAULT_TENANT,
+                     limit: int = DEFAULT_LIMIT) -> Timeline:
     """One reset request or OTP challenge: its events, its emails', and those of the request that replaced it."""
     with looking_up(ctx.engine) as lookup:
-        story = about_request(lookup, request_id)
+        story = of_tenant(about_request(lookup, request_id), tenant)
         if story is None:
             raise NotFound(f"no reset request or OTP challenge {request_id}")
         events, truncated = _as_stored(lookup, story.events, limit)
-    return Timeline(story.user_id or "", request_id, None, events, truncated)
+    return Timeline(_local_user(story), request_id, None, events, truncated)
 
 
-def message_timeline(ctx: ServiceContext, message_id: UUID, *, limit: int = DEFAULT_LIMIT) -> Timeline:
+def message_timeline(ctx: ServiceContext, message_id: UUID, *, tenant: str = DEFAULT_TENANT,
+                     limit: int = DEFAULT_LIMIT) -> Timeline:
     """One email: its delivery events and the events of the request it serves (why it was or was not sent)."""
     with looking_up(ctx.engine) as lookup:
-        story = about_message(lookup, message_id)
+        story = of_tenant(about_message(lookup, message_id), tenant)
         if story is None:
             raise NotFound(f"no email {message_id}")
         events, truncated = _as_stored(lookup, story.events, limit)
-    return Timeline(story.user_id or "", story.request_id, message_id, events, truncated)
+    return Timeline(_local_user(story), story.request_id, message_id, events, truncated)

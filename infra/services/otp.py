@@ -1,7 +1,9 @@
 """Email one-time codes: request a challenge, verify a code.
 
 A code is checked on the user's stream; the ``otp_challenges`` projection
-only says which user a challenge id belongs to. A wrong code is recorded
+only says which user a challenge id belongs to (and for what purpose), so
+that a code presented for another tenant, user or purpose is turned away as
+an unknown challenge before the stream is touched. A wrong code is recorded
 (committed) before ``CodeRejected`` is raised, so that the count of wrong
 codes cannot be reset by a caller that stops listening.
 """
@@ -15,7 +17,7 @@ from uuid import UUID
 
 from sqlalchemy import select
 
-from domain.decisions import Decision, Refused, RequestOutcome, VerifyOutcome
+from domain.decisions import Decision, Refused, RequestOutcome, VerifyOutcome, check_optional_text, check_text
 from domain.errors import CodeRejected, InvalidInput
 from infra.errors import RateLimited
 from domain.otp import (
@@ -27,6 +29,7 @@ from domain.otp import (
     fold_otp,
     otp_stream,
 )
+from domain.tenants import DEFAULT_TENANT, scoped_user
 from infra.db import tables
 from infra.services.address_index import address_hmac
 from infra.logs import log_event
@@ -48,9 +51,9 @@ def request_otp(
     ``RequestInFlight``.
     """
     challenge_id, message_id = ctx.new_id(), ctx.new_id()
-    lock = IdempotencyLock.for_request("otp", cmd.client, cmd.user_id, cmd.idempotency_key, in_flight)
+    lock = IdempotencyLock.for_request("otp", cmd.client, cmd.scoped_user_id, cmd.idempotency_key, in_flight)
     decision = decide_on_stream(
-        ctx, otp_stream(cmd.user_id), fold_otp,
+        ctx, otp_stream(cmd.scoped_user_id), fold_otp,
         lambda state, now: decide_otp_request(
             state, cmd, now=now, challenge_id=challenge_id, message_id=message_id,
             keys=ctx.keys, policy=ctx.otp_policy, address_hmac=address_hmac(ctx.keys, cmd.recipient),
@@ -59,14 +62,14 @@ def request_otp(
         idempotency_lock=lock,
     )  # fmt: skip
     if isinstance(decision.outcome, Refused):
-        log_event(log, "otp request refused", user_id=cmd.user_id, reason=decision.outcome.reason,
+        log_event(log, "otp request refused", user_id=cmd.scoped_user_id, reason=decision.outcome.reason,
                   retry_at=decision.outcome.retry_at)
         raise RateLimited(
             f"too many one-time codes for this user; retry after {decision.outcome.retry_at.isoformat()}",
             retry_at=decision.outcome.retry_at,
         )
     outcome = decision.outcome
-    log_event(log, "otp challenge requested", user_id=cmd.user_id, challenge_id=outcome.request_id,
+    log_event(log, "otp challenge requested", user_id=cmd.scoped_user_id, challenge_id=outcome.request_id,
               message_id=outcome.message_id, reused=outcome.reused)
     return outcome
 
@@ -81,14 +84,21 @@ def parse_challenge_id(value: object) -> UUID:
         raise InvalidInput("the challenge id must be a UUID like 123e4567-e89b-12d3-a456-426614174000") from None
 
 
-def _user_of_challenge(ctx: ServiceContext, challenge_id: UUID, code: str) -> str:
-    query = select(tables.otp_challenges.c.user_id).where(tables.otp_challenges.c.challenge_id == challenge_id)
+def _user_of_challenge(ctx: ServiceContext, challenge_id: UUID, code: str, user_id: str,
+                       purpose: str | None) -> str:
+    """The challenge's (scoped) user, if it is ``user_id``'s and (when named) for ``purpose``.
+
+    Anything else, an unknown id or a challenge of another tenant, user or
+    purpose, is answered as the domain answers an unknown challenge: a
+    malformed code is held to today's length, any other gets the words of a
+    wrong code, and no attempt is counted. Other words would leak which ids
+    exist, and a counted attempt would let a caller lock someone else's code.
+    """
+    columns = tables.otp_challenges.c
+    query = select(columns.user_id, columns.purpose).where(columns.challenge_id == challenge_id)
     with ctx.engine.connect() as connection:
-        user_id = connection.execute(query).scalar()
-    if user_id is None:
-        # Answered as the domain answers an unknown challenge: a malformed code
-        # is held to today's length, any other gets the words of a wrong code.
-        # Other words would leak which ids exist.
+        found = connection.execute(query).first()
+    if found is None or found.user_id != user_id or purpose not in (None, found.purpose):
         check_code_shape(code, ctx.otp_policy.digits)
         raise CodeRejected("The code is not valid.", attempts_left=0)
     return user_id
@@ -108,19 +118,23 @@ def _rejection(decision: Decision, outcome: VerifyOutcome) -> str:
 
 
 def verify_code(
-    ctx: ServiceContext, challenge_id: UUID, code: str, metadata: Mapping[str, Any] | None = None
+    ctx: ServiceContext, challenge_id: UUID, code: str, metadata: Mapping[str, Any] | None = None, *,
+    user_id: str, purpose: str | None = None, tenant: str = DEFAULT_TENANT,
 ) -> VerifyOutcome:
-    """Accept the right code once; record a wrong one and raise ``CodeRejected``.
+    """Accept the right code once, for the user (and purpose, when given) it was issued to.
 
-    ``InvalidInput`` (nothing written) for a malformed challenge id or code;
-    ``LockedOut`` while the account's OTP flow is locked; ``CodeRejected``
-    with ``attempts_left`` for a wrong code (recorded first) and for a
-    challenge that is unknown, expired, superseded, used or locked.
+    ``InvalidInput`` (nothing written) for a malformed challenge id, code,
+    user id or purpose; ``LockedOut`` while the account's OTP flow is locked;
+    ``CodeRejected`` with ``attempts_left`` for a wrong code (recorded first)
+    and for a challenge that is unknown, expired, superseded, used or locked,
+    or that belongs to another tenant, user or purpose (answered as unknown).
     """
     challenge_id = parse_challenge_id(challenge_id)
+    check_text("user_id", user_id, max_length=200)
+    check_optional_text("purpose", purpose, max_length=64)
     # The code's shape is checked against the challenge's own length, which
     # only its stream knows (decide_otp_verify).
-    user_id = _user_of_challenge(ctx, challenge_id, code)
+    user_id = _user_of_challenge(ctx, challenge_id, code, scoped_user(tenant, user_id), purpose)
     decision = decide_on_stream(
         ctx, otp_stream(user_id), fold_otp,
         lambda state, now: decide_otp_verify(state, challenge_id, code, now=now, keys=ctx.keys, policy=ctx.otp_policy),

@@ -20,6 +20,7 @@ from domain.reset import (
     fold_reset,
     reset_stream,
 )
+from domain.tenants import DEFAULT_TENANT, tenant_of
 from domain.tokens import hash_token
 from infra.db import tables
 from infra.services.address_index import address_hmac
@@ -40,10 +41,10 @@ def request_reset(
     same key runs, ``in_flight`` says whether to "wait" for it or "refuse"
     with ``RequestInFlight``.
     """
-    lock = IdempotencyLock.for_request("reset", cmd.client, cmd.user_id, cmd.idempotency_key, in_flight)
+    lock = IdempotencyLock.for_request("reset", cmd.client, cmd.scoped_user_id, cmd.idempotency_key, in_flight)
     request_id, message_id = ctx.new_id(), ctx.new_id()
     decision = decide_on_stream(
-        ctx, reset_stream(cmd.user_id), fold_reset,
+        ctx, reset_stream(cmd.scoped_user_id), fold_reset,
         lambda state, now: decide_reset_request(
             state, cmd, now=now, request_id=request_id, message_id=message_id,
             keys=ctx.keys, policy=ctx.reset_policy, address_hmac=address_hmac(ctx.keys, cmd.recipient),
@@ -59,28 +60,41 @@ def request_reset(
     return decision.outcome
 
 
-def _user_of_token(ctx: ServiceContext, token: str) -> tuple[str, str]:
+def _user_of_token(ctx: ServiceContext, token: str, tenant: str) -> tuple[str, str]:
+    """The (scoped) user whose request this token is, and the token's hash.
+
+    Another tenant's token is answered exactly as a token that does not exist:
+    the same words, before anything is read from the user's stream or written.
+    """
     if not TOKEN_SHAPE.fullmatch(token):
         raise TokenInvalid("The reset link is not valid.")
     token_hash = hash_token(token)
     query = select(tables.reset_tokens.c.user_id).where(tables.reset_tokens.c.token_hash == token_hash)
     with ctx.engine.connect() as connection:
         user_id = connection.execute(query).scalar()
-    if user_id is None:
+    if user_id is None or tenant_of(user_id) != tenant:
         raise TokenInvalid("The reset link is not valid.")
     return user_id, token_hash
 
 
-def verify_token(ctx: ServiceContext, token: str) -> ResetRequest:
-    """The open request this token belongs to, without consuming it; ``TokenInvalid`` otherwise."""
-    user_id, token_hash = _user_of_token(ctx, token)
+def verify_token(ctx: ServiceContext, token: str, *, tenant: str = DEFAULT_TENANT) -> ResetRequest:
+    """The open request this token belongs to, without consuming it; ``TokenInvalid`` otherwise.
+
+    The request's ``user_id`` is the scoped id (``domain.tenants``).
+    """
+    user_id, token_hash = _user_of_token(ctx, token, tenant)
     state = load_state(ctx, reset_stream(user_id), fold_reset)
     return check_token(state, token_hash, now=ctx.clock.now())
 
 
-def consume_token(ctx: ServiceContext, token: str, metadata: Mapping[str, Any] | None = None) -> ConsumeOutcome:
-    """Use the token once: complete the reset, supersede the rest, queue a "password changed" notice."""
-    user_id, token_hash = _user_of_token(ctx, token)
+def consume_token(
+    ctx: ServiceContext, token: str, metadata: Mapping[str, Any] | None = None, *, tenant: str = DEFAULT_TENANT
+) -> ConsumeOutcome:
+    """Use the token once: complete the reset, supersede the rest, queue a "password changed" notice.
+
+    ``TokenInvalid`` (nothing written) for a token of another tenant, as for an unknown one.
+    """
+    user_id, token_hash = _user_of_token(ctx, token, tenant)
     notice_id = ctx.new_id()
     decision = decide_on_stream(
         ctx, reset_stream(user_id), fold_reset,

@@ -99,7 +99,8 @@ class TestAuthentication:
             for method, path, body in [
                 ("POST", "/v1/password-resets", ADA), ("POST", "/v1/password-resets/verify", {"token": "x"}),
                 ("POST", "/v1/password-resets/consume", {"token": "x"}), ("POST", "/v1/otp/challenges", ADA),
-                ("POST", "/v1/otp/challenges/00000000-0000-0000-0000-000000000000/verify", {"code": "123456"}),
+                ("POST", "/v1/otp/challenges/00000000-0000-0000-0000-000000000000/verify",
+                 {"code": "123456", "user_id": "42"}),
                 ("GET", "/v1/timeline?user_id=42", None),
             ]:
                 response = await anonymous.request(method, path, json=body, headers={**CREATE, **headers})

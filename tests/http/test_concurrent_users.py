@@ -126,9 +126,11 @@ async def test_concurrent_otp_creates_and_verifies_for_one_user_never_conflict(
     challenge_id = first.json()["challenge_id"]
     creates = [api.post("/v1/otp/challenges", json=ADA, headers={"Idempotency-Key": f"k-{n}"})
                for n in range(CREATES)]
-    rights = [api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code_for(challenge_id)})
+    rights = [api.post(f"/v1/otp/challenges/{challenge_id}/verify",
+                       json={"code": code_for(challenge_id), "user_id": "42"})
               for _ in range(10)]
-    wrongs = [api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": wrong_code(challenge_id)})
+    wrongs = [api.post(f"/v1/otp/challenges/{challenge_id}/verify",
+                       json={"code": wrong_code(challenge_id), "user_id": "42"})
               for _ in range(10)]
 
     created, right, wrong = await all_at_once_by_kind(creates, rights, wrongs)

@@ -25,7 +25,7 @@ async def challenge(api: httpx.AsyncClient, body: dict[str, str] = ADA, key: str
 
 
 async def verify(api: httpx.AsyncClient, challenge_id: str, code: str) -> httpx.Response:
-    return await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code})
+    return await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code, "user_id": "42"})
 
 
 async def test_a_challenge_is_accepted_and_its_code_verifies_once(api: httpx.AsyncClient, engine: Engine) -> None:
@@ -102,6 +102,40 @@ async def test_a_code_of_the_wrong_shape_is_400_and_writes_nothing(
 ) -> None:
     challenge_id = (await challenge(api)).json()["challenge_id"]
     written = log_size(engine)
-    response = await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code})
+    response = await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code, "user_id": "42"})
     assert response.status_code == 400 and response.json()["type"].endswith(("invalid-input", "invalid-body"))
     assert log_size(engine) == written
+
+
+async def test_verify_needs_the_user_id_and_a_body_without_it_writes_nothing(
+    api: httpx.AsyncClient, engine: Engine
+) -> None:
+    challenge_id = (await challenge(api)).json()["challenge_id"]
+    written = log_size(engine)
+    response = await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code_for(challenge_id)})
+    assert response.status_code == 400 and "user_id" in response.text
+    assert log_size(engine) == written
+
+
+@pytest.mark.parametrize("named", [{"user_id": "43"}, {"user_id": "42", "purpose": "payment"}],
+                         ids=["another-user", "another-purpose"])
+async def test_a_code_for_another_user_or_purpose_is_answered_as_an_unknown_challenge_and_costs_no_attempt(
+    api: httpx.AsyncClient, engine: Engine, named: dict[str, str]
+) -> None:
+    challenge_id = (await challenge(api, {**ADA, "purpose": "sign-in"})).json()["challenge_id"]
+    written = log_size(engine)
+
+    def told(response: httpx.Response) -> tuple[int, dict[str, object]]:
+        return response.status_code, response.json()
+
+    for code in (code_for(challenge_id), wrong_code(challenge_id)):
+        mismatch = await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code, **named})
+        unknown = await api.post(f"/v1/otp/challenges/{uuid4()}/verify", json={"code": code, **named})
+        assert told(mismatch) == told(unknown)
+        assert_problem(mismatch, 400, "code-rejected")
+
+    assert log_size(engine) == written, "no attempt was counted"
+    right = await api.post(f"/v1/otp/challenges/{challenge_id}/verify",
+                           json={"code": code_for(challenge_id), "user_id": "42", "purpose": "sign-in"})
+    assert right.status_code == 200
+    assert_projections_match_log(engine)

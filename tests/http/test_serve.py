@@ -129,7 +129,8 @@ def test_serve_takes_requests_delivers_mail_and_stops_cleanly_on_sigterm(
         assert api.get("/reset", params={"token": token}).status_code == 404, "with DATABASE_URL: no stand-in page"
         consumed = api.post("/v1/password-resets/consume", json={"token": token})
         assert consumed.status_code == 200 and consumed.json()["request_id"] == reset.json()["request_id"]
-        verified = api.post(f"/v1/otp/challenges/{challenge.json()['challenge_id']}/verify", json={"code": code})
+        verified = api.post(f"/v1/otp/challenges/{challenge.json()['challenge_id']}/verify",
+                            json={"code": code, "user_id": "42"})
         assert verified.status_code == 200 and verified.json()["verified"] is True
 
         wait_for("the password-changed notice", lambda: emails(env, 3))

@@ -90,8 +90,8 @@ def test_otp_challenges_are_explained_like_reset_requests(ctx: ServiceContext, e
     code = next(line for line in mailer.emails[-1].text_body.splitlines() if line.strip().isdigit()).strip()
     at(clock, "10:02:00")
     with pytest.raises(CodeRejected):
-        verify_code(ctx, second.request_id, str((int(code) + 1) % 10 ** len(code)).zfill(len(code)), WEB)
-    verify_code(ctx, second.request_id, code, WEB)
+        verify_code(ctx, second.request_id, str((int(code) + 1) % 10 ** len(code)).zfill(len(code)), WEB, user_id="5")
+    verify_code(ctx, second.request_id, code, WEB, user_id="5")
 
     text = "\n".join(sentences(explain(engine, request_id=first.request_id, now=later()).findings))
     assert f"OTP challenge {first.request_id} was superseded by {second.request_id} at " \

@@ -85,7 +85,7 @@ def test_otp_request_rejects_or_accepts_cleanly(
 def test_otp_verify_refuses_garbage_cleanly(database_url: str, engine: Engine, challenge_id: str, code: str) -> None:
     before = event_count(engine)
     result = CliRunner().invoke(
-        cli, ["otp", "verify", "--", challenge_id, code],
+        cli, ["otp", "verify", "--user-id", "42", "--", challenge_id, code],
         env={"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS},
     )
     assert result.exit_code in {2, 4}, result.output

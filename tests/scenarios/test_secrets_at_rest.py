@@ -58,8 +58,8 @@ def test_a_dump_and_the_logs_after_a_whole_otp_flow_hold_no_code(
     code = next(line for line in mailer.emails[0].text_body.splitlines() if line.strip().isdigit()).strip()
     assert len(code) == 10
     with pytest.raises(CodeRejected):
-        verify_code(ctx, challenge.request_id, str((int(code) + 1) % 10**10).zfill(10))
-    assert verify_code(ctx, challenge.request_id, code).verified
+        verify_code(ctx, challenge.request_id, str((int(code) + 1) % 10**10).zfill(10), user_id="42")
+    assert verify_code(ctx, challenge.request_id, code, user_id="42").verified
 
     logged, dumped = logs(), dump(database_url)
     assert str(challenge.request_id) in logged and str(challenge.request_id) in dumped, "both were captured"

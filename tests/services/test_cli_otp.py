@@ -67,10 +67,10 @@ def test_request_deliver_and_verify_a_code_from_the_command_line(env: dict[str, 
     sent_code = next(line for line in body.splitlines() if line.strip().isdigit()).strip()
     assert sent_code == code_of(str(answer["challenge_id"]))
 
-    code, output = run(env, "otp", "verify", str(answer["challenge_id"]), sent_code, "--json")
+    code, output = run(env, "otp", "verify", "--user-id", "42", str(answer["challenge_id"]), sent_code, "--json")
     assert code == 0, output
     assert json.loads(output) == {"verified": True, "challenge_id": answer["challenge_id"], "attempts_left": 5}
-    code, output = run(env, "otp", "verify", str(answer["challenge_id"]), sent_code)
+    code, output = run(env, "otp", "verify", "--user-id", "42", str(answer["challenge_id"]), sent_code)
     assert code == 4 and "already used" in output and sent_code not in output
 
 
@@ -87,11 +87,11 @@ def test_a_wrong_code_exits_non_zero_and_says_how_many_attempts_are_left(env: di
     challenge_id = str(request(env)["challenge_id"])
     bad = wrong(code_of(challenge_id))
 
-    code, output = run(env, "otp", "verify", challenge_id, bad)
+    code, output = run(env, "otp", "verify", "--user-id", "42", challenge_id, bad)
     assert code == 4
     assert output == "Error: The code is wrong; 4 attempts left.\n"
 
-    result = CliRunner().invoke(cli, ["otp", "verify", challenge_id, bad, "--json"], env=env)
+    result = CliRunner().invoke(cli, ["otp", "verify", "--user-id", "42", challenge_id, bad, "--json"], env=env)
     assert result.exit_code == 4
     assert json.loads(result.stdout) == {
         "verified": False, "attempts_left": 3, "error": "The code is wrong; 3 attempts left.",
@@ -112,7 +112,7 @@ def test_a_malformed_challenge_id_or_code_is_a_one_line_error_and_writes_nothing
     request(env)
     before = event_count(engine)
 
-    exit_code, output = run(env, "otp", "verify", challenge_id, code)
+    exit_code, output = run(env, "otp", "verify", "--user-id", "42", challenge_id, code)
 
     assert exit_code == 2
     assert output.startswith("Error: ") and said in output and output.count("\n") == 1
@@ -154,14 +154,46 @@ def test_the_account_lock_follows_its_environment_settings(env: dict[str, str]) 
     challenge_id = str(request(env)["challenge_id"])
     bad = wrong(code_of(challenge_id))
 
-    said = [run(env, "otp", "verify", challenge_id, bad) for _ in range(2)]
+    said = [run(env, "otp", "verify", "--user-id", "42", challenge_id, bad) for _ in range(2)]
     before = datetime.now(UTC)
-    code, output = run(env, "otp", "verify", challenge_id, bad)
+    code, output = run(env, "otp", "verify", "--user-id", "42", challenge_id, bad)
     after = datetime.now(UTC)
 
     assert said == [(4, f"Error: The code is wrong; {n} attempts left.\n") for n in (4, 3)]
     assert code == 4 and "one-time codes for this account are locked until " in output, output
     until = datetime.fromisoformat(output.rsplit("locked until ", 1)[1].strip().rstrip("."))
     assert before + timedelta(seconds=60) <= until <= after + timedelta(seconds=60)
-    code, output = run(env, "otp", "verify", challenge_id, code_of(challenge_id))
+    code, output = run(env, "otp", "verify", "--user-id", "42", challenge_id, code_of(challenge_id))
     assert code != 0 and "locked until" in output and code_of(challenge_id) not in output
+
+
+def test_a_tenants_code_is_verified_only_for_that_tenant_and_user(env: dict[str, str], engine: Engine) -> None:
+    code, output = run(env, "otp", "request", "--tenant", "acme", "--user-id", "u1", "--email", "ada@example.test",
+                       "--purpose", "step_up", "--json")  # fmt: skip
+    assert code == 0, output
+    challenge_id = json.loads(output)["challenge_id"]
+    before = event_count(engine)
+
+    for others in (["--user-id", "u1"], ["--tenant", "shop", "--user-id", "u1"], ["--tenant", "acme", "--user-id", "u2"],
+                   ["--tenant", "acme", "--user-id", "u1", "--purpose", "login"]):
+        exit_code, output = run(env, "otp", "verify", *others, challenge_id, code_of(challenge_id))
+        assert (exit_code, output) == (4, "Error: The code is not valid.\n"), others
+    assert event_count(engine) == before, "no attempt was counted"
+
+    exit_code, output = run(env, "otp", "verify", "--tenant", "acme", "--user-id", "u1", "--purpose", "step_up",
+                            challenge_id, code_of(challenge_id), "--json")  # fmt: skip
+    assert exit_code == 0 and json.loads(output)["attempts_left"] == 5, output
+    exit_code, output = run(env, "history", "--tenant", "acme", "--user-id", "u1")
+    assert exit_code == 0 and output.startswith("What happened to user u1 of tenant acme")
+    exit_code, output = run(env, "history", "--user-id", "u1")
+    assert exit_code != 0 and "no events about user 'u1'" in output
+
+
+@pytest.mark.parametrize("command", [["otp", "request", "--email", "ada@example.test"], ["history"],
+                                     ["reset", "request", "--email", "ada@example.test"]])
+def test_a_tenant_name_out_of_shape_is_a_usage_error_and_writes_nothing(
+    env: dict[str, str], engine: Engine, command: list[str]
+) -> None:
+    exit_code, output = run(env, *command, "--user-id", "u1", "--tenant", "Not A Tenant")
+    assert exit_code == 2 and "a tenant name is 1-63 characters" in output
+    assert event_count(engine) == 0

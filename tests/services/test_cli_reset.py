@@ -77,6 +77,22 @@ def test_request_deliver_verify_and_consume_from_the_command_line(env: dict[str,
     assert json.loads(output)["by_state"]["pending"] == 1, "the password-changed notice is queued"
 
 
+def test_a_tenants_link_is_verified_and_consumed_only_for_that_tenant(env: dict[str, str]) -> None:
+    code, output = run(env, "reset", "request", "--tenant", "acme", "--user-id", "u1", "--email", "ada@example.test")
+    assert code == 0, output
+    assert run(env, "worker", "--once")[0] == 0
+    [message] = delivered(env)
+    token = token_of(message)
+
+    for command in ("verify", "consume"):
+        for tenant in ([], ["--tenant", "shop"]):
+            assert run(env, "reset", command, *tenant, token) == (4, "Error: The reset link is not valid.\n")
+    code, output = run(env, "reset", "verify", "--tenant", "acme", token, "--json")
+    assert code == 0 and json.loads(output)["user_id"] == "u1", "the tenant's own id, not the scoped one"
+    code, output = run(env, "reset", "consume", "--tenant", "acme", token)
+    assert code == 0 and " of user u1;" in output
+
+
 def test_the_second_request_within_the_cooldown_is_reused(env: dict[str, str]) -> None:
     first = json.loads(run(env, "reset", "request", "--user-id", "1", "--email", "a@example.test", "--json")[1])
     again = json.loads(run(env, "reset", "request", "--user-id", "1", "--email", "a@example.test", "--json")[1])

@@ -57,11 +57,11 @@ def test_a_six_digit_challenge_still_verifies_after_the_policy_changes_to_eight_
 
     assert len(old_code) == 6 and len(new_code) == 8
     with pytest.raises(InvalidInput, match="the code must be 6 digits"):
-        verify_code(eight, old.request_id, old_code + "00")
-    assert verify_code(eight, old.request_id, old_code).verified
+        verify_code(eight, old.request_id, old_code + "00", user_id="42")
+    assert verify_code(eight, old.request_id, old_code, user_id="42").verified
     with pytest.raises(InvalidInput, match="the code must be 8 digits"):
-        verify_code(eight, new.request_id, new_code[:6])
-    assert verify_code(eight, new.request_id, new_code).verified
+        verify_code(eight, new.request_id, new_code[:6], user_id="43")
+    assert verify_code(eight, new.request_id, new_code, user_id="43").verified
     digits = [e.digits for user in ("42", "43") for e in stream_events(engine, otp_stream(user))
               if isinstance(e, OtpChallengeIssued)]  # fmt: skip
     assert digits == [6, 8]
@@ -97,5 +97,5 @@ def test_a_challenge_stored_before_challenges_recorded_their_length_is_a_six_dig
     [code] = deliver(eight)
 
     assert code == derive_otp_code(ctx.keys.key(ctx.keys.current_id), challenge_id, 6)
-    assert verify_code(eight, challenge_id, code).verified
+    assert verify_code(eight, challenge_id, code, user_id="42").verified
     assert_projections_match_log(engine)

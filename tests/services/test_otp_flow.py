@@ -121,10 +121,10 @@ def test_five_wrong_codes_lock_the_challenge_and_then_the_right_code_is_refused(
     said = []
     for _ in range(5):
         with pytest.raises(CodeRejected) as rejected:
-            verify_code(ctx, challenge.request_id, wrong(code))
+            verify_code(ctx, challenge.request_id, wrong(code), user_id="42")
         said.append((rejected.value.attempts_left, rejected.value.message))
     with pytest.raises(CodeRejected, match="Too many wrong codes") as refused:
-        verify_code(ctx, challenge.request_id, code)
+        verify_code(ctx, challenge.request_id, code, user_id="42")
 
     assert [left for left, _ in said] == [4, 3, 2, 1, 0]
     assert said[0][1] == "The code is wrong; 4 attempts left."
@@ -151,7 +151,7 @@ def test_a_hundred_consecutive_failures_over_several_challenges_lock_the_flow(
         bad = wrong(code_of(ctx, "42", challenge))
         for attempt in range(5):
             with pytest.raises(CodeRejected) as rejected:
-                verify_code(ctx, challenge.request_id, bad)
+                verify_code(ctx, challenge.request_id, bad, user_id="42")
             if (n, attempt) != (19, 4):
                 assert "locked until" not in rejected.value.message, "locked before the hundredth failure"
         if n < 19:
@@ -170,16 +170,16 @@ def test_a_hundred_consecutive_failures_over_several_challenges_lock_the_flow(
         request_otp(ctx, RequestOtp("42", ADA))
     assert locked.value.retry_at == lockout.until
     with pytest.raises(LockedOut):
-        verify_code(ctx, challenges[-1].request_id, code_of(ctx, "42", challenges[-1]))
+        verify_code(ctx, challenges[-1].request_id, code_of(ctx, "42", challenges[-1]), user_id="42")
 
     # After the lock, one more wrong code on a fresh challenge counts on from 100.
     clock.advance(timedelta(minutes=1))
     fresh = request_otp(ctx, RequestOtp("42", ADA))
     with pytest.raises(CodeRejected):
-        verify_code(ctx, fresh.request_id, wrong(code_of(ctx, "42", fresh)))
+        verify_code(ctx, fresh.request_id, wrong(code_of(ctx, "42", fresh)), user_id="42")
     last = [e for e in stream_events(engine, otp_stream("42")) if isinstance(e, OtpVerificationFailed)][-1]
     assert last.consecutive_failures == 101
-    assert verify_code(ctx, fresh.request_id, code_of(ctx, "42", fresh)).verified
+    assert verify_code(ctx, fresh.request_id, code_of(ctx, "42", fresh), user_id="42").verified
     assert_projections_match_log(engine)
 
 
@@ -192,7 +192,7 @@ def test_an_expired_challenges_code_is_refused_and_its_queued_email_skipped(
 
     assert drain(ctx, mailer) == {"skipped": 1}
     with pytest.raises(CodeRejected, match="expired"):
-        verify_code(ctx, challenge.request_id, code_of(ctx, "42", challenge))
+        verify_code(ctx, challenge.request_id, code_of(ctx, "42", challenge), user_id="42")
 
     assert mailer.emails == []
     assert stream_events(engine, f"email:{challenge.message_id}")[-1].reason == "expired"
@@ -210,12 +210,12 @@ def test_a_superseded_challenges_code_is_refused_and_its_queued_email_skipped(
 
     assert drain(ctx, mailer) == {"sent": 1, "skipped": 1}
     with pytest.raises(CodeRejected, match="newer code"):
-        verify_code(ctx, older.request_id, code_of(ctx, "42", older))
+        verify_code(ctx, older.request_id, code_of(ctx, "42", older), user_id="42")
 
     [email] = mailer.emails
     assert email.message_id == newer.message_id
     assert stream_events(engine, f"email:{older.message_id}")[-1].reason == "superseded"
-    assert verify_code(ctx, newer.request_id, code_in(email.text_body)).verified
+    assert verify_code(ctx, newer.request_id, code_in(email.text_body), user_id="42").verified
     assert_projections_match_log(engine)
 
 
@@ -223,7 +223,7 @@ def test_a_code_is_accepted_exactly_once_when_verifications_race(ctx: ServiceCon
     challenge = request_otp(ctx, RequestOtp("42", ADA))
     code = code_of(ctx, "42", challenge)
 
-    results = all_at_once(8, lambda: verify_code(ctx, challenge.request_id, code))
+    results = all_at_once(8, lambda: verify_code(ctx, challenge.request_id, code, user_id="42"))
 
     accepted = [r for r in results if isinstance(r, VerifyOutcome)]
     refused = [r for r in results if isinstance(r, CodeRejected)]
@@ -232,7 +232,7 @@ def test_a_code_is_accepted_exactly_once_when_verifications_race(ctx: ServiceCon
     verified = [e for e in stream_events(engine, otp_stream("42")) if isinstance(e, OtpChallengeVerified)]
     assert len(verified) == 1
     with pytest.raises(CodeRejected, match="already used"):
-        verify_code(ctx, challenge.request_id, code)
+        verify_code(ctx, challenge.request_id, code, user_id="42")
     assert_projections_match_log(engine)
 
 
@@ -243,7 +243,7 @@ def test_a_malformed_challenge_id_is_invalid_input_and_writes_nothing(
     request_otp(ctx, RequestOtp("42", ADA))
     before = event_count(engine)
     with pytest.raises(InvalidInput, match="UUID"):
-        verify_code(ctx, challenge_id, "123456")
+        verify_code(ctx, challenge_id, "123456", user_id="42")
     assert event_count(engine) == before
 
 
@@ -254,12 +254,12 @@ def test_a_malformed_code_is_invalid_input_and_counts_nothing(
     challenge = request_otp(ctx, RequestOtp("42", ADA))
     before = event_count(engine)
     with pytest.raises(InvalidInput, match="6 digits"):
-        verify_code(ctx, challenge.request_id, code)
+        verify_code(ctx, challenge.request_id, code, user_id="42")
     assert event_count(engine) == before
 
 
 def test_an_unknown_challenge_is_refused_like_a_wrong_code(ctx: ServiceContext, engine: Engine) -> None:
     with pytest.raises(CodeRejected, match="not valid") as rejected:
-        verify_code(ctx, uuid4(), "123456")
+        verify_code(ctx, uuid4(), "123456", user_id="42")
     assert rejected.value.attempts_left == 0
     assert event_count(engine) == 0

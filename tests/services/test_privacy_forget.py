@@ -61,7 +61,7 @@ def whole_flows(ctx: ServiceContext, clock: ManualClock, mailer: RecordingMailer
         consume_token(ctx, parse_qs(urlsplit(link).query)["token"][0])
         code = next(line.strip() for e in mailer.sent_to(address) for line in e.text_body.splitlines()
                     if line.strip().isdigit())
-        assert verify_code(ctx, challenge.request_id, code).verified
+        assert verify_code(ctx, challenge.request_id, code, user_id=user_id).verified
         assert Worker(ctx, mailer, sender=SENDER).drain() == {"sent": 1}, "the password-changed notice"
     clock.advance(120)  # past the cooldown, so that a new request queues a new email
 

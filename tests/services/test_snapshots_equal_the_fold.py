@@ -66,7 +66,8 @@ def run(ctx: ServiceContext, clock: ManualClock, user: str, steps: list[tuple]) 
                 case ("verify", n, right) if challenges:
                     challenge = challenges[n % len(challenges)]
                     code = derive_otp_code(ctx.keys.current, challenge, ctx.otp_policy.digits)
-                    verify_code(ctx, challenge, code if right else f"{(int(code) + 1) % 10**len(code):0{len(code)}d}")
+                    verify_code(ctx, challenge, code if right else f"{(int(code) + 1) % 10**len(code):0{len(code)}d}",
+                                user_id=user)
                 case ("wait", seconds):
                     clock.advance(timedelta(seconds=seconds))
         except (RateLimited, TokenInvalid, CodeRejected, LockedOut, IdempotencyMismatch):
