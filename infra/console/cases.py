@@ -25,7 +25,7 @@ from domain.errors import NotFound
 from domain.log import RecordedEvent
 from domain.tenants import scoped_user, split_scoped_user, tenant_of
 from infra.review.history import Review, explain, history
-from infra.review.lookup import Story, about_message, about_request, about_user, looking_up
+from infra.review.lookup import Story, about_message, about_request, about_user, looking_up, of_tenant
 
 KINDS = ("user", "request", "message")
 PRINTABLE = re.compile(r"[!-~]{1,200}")  # a user id as the API accepts it
@@ -65,7 +65,7 @@ def find_case(engine: Engine, tenant: str, kind: str, value: str, *, now: dateti
     if story is None or story.user_id is None:
         return None
     try:
-        review = explain(engine, **{f"{kind}_id": found}, now=now)
+        review = explain(engine, **{f"{kind}_id": found}, tenant=tenant, now=now)
     except NotFound:
         return None
     return Case(kind, str(found), split_scoped_user(story.user_id)[1], review, story.events)
@@ -77,7 +77,8 @@ def _story(engine: Engine, tenant: str, kind: str, found: UUID) -> Story | None:
         return None
     with looking_up(engine) as lookup:
         story = about_request(lookup, found) if kind == "request" else about_message(lookup, found)
-    return story if story is not None and story.user_id is not None and tenant_of(story.user_id) == tenant else None
+    story = of_tenant(story, tenant)
+    return story if story is not None and story.user_id is not None else None
 
 
 def _user_case(engine: Engine, tenant: str, user_id: str, now: datetime) -> Case | None:
@@ -87,7 +88,7 @@ def _user_case(engine: Engine, tenant: str, user_id: str, now: datetime) -> Case
     if not events:
         return None
     try:
-        review = history(engine, scoped, now=now)
+        review = history(engine, user_id, tenant=tenant, now=now)
     except NotFound:
         return None
     return Case("user", user_id, user_id, review, events)
