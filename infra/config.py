@@ -121,7 +121,7 @@ def _https_url(raw: str) -> str:
     if scheme != "https" and not is_loopback(host):
         raise ValueError(f"must use https:// (http:// only for localhost or a loopback address), "
                          f"got {mask_url(raw)!r}")
-    return raw
+    return raw.strip()
 
 
 def _smtp_url(raw: str) -> str:
@@ -131,7 +131,7 @@ def _smtp_url(raw: str) -> str:
     if scheme == "smtp" and not is_loopback(host):
         raise ValueError(f"must use TLS (smtps:// or smtp+starttls://; plain smtp:// only for localhost "
                          f"or a loopback address), got {mask_url(raw)!r}")
-    return raw
+    return raw.strip()
 
 
 def parse_token_keys(raw: str) -> dict[str, bytes]:

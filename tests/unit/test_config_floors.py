@@ -19,6 +19,7 @@ from click.testing import CliRunner, Result
 from cli import cli
 from domain.errors import ConfigError
 from infra.config import is_loopback, load_settings, mask_url
+from infra.db.engine import Database
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
 CONFIG = ConfigError.exit_code
@@ -230,3 +231,10 @@ def test_a_database_url_refused_by_the_engine_is_quoted_masked() -> None:
     assert result.exit_code == CONFIG
     assert result.output == ("Error: database URL 'mysql://***@db.example/auth?***' must start with "
                              "postgresql://\n")
+
+
+def test_the_database_url_in_messages_is_masked_and_db_url_keeps_the_form_other_tools_take() -> None:
+    database = Database("postgresql+psycopg://ada:s3cret@db.example:5432/auth?sslmode=require")
+
+    assert database.display_url == "postgresql://***@db.example:5432/auth?***"
+    assert database.tool_url == "postgresql://ada:***@db.example:5432/auth?sslmode=require"
