@@ -22,8 +22,8 @@ async def test_a_request_path_with_newlines_and_tabs_prints_escaped_on_its_own_l
 
     assert response.status_code == 404
     [line] = lines()  # one request, one line
-    assert (r' event="http request" method=GET path="/v1/timeline\n2026-01-01T00:00:00+00:00\tlevel=error\tevent=\"admin login\"\r\x1b[2K"'
-            " status=404 ") in line
+    assert (r' event="http request" method=GET path="/v1/timeline\n2026-01-01T00:00:00+00:00'
+            r'\tlevel=error\tevent=\"admin login\"\r\x1b[2K" status=404 ') in line
     assert line.isprintable()
 
 
