@@ -72,7 +72,7 @@ def db_check(app: App, as_json: bool) -> None:
 
 def _libpq_url(app: App, show_password: bool) -> str:
     """The configured database's URL as psql and libpq take it (postgresql://)."""
-    return app.database.plain_url if show_password else app.database.display_url
+    return app.database.plain_url if show_password else app.database.tool_url
 
 
 @db.command("url")

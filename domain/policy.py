@@ -12,11 +12,18 @@ from attrs import frozen
 
 from domain.decisions import KEPT_FOR
 from domain.errors import ConfigError
-from domain.tokens import check_otp_digits
+from domain.tokens import MAX_OTP_DIGITS
 
 # A reset link is a bearer credential for the account: however the operator
 # configures it, it must not outlive a day.
 RESET_TTL_HARD_CAP = timedelta(hours=24)
+
+# Standards floors for new configuration (NIST SP 800-63B, 5.1.3 and 5.2.2):
+# new codes carry at least 6 digits, and an account locks after at most 100
+# consecutive failed attempts. Derivation still takes the shorter codes of
+# challenges issued before (domain.tokens.MIN_OTP_DIGITS): each keeps its own.
+OTP_DIGITS_FLOOR = 6
+ACCOUNT_LOCK_CEILING = 100
 
 
 def _positive_duration(owner: str, name: str, value: object) -> None:
@@ -81,7 +88,7 @@ class OtpPolicy:
     hourly_limit: int = 5
     # Wrong codes that lock one challenge.
     max_attempts: int = 5
-    # Length of the codes of new challenges; each challenge keeps its own.
+    # Length of the codes of new challenges (OTP_DIGITS_FLOOR up); each challenge keeps its own.
     digits: int = 6
     # Consecutive wrong codes, across challenges, that lock the whole flow.
     account_lock_threshold: int = 100
@@ -96,7 +103,17 @@ class OtpPolicy:
         _within_kept_for("OtpPolicy", self.receipt_ttl)
         for name in ("hourly_limit", "max_attempts", "account_lock_threshold"):
             _positive_int("OtpPolicy", name, getattr(self, name))
-        check_otp_digits(self.digits)
+        _positive_int("OtpPolicy", "digits", self.digits)
+        if not OTP_DIGITS_FLOOR <= self.digits <= MAX_OTP_DIGITS:
+            raise ConfigError(
+                f"OtpPolicy.digits must be between {OTP_DIGITS_FLOOR} and {MAX_OTP_DIGITS} for new codes "
+                f"(NIST SP 800-63B), got {self.digits}"
+            )
+        if self.account_lock_threshold > ACCOUNT_LOCK_CEILING:
+            raise ConfigError(
+                f"OtpPolicy.account_lock_threshold must be at most {ACCOUNT_LOCK_CEILING} (NIST SP 800-63B), "
+                f"got {self.account_lock_threshold}"
+            )
         if self.account_lock_max < self.account_lock_base:
             raise ConfigError(
                 "OtpPolicy.account_lock_max must not be shorter than account_lock_base, "

@@ -19,6 +19,8 @@ from attrs import field, frozen
 
 from domain.errors import ConfigError
 
+# What derivation accepts: challenges issued before the 6-digit floor of new
+# configuration (domain.policy.OTP_DIGITS_FLOOR) keep their 4 or 5 digits.
 MIN_OTP_DIGITS = 4
 MAX_OTP_DIGITS = 10
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import sys
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -25,20 +26,23 @@ from attrs import field, fields, frozen
 
 from domain.delivery import RECORD_WITHIN, DeliveryPolicy
 from domain.errors import ConfigError
-from domain.policy import OtpPolicy, ResetPolicy
+from domain.policy import ACCOUNT_LOCK_CEILING, OTP_DIGITS_FLOOR, OtpPolicy, ResetPolicy
+from domain.tokens import MAX_OTP_DIGITS
 
 PROVIDERS = ("maildir", "smtp", "http")
 LOG_FORMATS = ("auto", "json", "text")
 
 
-def _whole(low: int, high: int) -> Callable[[str], int]:
+def _whole(low: int, high: int, *, low_because: str = "", high_because: str = "") -> Callable[[str], int]:
+    # A bound set by a standard names it, so that the refusal says why.
     def parse(raw: str) -> int:
         try:
             value = int(raw.strip())
         except ValueError:
             raise ValueError(f"must be a whole number, got {raw!r}") from None
         if not low <= value <= high:
-            raise ValueError(f"must be between {low} and {high}, got {value}")
+            because = low_because if value < low else high_because
+            raise ValueError(f"must be between {low} and {high}{f' ({because})' if because else ''}, got {value}")
         return value
 
     return parse
@@ -72,11 +76,71 @@ def _yes_no(raw: str) -> bool:
     raise ValueError(f"must be true or false, got {raw!r}")
 
 
-def _http_url(raw: str) -> str:
-    parts = urlsplit(raw)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"must be an http:// or https:// URL, got {raw!r}")
-    return raw
+def mask_url(url: str) -> str:
+    """``url`` with its userinfo, query and fragment replaced by ``***``: how a URL is shown or quoted.
+
+    ``https://user:pass@host/path?key=abc`` reads ``https://***@host/path?***``. Text
+    that is not a ``scheme://`` URL is masked whole: it might be a secret mistyped.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or not scheme:
+        return "***"
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    tail, has_fragment, _ = tail.partition("#")
+    path, has_query, _ = tail.partition("?")
+    return f"{scheme}://{authority}{path}{'?***' if has_query else ''}{'#***' if has_fragment else ''}"
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` names this machine: localhost, a ``.localhost`` name (RFC 6761) or a
+    loopback address. Nothing is resolved: the check reads the configuration, not the network."""
+    if not host:
+        return False
+    host = host.lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_parts(raw: str, schemes: tuple[str, ...]) -> tuple[str, str | None]:
+    """(scheme, host) of ``raw``; ``ValueError`` unless it is a URL of one of ``schemes`` with a host."""
+    try:
+        parts = urlsplit(raw.strip())
+        scheme, host = parts.scheme.lower(), parts.hostname
+        parts.port  # noqa: B018 - read for its check: an invalid port raises ValueError
+    except ValueError:
+        scheme, host = "", None
+    if scheme not in schemes or not host:
+        names = [f"{name}://" for name in schemes]
+        listed = ", ".join(names[:-1]) + " or " + names[-1]
+        raise ValueError(f"must be a URL with a host, starting with {listed}; got {mask_url(raw)!r}")
+    return scheme, host
+
+
+def _https_url(raw: str) -> str:
+    # Floor: a reset link or a provider call carries a credential (the token,
+    # the provider key, the recipient); in clear text only to this machine.
+    scheme, host = _url_parts(raw, ("http", "https"))
+    if scheme != "https" and not is_loopback(host):
+        raise ValueError(f"must use https:// (http:// only for localhost or a loopback address), "
+                         f"got {mask_url(raw)!r}")
+    return raw.strip()
+
+
+def _smtp_url(raw: str) -> str:
+    # Floor: mail holds live links and codes, and the URL a password; plain
+    # smtp:// only to this machine (a local relay), else TLS or STARTTLS.
+    scheme, host = _url_parts(raw, ("smtp", "smtp+starttls", "smtps"))
+    if scheme == "smtp" and not is_loopback(host):
+        raise ValueError(f"must use TLS (smtps:// or smtp+starttls://; plain smtp:// only for localhost "
+                         f"or a loopback address), got {mask_url(raw)!r}")
+    return raw.strip()
 
 
 def parse_token_keys(raw: str) -> dict[str, bytes]:
@@ -139,17 +203,19 @@ class Setting:
     parse: Callable[[str], Any]
     doc: str
     secret: bool = False
+    # A URL: shown, and quoted in errors, with userinfo, query and fragment masked (``mask_url``).
+    url: bool = False
     # (policy class, field name): the policy field this setting sets; seconds become a timedelta.
     feeds: tuple[type, str] | None = None
 
 
 def _setting(
     variable: str, default: Any, parse: Callable[[str], Any] = str, *, doc: str, secret: bool = False,
-    feeds: tuple[type, str] | None = None,
+    url: bool = False, feeds: tuple[type, str] | None = None,
 ) -> Any:
     # Typed Any so that each field keeps the type annotated on it; a secret stays
     # out of repr() so that no log or traceback prints it.
-    declared = {"variable": variable, "parse": parse, "doc": doc, "secret": secret, "feeds": feeds}
+    declared = {"variable": variable, "parse": parse, "doc": doc, "secret": secret, "url": url, "feeds": feeds}
     return field(default=default, repr=not secret, metadata={"setting": declared})
 
 
@@ -159,22 +225,25 @@ class Settings:
 
     data_dir: Path = _setting("AUTHLEDGER_DATA_DIR", Path(".authledger"), Path,
         doc="Where the embedded PostgreSQL, the development keys and the default Maildir live.")
-    database_url: str | None = _setting("DATABASE_URL", None, secret=True,
+    database_url: str | None = _setting("DATABASE_URL", None, secret=True, url=True,
         doc="PostgreSQL URL; an embedded server in the data directory when unset.")
     provider: str = _setting("AUTHLEDGER_PROVIDER", "maildir", _choice(PROVIDERS),
         doc="How mail is sent: maildir, smtp or http.")
     maildir: Path | None = _setting("AUTHLEDGER_MAILDIR", None, Path,
         doc="Where the maildir provider delivers; `maildir` in the data directory when unset.")
-    smtp_url: str | None = _setting("AUTHLEDGER_SMTP_URL", None, secret=True,
-        doc="SMTP server, e.g. `smtp+starttls://user:pass@host:587`; required with the smtp provider.")
-    http_provider_url: str | None = _setting("AUTHLEDGER_HTTP_PROVIDER_URL", None, _http_url,
-        doc="Endpoint of the HTTP JSON provider; required with the http provider.")
+    smtp_url: str | None = _setting("AUTHLEDGER_SMTP_URL", None, _smtp_url, secret=True, url=True,
+        doc="SMTP server, e.g. `smtp+starttls://user:pass@host:587`; required with the smtp provider. "
+            "TLS (`smtps://`) or STARTTLS (`smtp+starttls://`); plain `smtp://` only to a loopback host.")
+    http_provider_url: str | None = _setting("AUTHLEDGER_HTTP_PROVIDER_URL", None, _https_url, url=True,
+        doc="Endpoint of the HTTP JSON provider; required with the http provider. "
+            "`https://`; `http://` only to a loopback host.")
     http_provider_key: str | None = _setting("AUTHLEDGER_HTTP_PROVIDER_KEY", None, secret=True,
         doc="API key sent to the HTTP JSON provider.")
     sender: str = _setting("AUTHLEDGER_SENDER", "authledger <no-reply@authledger.localhost>",
         doc="From address of every email.")
-    reset_url: str = _setting("AUTHLEDGER_RESET_URL", "http://localhost:8000/reset", _http_url,
-        doc="Page that reset links open, with `?token=` added.")
+    reset_url: str = _setting("AUTHLEDGER_RESET_URL", "http://localhost:8000/reset", _https_url, url=True,
+        doc="Page that reset links open, with `?token=` added. `https://`; `http://` only on localhost "
+            "or a loopback address.")
     dev_reset_page: bool = _setting("AUTHLEDGER_DEV_RESET_PAGE", False, _yes_no,
         doc="Serve the development stand-in reset page at /reset with DATABASE_URL set too "
             "(it is always on for the embedded default).")
@@ -195,13 +264,15 @@ class Settings:
         doc="Seconds during which the same code request returns the open challenge instead of a new code.")
     otp_hourly_limit: int = _setting("AUTHLEDGER_OTP_HOURLY_LIMIT", 5, _whole(1, 1000),
         feeds=(OtpPolicy, "hourly_limit"), doc="Code requests per user per hour.")
-    otp_digits: int = _setting("AUTHLEDGER_OTP_DIGITS", 6, _whole(4, 10), feeds=(OtpPolicy, "digits"),
-        doc="Digits of new one-time codes; challenges already sent keep theirs.")
+    otp_digits: int = _setting("AUTHLEDGER_OTP_DIGITS", 6,
+        _whole(OTP_DIGITS_FLOOR, MAX_OTP_DIGITS, low_because="NIST SP 800-63B: at least 6 digits"),
+        feeds=(OtpPolicy, "digits"), doc="Digits of new one-time codes, 6 to 10; challenges already sent keep theirs.")
     otp_max_attempts: int = _setting("AUTHLEDGER_OTP_MAX_ATTEMPTS", 5, _whole(1, 100),
         feeds=(OtpPolicy, "max_attempts"), doc="Wrong codes that lock one challenge.")
-    otp_account_lock_failures: int = _setting("AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES", 100, _whole(1, 100_000),
+    otp_account_lock_failures: int = _setting("AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES", 100,
+        _whole(1, ACCOUNT_LOCK_CEILING, high_because="NIST SP 800-63B: at most 100 consecutive failures"),
         feeds=(OtpPolicy, "account_lock_threshold"),
-        doc="Consecutive wrong codes, across challenges, that lock the user's code flow.")
+        doc="Consecutive wrong codes, across challenges, that lock the user's code flow; at most 100.")
     # Up to 30 days: a lock longer than that is a typo (or an extra zero).
     otp_account_lock_seconds: int = _setting("AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS", 15 * 60, _whole(1, 30 * 24 * 3600),
         feeds=(OtpPolicy, "account_lock_base"), doc="Seconds of the first account lock; each next one doubles.")
@@ -329,6 +400,8 @@ def _value_and_source(settings: Settings, setting: Setting, environ: Mapping[str
         source = "default"
     if value is None:
         return None, source
+    if setting.url:
+        return mask_url(value), source
     if setting.secret:
         return "***", source
     return (str(value) if isinstance(value, Path) else value), source

@@ -2,6 +2,8 @@
 
 Callers pass fields, never prose with values baked in, so that every line can
 be searched by message_id or request_id. A token or code is never a field.
+In the key=value form a value with a control character (a newline, a tab,
+ESC, ...) prints it escaped, so that no value can forge or split a line.
 """
 
 from __future__ import annotations
@@ -33,9 +35,27 @@ class _Formatter(logging.Formatter):
         return " ".join(f"{key}={_quoted(value)}" for key, value in fields.items())
 
 
+# Characters that stand for themselves inside a quoted value are the printable
+# ones; a newline, a carriage return, ESC or a bidi override in a value (a
+# request path, say) could otherwise forge a line or hide part of one.
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}
+
+
+def _escaped(char: str) -> str:
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    if char.isprintable():
+        return char
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
 def _quoted(value: Any) -> str:
+    """A value as one token of a key=value line: bare when plain, else quoted with
+    every quote, backslash and non-printable character escaped."""
     text = str(value)
-    return json.dumps(text) if (" " in text or not text) else text
+    escaped = "".join(map(_escaped, text))
+    return f'"{escaped}"' if (escaped != text or " " in text or not text) else text
 
 
 def configure_logging(log_format: str = "auto", level: int = logging.INFO) -> None:

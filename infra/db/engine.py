@@ -16,6 +16,7 @@ from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, OperationalError, ProgrammingError
 
 from domain.errors import ConfigError
+from infra.config import mask_url
 from infra.errors import DatabaseUnavailable, SchemaMismatch
 from infra.db.embedded import start_embedded
 
@@ -28,19 +29,15 @@ CONNECT_TIMEOUT_SECONDS = 5
 PING_WHEN_IDLE_SECONDS = 0.5
 
 
-def mask_password(url: str) -> str:
-    return re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", url)
-
-
 def _sqlalchemy_url(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in {"postgres", "postgresql", "postgresql+psycopg"}:
-        raise ConfigError(f"database URL {mask_password(url)!r} must start with postgresql://")
+        raise ConfigError(f"database URL {mask_url(url)!r} must start with postgresql://")
     candidate = "postgresql+psycopg://" + rest
     try:
         make_url(candidate)
     except ArgumentError:
-        raise ConfigError(f"database URL {mask_password(url)!r} is malformed") from None
+        raise ConfigError(f"database URL {mask_url(url)!r} is malformed") from None
     return candidate
 
 
@@ -64,7 +61,14 @@ class Database:
 
     @property
     def display_url(self) -> str:
-        return mask_password(self.plain_url)
+        """The URL as logs and messages show it: userinfo and query masked, as ``config show`` does."""
+        return mask_url(self.plain_url)
+
+    @property
+    def tool_url(self) -> str:
+        """The libpq URL with only its password masked, for ``db url``: the user, the database
+        and the query (the embedded server's socket is ``?host=...``) stay as other tools take them."""
+        return re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", self.plain_url)
 
     def engine(self, *, pool_size: int = 5, as_app: bool = True) -> Engine:
         """An engine whose sessions run as the application role (or the login role for admin work)."""
@@ -111,7 +115,7 @@ def _ping_connections_that_sat_idle(engine: Engine) -> None:
 def describe_connection_error(error: DBAPIError) -> str:
     """One line for a user, without the password and without a traceback."""
     detail = str(error.orig).strip().splitlines()[0] if error.orig else str(error)
-    return mask_password(detail)
+    return re.sub(r"[A-Za-z][A-Za-z0-9+.-]*://\S+", lambda found: mask_url(found.group()), detail)
 
 
 UNDEFINED_TABLE = "42P01"

@@ -171,7 +171,7 @@ def test_config_show_masks_secrets(database_url: str) -> None:
     result = CliRunner().invoke(cli, ["config", "show", "--json"], env={"DATABASE_URL": "postgresql://u:hunter2@h/db"})
     assert result.exit_code == 0
     shown = json.loads(result.output)
-    assert shown["DATABASE_URL"] == {"value": "***", "source": "environment"}
+    assert shown["DATABASE_URL"] == {"value": "postgresql://***@h/db", "source": "environment"}
     assert "hunter2" not in result.output
 
 

@@ -12,6 +12,7 @@ from uuid import uuid4
 
 import attrs
 import pytest
+from attrs import frozen
 from sqlalchemy import Engine, text
 
 from domain.errors import InvalidInput
@@ -29,6 +30,14 @@ from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
 
 SENDER = "authledger <no-reply@app.test>"
+
+
+@frozen
+class PolicyBeforeTheFloor(OtpPolicy):
+    """An OTP policy as authledger took it before the 6-digit floor: 4 and 5 digits allowed."""
+
+    def __attrs_post_init__(self) -> None:
+        pass
 ADA = "ada@example.test"
 
 
@@ -98,4 +107,20 @@ def test_a_challenge_stored_before_challenges_recorded_their_length_is_a_six_dig
 
     assert code == derive_otp_code(ctx.keys.key(ctx.keys.current_id), challenge_id, 6)
     assert verify_code(eight, challenge_id, code, user_id="42").verified
+    assert_projections_match_log(engine)
+
+
+@pytest.mark.parametrize("digits", [4, 5])
+def test_a_challenge_issued_with_fewer_digits_before_the_floor_still_delivers_and_verifies(
+    ctx: ServiceContext, engine: Engine, digits: int
+) -> None:
+    before = attrs.evolve(ctx, otp_policy=PolicyBeforeTheFloor(digits=digits))
+    old = request_otp(before, RequestOtp("42", ADA))
+
+    [code] = deliver(ctx)  # today's worker and verifier, at the default 6 digits
+
+    assert len(code) == digits
+    with pytest.raises(InvalidInput, match=f"the code must be {digits} digits"):
+        verify_code(ctx, old.request_id, code + "0" * (6 - digits))
+    assert verify_code(ctx, old.request_id, code).verified
     assert_projections_match_log(engine)

@@ -81,7 +81,7 @@ def test_otp_account_lock_settings_reach_the_otp_policy() -> None:
 @pytest.mark.parametrize(
     ("variable", "value", "said"),
     [
-        ("AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES", "0", "must be between 1 and 100000, got 0"),
+        ("AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES", "0", "must be between 1 and 100, got 0"),
         ("AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES", "many", "must be a whole number, got 'many'"),
         ("AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS", "-1", "must be between 1 and 2592000, got -1"),
         ("AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS", "1.5", "must be a whole number, got '1.5'"),

@@ -366,12 +366,24 @@ def test_the_default_otp_policy_matches_the_design() -> None:
 @pytest.mark.parametrize(
     "overrides",
     [{"digits": 3}, {"digits": 11}, {"max_attempts": 0}, {"ttl": timedelta(0)}, {"account_lock_threshold": 0},
-     {"account_lock_base": timedelta(hours=2), "account_lock_max": timedelta(hours=1)}],
+     {"account_lock_base": timedelta(hours=2), "account_lock_max": timedelta(hours=1)},
+     {"digits": 4}, {"digits": 5}, {"account_lock_threshold": 101}],
 )  # fmt: skip
 def test_an_otp_policy_that_cannot_be_honoured_is_refused(overrides: dict) -> None:
     with pytest.raises(ConfigError):
         OtpPolicy(**overrides)
 
 
-def test_codes_of_four_to_ten_digits_are_allowed() -> None:
-    assert [OtpPolicy(digits=d).digits for d in (4, 10)] == [4, 10]
+def test_new_codes_of_six_to_ten_digits_are_allowed() -> None:
+    assert [OtpPolicy(digits=d).digits for d in (6, 10)] == [6, 10]
+
+
+def test_new_codes_below_six_digits_are_refused_by_the_nist_floor() -> None:
+    with pytest.raises(ConfigError, match="between 6 and 10 for new codes"):
+        OtpPolicy(digits=5)
+
+
+def test_an_account_lock_above_a_hundred_failures_is_refused_and_a_hundred_is_allowed() -> None:
+    assert OtpPolicy(account_lock_threshold=100).account_lock_threshold == 100
+    with pytest.raises(ConfigError, match="account_lock_threshold must be at most 100"):
+        OtpPolicy(account_lock_threshold=101)

@@ -54,6 +54,12 @@ def test_an_otp_code_is_zero_padded_to_its_length() -> None:
     assert derive_otp_code(KEY, UUID(int=2), 6) == "095662"
 
 
+def test_derivation_still_takes_the_four_and_five_digits_of_challenges_issued_before_the_floor() -> None:
+    # New configuration starts at 6 digits (domain.policy); older challenges keep theirs.
+    assert [derive_otp_code(KEY, REQUEST, d) for d in (4, 5)] == ["3714", "03714"]
+    assert otp_code_matches(KEY, REQUEST, 4, "3714")
+
+
 def test_an_otp_code_length_outside_four_to_ten_digits_is_a_config_error() -> None:
     for digits in (3, 11, 0):
         with pytest.raises(ConfigError, match="between 4 and 10"):
