@@ -121,6 +121,6 @@ def test_a_challenge_issued_with_fewer_digits_before_the_floor_still_delivers_an
 
     assert len(code) == digits
     with pytest.raises(InvalidInput, match=f"the code must be {digits} digits"):
-        verify_code(ctx, old.request_id, code + "0" * (6 - digits))
-    assert verify_code(ctx, old.request_id, code).verified
+        verify_code(ctx, old.request_id, code + "0" * (6 - digits), user_id="42")
+    assert verify_code(ctx, old.request_id, code, user_id="42").verified
     assert_projections_match_log(engine)
