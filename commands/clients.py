@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from commands.output import cli_metadata, emit, json_option
@@ -11,8 +9,7 @@ from domain.clients import SCOPES
 from domain.tenants import DEFAULT_TENANT
 from infra.bootstrap import App
 from infra.services import clients as client_service
-from infra.services.clients import IssuedKey
-from projections.api_keys import ApiKeyRow
+from infra.services.clients import IssuedKey, key_json
 
 
 @click.group()
@@ -51,13 +48,6 @@ def clients_rotate(app: App, name: str, as_json: bool) -> None:
     issued = client_service.rotate_client(app.services, name, metadata=cli_metadata("clients rotate"))
     _issued(issued, as_json, f"client {issued.name}: new key issued, its other keys stay live until "
                              f"`authledger clients revoke {issued.name} --key KEY_ID`")
-
-
-def key_json(row: ApiKeyRow) -> dict[str, Any]:
-    """A key as listed: never the key nor its hash."""
-    return {"key_id": row.key_id, "client": row.client, "tenant": row.tenant, "scopes": row.scopes.split(),
-            "status": row.status, "created_at": row.created_at.isoformat(),
-            "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None}
 
 
 @clients.command("list")

@@ -30,13 +30,14 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from domain.errors import AuthledgerError, InvalidInput, NotFound
-from infra.errors import Forbidden, SchemaMismatch, Unauthorized
+from infra.errors import DatabaseUnavailable, Forbidden, SchemaMismatch, Unauthorized
 from domain.decisions import RequestOutcome
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
 from infra.services import otp as otp_service, reset as reset_service
 from infra.db import tables
 from infra.http import schemas
+from infra.http.admin import Admin, admin_routes
 from domain.clients import Caller
 from infra.services.clients import authenticate
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -68,6 +69,7 @@ from infra.delivery.worker import Worker
 
 log = logging.getLogger("authledger.http")
 REQUEST_ID = re.compile(schemas.REQUEST_ID_PATTERN.strip("^$"))
+CONNECTED = text("SELECT 1")
 MISSING_TABLES = text("SELECT name FROM unnest(CAST(:names AS text[])) AS name WHERE to_regclass(name) IS NULL")
 REPLAYED = "Idempotency-Replayed"
 
@@ -188,8 +190,20 @@ class Api:
         return _json({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
-        await run_in_threadpool(self._check_ready)
+        # Anyone may ask whether the database answers; how it stands (schema
+        # version, missing tables) is told only to a key with the metrics scope.
+        if "authorization" not in request.headers:
+            await run_in_threadpool(self._check_connected)
+            return _json({"status": "ready"})
+        await self._authenticated(request, "metrics", lambda _: self._check_ready())
         return _json({"status": "ready", "schema_version": SCHEMA_VERSION})
+
+    def _check_connected(self) -> None:
+        try:
+            with self.ctx.engine.connect() as connection:
+                connection.execute(CONNECTED)
+        except AuthledgerError:
+            raise DatabaseUnavailable() from None
 
     def _check_ready(self) -> None:
         with self.ctx.engine.connect() as connection:
@@ -209,7 +223,10 @@ class Api:
             self.log_metrics.start(connection)
 
     async def metrics(self, request: Request) -> Response:
-        exposition = await run_in_threadpool(render, self.ctx, self.log_metrics, self.worker)
+        # Counters move when an email is queued: for an outsider, an oracle of
+        # who just asked for a reset. Prometheus scrapes with a bearer token.
+        exposition = await self._authenticated(
+            request, "metrics", lambda _: render(self.ctx, self.log_metrics, self.worker))
         return Response(exposition, media_type=METRICS_CONTENT_TYPE)
 
     async def openapi(self, request: Request) -> Response:
@@ -275,6 +292,7 @@ def create_app(
 ) -> Starlette:
     """The API over ``ctx``; ``worker`` and ``catch_up`` run in threads for the app's lifetime."""
     api = Api(ctx, max_body_bytes=max_body_bytes, worker=worker)
+    admin = Admin(api)
 
     async def on_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, AuthledgerError)
@@ -300,6 +318,7 @@ def create_app(
         Route("/v1/otp/challenges", api.create_challenge, methods=["POST"]),
         Route("/v1/otp/challenges/{challenge_id}/verify", api.verify_challenge, methods=["POST"]),
         Route("/v1/timeline", api.timeline, methods=["GET"]),
+        *admin_routes(admin),
         Route("/healthz", api.healthz, methods=["GET"]),
         Route("/readyz", api.readyz, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),

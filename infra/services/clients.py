@@ -186,5 +186,12 @@ def list_keys(engine: Engine, *, tenant: str | None = None) -> list[ApiKeyRow]:
         return [ApiKeyRow(**row._mapping) for row in connection.execute(query)]
 
 
+def key_json(row: ApiKeyRow) -> dict[str, Any]:
+    """A key as the CLI and the API list it: never the key nor its hash."""
+    return {"key_id": row.key_id, "client": row.client, "tenant": row.tenant, "scopes": row.scopes.split(),
+            "status": row.status, "created_at": row.created_at.isoformat(),
+            "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None}
+
+
 def list_clients(engine: Engine) -> list[ApiKeyRow]:
     return list_keys(engine)
