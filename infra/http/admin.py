@@ -7,7 +7,8 @@ message is answered exactly as one that does not exist: 404.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,9 +22,7 @@ from infra.http.problems import safe_json
 from infra.http.validation import bearer_key, canonical_uuid
 from infra.services import clients as client_service
 from infra.services.clients import IssuedKey, key_json
-
-if TYPE_CHECKING:
-    from infra.http.app import Api
+from infra.services.unit_of_work import ServiceContext
 
 ADMIN = "admin"
 
@@ -44,10 +43,23 @@ def _client_name(request: Request) -> str:
     return name
 
 
+class Steps(Protocol):
+    """What the admin handlers use of ``infra.http.app.Api``: its context and shared steps."""
+
+    ctx: ServiceContext
+
+    async def _checked(self, request: Request, schema: schemas.Schema, *, create: bool = False
+                       ) -> tuple[dict[str, Any], str | None]: ...
+
+    async def _authenticated(self, request: Request, scope: str, work: Callable[[Caller], Any]) -> Any: ...
+
+    def _metadata(self, request: Request, caller: Caller) -> dict[str, str]: ...
+
+
 class Admin:
     """The admin handlers, over the API's shared steps."""
 
-    def __init__(self, api: Api) -> None:
+    def __init__(self, api: Steps) -> None:
         self.api = api
 
     async def list_clients(self, request: Request) -> Response:

@@ -104,6 +104,10 @@ def test_db_init_upgrades_a_version_3_database_and_its_keys_keep_working(
     assert_projections_match_log(engine)
     assert run(database_url, "projections", "verify")[0] == 0
     assert run(database_url, "db", "check")[0] == 0
+    code, output = run(database_url, "projections", "rebuild", "api_keys")
+    assert code == 0, output
+    assert authenticate(engine, keys["shop"]) is not None
+    assert_projections_match_log(engine)
     with admin_engine.connect() as connection:
         assert connection.execute(text("SELECT to_regclass('api_clients')")).scalar() is None
 
