@@ -200,5 +200,6 @@ def decide_revoke(state: ClientState, name: str, key_id: str | None = None, *, n
     if key_id is None:
         return [ClientKeyRevoked(name, live, now) for live in state.live]
     if key_id not in state.keys:
-        raise NotFound(f"client {name!r} has no key {key_id[:80]!r}")
+        # The id is not echoed: a key pasted where its id belongs must not end up in an error or a log.
+        raise NotFound(f"client {name!r} has no key of that id; `clients list` shows its key ids")
     return [ClientKeyRevoked(name, key_id, now)] if key_id in state.live else []

@@ -21,6 +21,7 @@ from attrs import frozen
 from sqlalchemy import Engine, select
 
 from domain.clients import (
+    LEGACY_SCOPES,
     Caller,
     check_client_name,
     check_scopes,
@@ -30,7 +31,6 @@ from domain.clients import (
     decide_rotate,
     fold_client,
     ordered_scopes,
-    LEGACY_SCOPES,
 )
 from domain.errors import InvalidInput
 from domain.tenants import DEFAULT_TENANT, check_tenant_name
@@ -105,10 +105,6 @@ class IssuedKey:
     scopes: tuple[str, ...]
     key_id: str
     api_key: str  # shown once, never stored
-
-
-# The name the first versions gave this result.
-CreatedClient = IssuedKey
 
 
 def _issued(events: list[object], api_key: str) -> IssuedKey:
@@ -191,7 +187,3 @@ def key_json(row: ApiKeyRow) -> dict[str, Any]:
     return {"key_id": row.key_id, "client": row.client, "tenant": row.tenant, "scopes": row.scopes.split(),
             "status": row.status, "created_at": row.created_at.isoformat(),
             "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None}
-
-
-def list_clients(engine: Engine) -> list[ApiKeyRow]:
-    return list_keys(engine)

@@ -29,14 +29,24 @@ from tests.support.replay import assert_projections_match_log
 
 pytestmark = pytest.mark.anyio
 ADA = {"user_id": "42", "email": "ada@example.com"}
-# One operation per scope, each answered by something other than 401/403 for a key that holds it.
-OPERATIONS = {
-    "send": ("POST", "/v1/password-resets", ADA),
-    "verify": ("POST", "/v1/password-resets/verify", {"token": "no-such-token"}),
-    "review": ("GET", "/v1/timeline?user_id=42", None),
-    "admin": ("GET", "/v1/admin/clients", None),
-    "metrics": ("GET", "/metrics", None),
-}
+# Every operation that needs a key, with the scope it needs; each answers something other than
+# 401/403 for a key that holds the scope.
+SOME_ID = "123e4567-e89b-12d3-a456-426614174000"
+OPERATIONS = [
+    ("send", "POST", "/v1/password-resets", ADA),
+    ("send", "POST", "/v1/otp/challenges", ADA),
+    ("verify", "POST", "/v1/password-resets/verify", {"token": "no-such-token"}),
+    ("verify", "POST", "/v1/password-resets/consume", {"token": "no-such-token"}),
+    ("verify", "POST", f"/v1/otp/challenges/{SOME_ID}/verify", {"code": "123456"}),
+    ("review", "GET", "/v1/timeline?user_id=42", None),
+    ("admin", "GET", "/v1/admin/clients", None),
+    ("admin", "POST", "/v1/admin/clients", {"name": "made-by-admin", "scopes": ["send"]}),
+    ("admin", "POST", "/v1/admin/clients/nobody/rotate", None),
+    ("admin", "POST", "/v1/admin/clients/nobody/revoke", {}),
+    ("admin", "POST", f"/v1/admin/messages/{SOME_ID}/redrive", {"reason": "relay fixed"}),
+    ("metrics", "GET", "/metrics", None),
+    ("metrics", "GET", "/readyz", None),
+]
 
 
 async def call(client: httpx.AsyncClient, method: str, path: str, body: object | None) -> httpx.Response:
@@ -56,7 +66,7 @@ async def test_a_key_is_refused_with_403_outside_its_scope_and_nothing_is_writte
 ) -> None:
     key = create_client(ctx, f"only-{scope}", scopes=[scope]).api_key
     async with asgi_client(ctx, key) as client:
-        for needed, (method, path, body) in OPERATIONS.items():
+        for needed, method, path, body in OPERATIONS:
             before = log_size(engine)
             response = await call(client, method, path, body)
             if needed == scope:
