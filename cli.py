@@ -34,6 +34,7 @@ COMMANDS: Mapping[str, tuple[str, str]] = {
     "outbox": ("commands.outbox:outbox", "Inspect outbound email."),
     "serve": ("commands.serve:serve",
               "Run the HTTP API and the delivery workers; SIGTERM or Ctrl-C stops both cleanly."),
+    "tenants": ("commands.tenants:tenants", "The applications that own users; the default tenant always exists."),
     "clients": ("commands.clients:clients", "API keys of the applications that call the HTTP API."),
     "projections": ("commands.projections:projections",
                     "Read models: list, status, rebuild, verify, replay as of a moment, and the catch-up runner."),

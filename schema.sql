@@ -227,18 +227,51 @@ REVOKE ALL ON subject_keys FROM PUBLIC;
 GRANT SELECT, INSERT, DELETE ON subject_keys TO authledger_app;
 GRANT UPDATE (master_key_id, wrapped_key) ON subject_keys TO authledger_app;
 
--- API clients of the HTTP API (issue 5): an inline projection of the
--- client:<name> streams. Only the SHA-256 of a key is kept; the key is shown
--- once when the client is created.
-CREATE TABLE IF NOT EXISTS api_clients (
-    name        text PRIMARY KEY,
+-- API keys of the HTTP API (issues 5 and 14): an inline projection of the
+-- client:<name> streams, one row per key, revoked keys kept. Only the SHA-256
+-- of a key is kept; the key is shown once when it is issued. scopes is
+-- space-separated, in the order of domain.clients.SCOPES.
+CREATE TABLE IF NOT EXISTS api_keys (
+    key_id      text PRIMARY KEY,
     key_hash    text        NOT NULL UNIQUE,
+    client      text        NOT NULL,
+    tenant      text        NOT NULL,
+    scopes      text        NOT NULL,
     status      text        NOT NULL CHECK (status IN ('active', 'revoked')),
     created_at  timestamptz NOT NULL,
     revoked_at  timestamptz
 );
 
-GRANT SELECT, INSERT, UPDATE, DELETE ON api_clients TO authledger_app;
+CREATE INDEX IF NOT EXISTS api_keys_by_client ON api_keys (client);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON api_keys TO authledger_app;
+
+-- Version 4 replaced api_clients (one row per client, its newest key) with
+-- api_keys. A database from before holds only legacy registrations, whose
+-- fold (projections/api_keys.py) is exactly the old row under the key id
+-- legacy:<name>, default tenant, scopes of that time. The old table is
+-- dropped rather than left behind: a release from before 4 still running
+-- during a deploy then fails closed instead of accepting keys revoked since.
+DO $$
+BEGIN
+    IF to_regclass('api_clients') IS NOT NULL THEN
+        INSERT INTO api_keys (key_id, key_hash, client, tenant, scopes, status, created_at, revoked_at)
+        SELECT 'legacy:' || name, key_hash, name, 'default', 'send verify review', status, created_at, revoked_at
+          FROM api_clients
+            ON CONFLICT DO NOTHING;
+        DROP TABLE api_clients;
+    END IF;
+END
+$$;
+
+-- Tenants created with `authledger tenants create` (an inline projection of
+-- the tenant:<name> streams). The default tenant exists without a row.
+CREATE TABLE IF NOT EXISTS tenants (
+    name        text PRIMARY KEY,
+    created_at  timestamptz NOT NULL
+);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON tenants TO authledger_app;
 
 -- Catch-up projections (issue 6, see infra/projector/registry.py): they
 -- follow the log by the transaction-id horizon and store how far they got in
@@ -344,6 +377,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON address_index TO authledger_app;
 --   2  the application role may re-wrap data keys (UPDATE of two subject_keys
 --      columns, for `privacy rewrap`); stray grants on seals are revoked
 --   3  request_counts (floods counted) and stream_snapshots (bounded folds)
---   4  address_index (reviewers find users by a keyed hash of their address);
+--   4  api_keys (several scoped keys per client, in tenants) replaces api_clients; tenants;
+--      address_index (reviewers find users by a keyed hash of their address);
 --      indexes for the console's outbox page (24 h chart, given-up mail)
 INSERT INTO schema_version (version) VALUES (1), (2), (3), (4) ON CONFLICT DO NOTHING;

@@ -1,21 +1,30 @@
 """API clients: the applications allowed to call authledger, one ``client:<name>`` stream each.
 
-A client is registered with the SHA-256 of its API key (never the key) and
-may be revoked; both are events, so the audit trail says which application
-could call the service when. A revoked name may be registered again with a
-new key: the stream keeps both lives.
+A client belongs to one tenant and holds scopes; it may hold several live
+keys at once, so that a key can be rotated with overlap: issue a new key,
+move the application to it, then revoke the old one. A key is recorded only
+as the SHA-256 of its value (shown once) and a key id derived from that
+hash, so the audit trail says which key could call the service when.
+
+Clients registered before tenants and scopes (``ClientRegistered``,
+``ClientRevoked``: one key per client at a time) still fold: they belong to
+the default tenant and hold ``LEGACY_SCOPES``. Their one key's id is
+``legacy:<name>``; a legacy revocation names no key, and there was only ever
+one live.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable
 from datetime import datetime
 
-from attrs import frozen
+from attrs import evolve, frozen
 
 from domain.decisions import require_utc
 from domain.errors import InvalidInput, NotFound, UnknownEventType
+from domain.tenants import DEFAULT_TENANT
 
 CLIENT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 
@@ -39,12 +48,30 @@ class Caller:
 
 
 def client_stream(name: str) -> str:
-    """The stream id holding this client's registrations and revocations."""
+    """The stream id holding this client's keys: issued and revoked."""
     return f"client:{name}"
+
+
+def key_id_of(key_hash: str) -> str:
+    """A key's public id: derived from its hash (one way), so it names the key without revealing the hash."""
+    return "key_" + hashlib.sha256(key_hash.encode("ascii")).hexdigest()[:16]
+
+
+def legacy_key_id(name: str) -> str:
+    """The id of the one key of a client registered before several keys existed."""
+    return f"legacy:{name}"
+
+
+def ordered_scopes(scopes: Iterable[str]) -> tuple[str, ...]:
+    """Scopes in the order of ``SCOPES``, each once."""
+    given = set(scopes)
+    return tuple(scope for scope in SCOPES if scope in given)
 
 
 @frozen
 class ClientRegistered:
+    """Legacy (before tenants and scopes): the client's one key, in the default tenant."""
+
     name: str
     key_hash: str  # hex SHA-256 of the API key; the key itself is shown once and never stored
     created_at: datetime
@@ -52,24 +79,62 @@ class ClientRegistered:
 
 @frozen
 class ClientRevoked:
+    """Legacy: the client's one live key was revoked."""
+
     name: str
     revoked_at: datetime
 
 
 @frozen
+class ClientKeyIssued:
+    """A key for ``name`` of ``tenant`` with ``scopes``: the client's first (creation) or another (rotation)."""
+
+    name: str
+    tenant: str
+    scopes: tuple[str, ...]
+    key_id: str
+    key_hash: str  # hex SHA-256 of the API key, shown once and never stored
+    issued_at: datetime
+
+
+@frozen
+class ClientKeyRevoked:
+    name: str
+    key_id: str
+    revoked_at: datetime
+
+
+CLIENT_EVENTS = (ClientRegistered, ClientRevoked, ClientKeyIssued, ClientKeyRevoked)
+
+
+@frozen
 class ClientState:
-    """Where one client stands: never registered, active, or revoked."""
+    """Where one client stands: never created, its tenant and scopes, every key id and the live ones."""
 
     name: str | None = None
-    key_hash: str | None = None
-    active: bool = False
+    tenant: str = DEFAULT_TENANT
+    scopes: tuple[str, ...] = ordered_scopes(LEGACY_SCOPES)
+    keys: tuple[str, ...] = ()
+    live: tuple[str, ...] = ()
+
+    @property
+    def active(self) -> bool:
+        return bool(self.live)
 
 
 def evolve_client(state: ClientState, event: object) -> ClientState:
-    if isinstance(event, ClientRegistered):
-        return ClientState(event.name, event.key_hash, active=True)
-    if isinstance(event, ClientRevoked):
-        return ClientState(state.name, state.key_hash, active=False)
+    match event:
+        case ClientRegistered():
+            key_id = legacy_key_id(event.name)
+            keys = state.keys if key_id in state.keys else (*state.keys, key_id)
+            return ClientState(event.name, DEFAULT_TENANT, ordered_scopes(LEGACY_SCOPES), keys, (key_id,))
+        case ClientRevoked():
+            return evolve(state, live=())
+        case ClientKeyIssued():
+            return ClientState(event.name, event.tenant, event.scopes, (*state.keys, event.key_id),
+                               (*state.live, event.key_id))
+        case ClientKeyRevoked():
+            return evolve(state, live=tuple(k for k in state.live if k != event.key_id))
     raise UnknownEventType(f"{type(event).__name__} is not an event of a client stream")
 
 
@@ -89,18 +154,52 @@ def check_client_name(name: object) -> str:
     return name
 
 
-def decide_register(state: ClientState, name: str, key_hash: str, *, now: datetime) -> list[object]:
-    """Register ``name`` with a key hash; ``InvalidInput`` while a client of that name is active."""
+def check_scopes(scopes: object) -> tuple[str, ...]:
+    """The scopes in their usual order; ``InvalidInput`` for none, or one that is not in ``SCOPES``."""
+    if isinstance(scopes, str) or not isinstance(scopes, Iterable):
+        raise InvalidInput(f"scopes are a list of: {', '.join(SCOPES)}")
+    given = list(scopes)
+    unknown = [s for s in given if s not in SCOPES]
+    if unknown:
+        raise InvalidInput(f"unknown scope {str(unknown[0])[:40]!r}; scopes are: {', '.join(SCOPES)}")
+    if not given:
+        raise InvalidInput(f"a client needs at least one scope of: {', '.join(SCOPES)}")
+    return ordered_scopes(given)
+
+
+def decide_create(
+    state: ClientState, name: str, *, tenant: str, scopes: tuple[str, ...], key_hash: str, now: datetime
+) -> list[object]:
+    """The client's first key; ``InvalidInput`` while the client has a live key (rotate it instead).
+
+    A client whose keys are all revoked may be created again in its tenant, with any scopes.
+    """
     require_utc(now)
     check_client_name(name)
-    if state.active:
-        raise InvalidInput(f"a client named {name!r} already exists; revoke it first to issue a new key")
-    return [ClientRegistered(name, key_hash, now)]
+    # A name stays with its tenant, revoked or not: its keys' history belongs there.
+    if state.active or (state.name is not None and state.tenant != tenant):
+        raise InvalidInput(f"a client named {name!r} already exists; `clients rotate {name}` issues another key")
+    return [ClientKeyIssued(name, tenant, check_scopes(scopes), key_id_of(key_hash), key_hash, now)]
 
 
-def decide_revoke(state: ClientState, name: str, *, now: datetime) -> list[object]:
-    """Revoke ``name``: nothing to do when it is already revoked, ``NotFound`` when it never existed."""
+def decide_rotate(state: ClientState, name: str, *, key_hash: str, now: datetime) -> list[object]:
+    """Another live key, with the client's tenant and scopes; its other keys stay live."""
     require_utc(now)
     if state.name is None:
         raise NotFound(f"no client named {name!r}")
-    return [ClientRevoked(name, now)] if state.active else []
+    if not state.active:
+        raise InvalidInput(f"client {name!r} has no live key; create it again with `clients create {name}`")
+    return [ClientKeyIssued(name, state.tenant, state.scopes, key_id_of(key_hash), key_hash, now)]
+
+
+def decide_revoke(state: ClientState, name: str, key_id: str | None = None, *, now: datetime) -> list[object]:
+    """Revoke one key (``key_id``) or every live key; nothing when already revoked, ``NotFound`` when unknown."""
+    require_utc(now)
+    if state.name is None:
+        raise NotFound(f"no client named {name!r}")
+    if key_id is None:
+        return [ClientKeyRevoked(name, live, now) for live in state.live]
+    if key_id not in state.keys:
+        # The id is not echoed: a key pasted where its id belongs must not end up in an error or a log.
+        raise NotFound(f"client {name!r} has no key of that id; `clients list` shows its key ids")
+    return [ClientKeyRevoked(name, key_id, now)] if key_id in state.live else []

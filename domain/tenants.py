@@ -16,7 +16,12 @@ tenant's.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from datetime import datetime
 
+from attrs import frozen
+
+from domain.decisions import require_utc
 from domain.errors import InvalidInput
 
 DEFAULT_TENANT = "default"
@@ -46,3 +51,28 @@ def split_scoped_user(scoped: str) -> tuple[str, str]:
 
 def tenant_of(scoped: str) -> str:
     return split_scoped_user(scoped)[0]
+
+
+def tenant_stream(name: str) -> str:
+    """The stream id recording that a tenant was created."""
+    return f"tenant:{name}"
+
+
+@frozen
+class TenantCreated:
+    name: str
+    created_at: datetime
+
+
+def tenant_exists(events: Iterable[object]) -> bool:
+    """The fold of a tenant stream: whether the tenant was created."""
+    return any(isinstance(event, TenantCreated) for event in events)
+
+
+def decide_create_tenant(exists: bool, name: str, *, now: datetime) -> list[object]:
+    """Create tenant ``name``; ``InvalidInput`` when it exists (the default tenant always does)."""
+    require_utc(now)
+    check_tenant_name(name)
+    if exists or name == DEFAULT_TENANT:
+        raise InvalidInput(f"a tenant named {name!r} already exists")
+    return [TenantCreated(name, now)]

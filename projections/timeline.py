@@ -19,7 +19,7 @@ from uuid import UUID
 
 from attrs import asdict, frozen
 
-from domain import clients, decisions, email, otp, outage, privacy, reset
+from domain import clients, decisions, email, otp, outage, privacy, reset, tenants
 from domain.log import RecordedEvent
 
 TIME_FIELDS = (
@@ -178,6 +178,13 @@ def summary(event: object) -> str:
             return f"API client {event.name} registered with a new key"
         case clients.ClientRevoked():
             return f"API client {event.name} revoked; its key no longer works"
+        case clients.ClientKeyIssued():
+            return (f"API client {event.name} of tenant {event.tenant} given key {event.key_id} "
+                    f"(scopes: {' '.join(event.scopes) or 'none'})")
+        case clients.ClientKeyRevoked():
+            return f"API client {event.name}: key {event.key_id} revoked, it no longer works"
+        case tenants.TenantCreated():
+            return f"tenant {event.name} created"
     return type(event).__name__  # not for a registered type: a test holds every one to a sentence
 
 

@@ -73,10 +73,16 @@ stream_snapshots = Table(
     Column("version", Integer), Column("state", JSONB),
 )
 
-api_clients = Table(
-    "api_clients", metadata,
-    Column("name", Text, primary_key=True),
-    Column("key_hash", Text), Column("status", Text), Column("created_at", _tz()), Column("revoked_at", _tz()),
+api_keys = Table(
+    "api_keys", metadata,
+    Column("key_id", Text, primary_key=True),
+    Column("key_hash", Text), Column("client", Text), Column("tenant", Text), Column("scopes", Text),
+    Column("status", Text), Column("created_at", _tz()), Column("revoked_at", _tz()),
+)
+
+tenants = Table(
+    "tenants", metadata,
+    Column("name", Text, primary_key=True), Column("created_at", _tz()),
 )
 
 address_index = Table(

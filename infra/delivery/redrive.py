@@ -24,6 +24,7 @@ from sqlalchemy import Connection, text
 
 from domain.delivery import redrive_events, redrive_reason
 from domain.email import email_stream
+from domain.tenants import tenant_of
 from infra.projector.inline import OUTBOX
 from infra.services.unit_of_work import ServiceContext, append_and_fold
 from projections.outbox import OutboxRow
@@ -41,10 +42,15 @@ ABANDONED = text("""
 
 @frozen
 class Selection:
-    """Which messages to re-drive: one by id, or every abandoned one (since a time, if given)."""
+    """Which messages to re-drive: one by id, or every abandoned one (since a time, if given).
+
+    With ``tenant``, only that tenant's messages: another tenant's message is
+    not found (an admin key acts for its own tenant only).
+    """
 
     message_id: UUID | None = None
     abandoned_since: datetime | None = None
+    tenant: str | None = None
 
     def rows(self, connection: Connection) -> tuple[OutboxRow, ...]:
         """The selected outbox rows, locked until the transaction ends."""
@@ -52,7 +58,8 @@ class Selection:
             found = connection.execute(ONE, {"message_id": self.message_id})
         else:
             found = connection.execute(ABANDONED, {"since": self.abandoned_since})
-        return tuple(OutboxRow(**row._mapping) for row in found)
+        rows = (OutboxRow(**row._mapping) for row in found)
+        return tuple(row for row in rows if self.tenant is None or tenant_of(row.user_id) == self.tenant)
 
 
 @frozen

@@ -8,7 +8,7 @@ version here and registering an upcaster in ``infra.eventlog.upcasters``.
 from __future__ import annotations
 
 from domain import decisions, email, otp, privacy, reset
-from domain import clients, outage
+from domain import clients, outage, tenants
 
 # tag -> (class, current schema version)
 EVENT_TYPES: dict[str, tuple[type, int]] = {
@@ -37,6 +37,9 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "ProviderOutageEnded": (outage.ProviderOutageEnded, 1),
     "ClientRegistered": (clients.ClientRegistered, 1),
     "ClientRevoked": (clients.ClientRevoked, 1),
+    "ClientKeyIssued": (clients.ClientKeyIssued, 1),
+    "ClientKeyRevoked": (clients.ClientKeyRevoked, 1),
+    "TenantCreated": (tenants.TenantCreated, 1),
     "SubjectErased": (privacy.SubjectErased, 1),
     "DataKeysRewrapped": (privacy.DataKeysRewrapped, 1),
 }

@@ -30,7 +30,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from domain.errors import AuthledgerError, InvalidInput, NotFound
-from infra.errors import Forbidden, SchemaMismatch, Unauthorized
+from infra.errors import DatabaseUnavailable, Forbidden, SchemaMismatch, Unauthorized
 from domain.decisions import RequestOutcome
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
@@ -38,6 +38,7 @@ from infra.services import otp as otp_service, reset as reset_service
 from infra.db import tables
 from infra.http import schemas
 from infra.console.app import Console
+from infra.http.admin import Admin, admin_routes
 from domain.clients import Caller
 from domain.tenants import split_scoped_user
 from infra.services.clients import authenticate
@@ -71,6 +72,7 @@ from infra.delivery.worker import Worker
 
 log = logging.getLogger("authledger.http")
 REQUEST_ID = re.compile(schemas.REQUEST_ID_PATTERN.strip("^$"))
+CONNECTED = text("SELECT 1")
 MISSING_TABLES = text("SELECT name FROM unnest(CAST(:names AS text[])) AS name WHERE to_regclass(name) IS NULL")
 REPLAYED = "Idempotency-Replayed"
 
@@ -193,8 +195,20 @@ class Api:
         return _json({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
-        await run_in_threadpool(self._check_ready)
+        # Anyone may ask whether the database answers; how it stands (schema
+        # version, missing tables) is told only to a key with the metrics scope.
+        if "authorization" not in request.headers:
+            await run_in_threadpool(self._check_connected)
+            return _json({"status": "ready"})
+        await self._authenticated(request, "metrics", lambda _: self._check_ready())
         return _json({"status": "ready", "schema_version": SCHEMA_VERSION})
+
+    def _check_connected(self) -> None:
+        try:
+            with self.ctx.engine.connect() as connection:
+                connection.execute(CONNECTED)
+        except AuthledgerError:
+            raise DatabaseUnavailable() from None
 
     def _check_ready(self) -> None:
         with self.ctx.engine.connect() as connection:
@@ -214,7 +228,10 @@ class Api:
             self.log_metrics.start(connection)
 
     async def metrics(self, request: Request) -> Response:
-        exposition = await run_in_threadpool(render, self.ctx, self.log_metrics, self.worker)
+        # Counters move when an email is queued: for an outsider, an oracle of
+        # who just asked for a reset. Prometheus scrapes with a bearer token.
+        exposition = await self._authenticated(
+            request, "metrics", lambda _: render(self.ctx, self.log_metrics, self.worker))
         return Response(exposition, media_type=METRICS_CONTENT_TYPE)
 
     async def openapi(self, request: Request) -> Response:
@@ -289,6 +306,7 @@ def create_app(
     """
     api = Api(ctx, max_body_bytes=max_body_bytes, worker=worker)
     console = console or Console(ctx)
+    admin = Admin(api)
 
     async def on_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, AuthledgerError)
@@ -314,6 +332,7 @@ def create_app(
         Route("/v1/otp/challenges", api.create_challenge, methods=["POST"]),
         Route("/v1/otp/challenges/{challenge_id}/verify", api.verify_challenge, methods=["POST"]),
         Route("/v1/timeline", api.timeline, methods=["GET"]),
+        *admin_routes(admin),
         Route("/healthz", api.healthz, methods=["GET"]),
         Route("/readyz", api.readyz, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),

@@ -156,6 +156,57 @@ TIMELINE_QUERY: Json = {
 }
 
 
+FORBIDDEN = _problem("The API key lacks the scope this operation needs (`forbidden`).")
+CLIENT_NAME_PARAMETER: Json = {
+    "name": "name", "in": "path", "required": True, "schema": schemas.CLIENT_NAME,
+    "description": "The client's name. A client of another tenant, or a name no client can have, is a 404.",
+}
+MESSAGE_ID: Json = {
+    "name": "message_id", "in": "path", "required": True, "schema": schemas.UUID,
+    "description": "The message to send again. Another tenant's message, or anything but a canonical UUID, "
+                   "is a 404.",
+}
+ADMIN_PROBLEMS = {**COMMON_PROBLEMS, "403": FORBIDDEN}
+ADMIN_NOT_FOUND = _problem("No such client, key or message in this key's tenant (`not-found`).")
+
+
+def _admin(summary: str, operation_id: str, ok: Json, *, body: str | None = None,
+           parameters: list[Json] | None = None, not_found: bool = True, writes: bool = False,
+           bad_request: str = "") -> Json:
+    responses = {**ok, **ADMIN_PROBLEMS, **({"404": ADMIN_NOT_FOUND} if not_found else {})}
+    if body:
+        responses.update(BODY_PROBLEMS)
+        bad_request = f"{BAD_BODY} {bad_request}".strip()
+    if body or writes:
+        responses["503"] = WRITE_UNAVAILABLE
+    return _operation(summary, operation_id, responses, body=body, parameters=parameters, bad_request=bad_request)
+
+
+ADMIN_PATHS: Json = {
+    "/v1/admin/clients": {
+        "get": _admin("Every key of this tenant's clients, live or revoked (never a key itself)", "listClients",
+                      {"200": _json("The keys, by client.", "ApiKeys")}, not_found=False),
+        "post": _admin("Create a client of this tenant; its first key is shown this once", "createClient",
+                       {"201": _json("Created.", "IssuedKey")}, body="ClientCreate", not_found=False,
+                       bad_request="A name already taken (`invalid-input`)."),
+    },
+    "/v1/admin/clients/{name}/rotate": {"post": _admin(
+        "Issue another key for a client; its other keys stay live until revoked", "rotateClient",
+        {"201": _json("Issued; the key is shown this once.", "IssuedKey")}, parameters=[CLIENT_NAME_PARAMETER],
+        writes=True, bad_request="A client with no live key (`invalid-input`).")},
+    "/v1/admin/clients/{name}/revoke": {"post": _admin(
+        "Revoke one key (`key_id`) or every key of a client", "revokeClient",
+        {"200": _json("Revoked; `key_ids` empty when they already were.", "KeysRevoked")}, body="KeyRevoke",
+        parameters=[CLIENT_NAME_PARAMETER])},
+    "/v1/admin/messages/{message_id}/redrive": {"post": _admin(
+        "Send an abandoned or failed message again, with a reason recorded in the log", "redriveMessage",
+        {"200": _json("Pending again; the worker reads the request fresh and skips it if it expired.",
+                      "Redriven")}, body="Redrive", parameters=[MESSAGE_ID],
+        bad_request="A message that is not abandoned or failed, or a reason that is blank or holds an "
+                    "email address or control characters (`invalid-input`).")},
+}
+
+
 def openapi_document(*, max_body_bytes: int) -> Json:
     return {
         "openapi": "3.1.0",
@@ -211,20 +262,24 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                                  "answered the same way."), **COMMON_PROBLEMS},
                 parameters=[TIMELINE_QUERY],
                 bad_request="No, two or an unknown query parameter, or a malformed value (`invalid-query`).")},
+            **ADMIN_PATHS,
             "/healthz": {"get": _operation(
                 "The process is up", "health", {"200": _json("Up.", "Health")}, secured=False)},
-            "/readyz": {"get": _operation(
-                "The database is reachable and its schema current", "ready",
-                {"200": _json("Ready.", "Ready"),
-                 "503": _problem("Not ready (`database-unavailable`, `schema-mismatch`).")},
-                secured=False)},
+            "/readyz": {"get": {**_operation(
+                "The database is reachable (without a key); with a `metrics` key, also that its schema is current",
+                "ready",
+                {"200": _json("Ready; `schema_version` only for a `metrics` key.", "Ready"),
+                 "401": COMMON_PROBLEMS["401"], "403": FORBIDDEN,
+                 "503": _problem("Not ready (`database-unavailable`; with a `metrics` key also "
+                                 "`schema-mismatch`).")}),
+                "security": [{}, {"apiKey": []}]}},
             "/metrics": {"get": _operation(
-                "Prometheus metrics", "metrics",
+                "Prometheus metrics, for a key with the `metrics` scope (scrape with a bearer token)", "metrics",
                 {"200": {"description": "Prometheus text exposition format 0.0.4.",
                          "headers": {"X-Request-Id": REQUEST_ID_HEADER},
                          "content": {METRICS_CONTENT_TYPE: {"schema": {"type": "string"}}}},
-                 "503": COMMON_PROBLEMS["503"]},
-                secured=False)},
+                 "401": COMMON_PROBLEMS["401"], "403": FORBIDDEN, "500": COMMON_PROBLEMS["500"],
+                 "503": COMMON_PROBLEMS["503"]})},
             "/openapi.json": {"get": _operation(
                 "This document", "openapi",
                 {"200": {"description": "OpenAPI 3.1.", "headers": {"X-Request-Id": REQUEST_ID_HEADER},
@@ -234,7 +289,9 @@ def openapi_document(*, max_body_bytes: int) -> Json:
         "components": {
             "securitySchemes": {"apiKey": {
                 "type": "http", "scheme": "bearer",
-                "description": "An API key from `authledger clients create NAME`.",
+                "description": "An API key from `authledger clients create NAME --scope SCOPE`. Each operation "
+                               "needs one scope (send, verify, review, admin or metrics); a key without it "
+                               "gets 403 `forbidden`.",
             }},
             "schemas": {
                 "PasswordResetCreate": schemas.RESET_CREATE,
@@ -250,6 +307,14 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 "Timeline": schemas.TIMELINE,
                 "Health": schemas.HEALTH,
                 "Ready": schemas.READY,
+                "ClientCreate": schemas.CLIENT_CREATE,
+                "KeyRevoke": schemas.KEY_REVOKE,
+                "Redrive": schemas.REDRIVE,
+                "IssuedKey": schemas.ISSUED_KEY,
+                "ApiKey": schemas.API_KEY,
+                "ApiKeys": schemas.API_KEYS,
+                "KeysRevoked": schemas.KEYS_REVOKED,
+                "Redriven": schemas.REDRIVEN,
                 "Problem": schemas.PROBLEM,
             },
         },

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from domain.clients import SCOPES
+
 Schema = dict[str, Any]
 
 # Printable ASCII without space: what the domain accepts as an id, minus the
@@ -127,7 +129,56 @@ TIMELINE_QUERY: Schema = {
     "oneOf": [_object({name: schema}, [name]) for name, schema in TIMELINE_SUBJECTS.items()],
 }
 HEALTH = _object({"status": {"const": "ok"}}, ["status"])
-READY = _object({"status": {"const": "ready"}, "schema_version": {"type": "integer"}}, ["status", "schema_version"])
+READY = _object(
+    {"status": {"const": "ready"},
+     "schema_version": {"type": "integer", "description": "Only for a key with the `metrics` scope."}},
+    ["status"],
+)
+
+# Admin: clients and their keys, re-drive. Names as `authledger clients create` takes them.
+CLIENT_NAME: Schema = {
+    "type": "string", "minLength": 1, "maxLength": 63, "pattern": "^[a-z0-9][a-z0-9._-]{0,62}$",
+    "description": "1-63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit.", "examples": ["shop"],
+}
+SCOPE: Schema = {"type": "string", "enum": list(SCOPES)}
+KEY_ID: Schema = {
+    "type": "string", "minLength": 1, "maxLength": 200, "pattern": f"^{ASCII_TOKEN}+$",
+    "description": "A key's id, as the list of clients shows it.",
+}
+CLIENT_CREATE = _object(
+    {"name": CLIENT_NAME,
+     "scopes": {"type": "array", "items": SCOPE, "minItems": 1, "maxItems": len(SCOPES), "uniqueItems": True,
+                "description": "What the client's keys may do."}},
+    ["name", "scopes"],
+)
+KEY_REVOKE = _object({"key_id": KEY_ID}, [])
+REDRIVE = _object(
+    {"reason": {"type": "string", "minLength": 1, "maxLength": 500,
+                "description": "Why the message is sent again; recorded in the log (no email address)."}},
+    ["reason"],
+)
+SCOPE_LIST: Schema = {"type": "array", "items": SCOPE}
+ISSUED_KEY = _object(
+    {"name": {"type": "string"}, "tenant": {"type": "string"}, "scopes": SCOPE_LIST, "key_id": {"type": "string"},
+     "api_key": {"type": "string", "description": "The key, shown this once: only its SHA-256 is kept."}},
+    ["name", "tenant", "scopes", "key_id", "api_key"],
+)
+API_KEY = _object(
+    {"key_id": {"type": "string"}, "client": {"type": "string"}, "tenant": {"type": "string"},
+     "scopes": SCOPE_LIST, "status": {"enum": ["active", "revoked"]}, "created_at": TIMESTAMP,
+     "revoked_at": {"type": ["string", "null"], "format": "date-time"}},
+    ["key_id", "client", "tenant", "scopes", "status", "created_at", "revoked_at"],
+)
+API_KEYS = _object({"keys": {"type": "array", "items": {"$ref": "#/components/schemas/ApiKey"}}}, ["keys"])
+KEYS_REVOKED = _object(
+    {"name": {"type": "string"}, "revoked": {"type": "boolean"},
+     "key_ids": {"type": "array", "items": {"type": "string"}, "description": "The keys revoked by this call."}},
+    ["name", "revoked", "key_ids"],
+)
+REDRIVEN = _object(
+    {"message_id": UUID, "redriven": {"const": True}, "state": {"const": "pending"}},
+    ["message_id", "redriven", "state"],
+)
 PROBLEM: Schema = {
     "type": "object",
     "description": "RFC 9457 problem details; `type` names the problem for programs.",

@@ -4,7 +4,7 @@ uvicorn runs the app; the app's lifespan runs the delivery worker in a
 thread, so one SIGTERM or Ctrl-C stops both: uvicorn stops accepting,
 finishes the requests in hand, then the worker finishes its sends in flight
 and gives back what it claimed and had not started. On the embedded default the database is initialised on
-start and a development API key is made (once) and printed.
+start and a development API key (every scope, default tenant) is made (once) and printed.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from types import FrameType
 
 import uvicorn
 
+from domain.clients import SCOPES
 from domain.errors import NotFound
 from infra.bootstrap import App, stop_on_sigterm
 from infra.config import Settings
@@ -44,13 +45,14 @@ def ensure_dev_key(app: App) -> tuple[str, Path]:
     if path.exists():
         key = path.read_text().strip()
         caller = authenticate(app.engine, key)
-        if caller is not None and caller.client == DEV_CLIENT:
+        if caller is not None and caller.client == DEV_CLIENT and caller.scopes == frozenset(SCOPES):
             return key, path
     try:  # the file was lost or the database reset: start the dev client afresh
         revoke_client(app.services, DEV_CLIENT, metadata=SERVE_METADATA)
     except NotFound:
         pass
-    key = create_client(app.services, DEV_CLIENT, metadata=SERVE_METADATA).api_key
+    # Every scope, so that the quick start and the console work with one key.
+    key = create_client(app.services, DEV_CLIENT, metadata=SERVE_METADATA, scopes=SCOPES).api_key
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchmod(descriptor, 0o600)

@@ -62,7 +62,9 @@ def schema_errors(schema: Schema, value: Any, pointer: str = "") -> list[dict[st
             else:
                 errors += schema_errors(properties[field], item, f"{pointer}/{field}")
         return errors
-    if kind == "string":
+    if kind == "array":
+        return _array_errors(name, schema, value, pointer)
+    if kind == "string" or (kind is None and "enum" in schema):
         if not isinstance(value, str):
             return [{"pointer": pointer, "detail": f"{name} must be a string"}]
         detail = _string_problem(name, schema, value)
@@ -75,7 +77,22 @@ def schema_errors(schema: Schema, value: Any, pointer: str = "") -> list[dict[st
 NOT_AN_EMAIL = "must be an email address like name@example.com"
 
 
+def _array_errors(name: str, schema: Schema, value: Any, pointer: str) -> list[dict[str, str]]:
+    if not isinstance(value, list):
+        return [{"pointer": pointer, "detail": f"{name} must be a JSON array"}]
+    if len(value) < schema.get("minItems", 0):
+        return [{"pointer": pointer, "detail": f"{name} needs at least {schema['minItems']} item(s)"}]
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        return [{"pointer": pointer, "detail": f"{name} holds at most {schema['maxItems']} items"}]
+    errors = [error for i, item in enumerate(value) for error in schema_errors(schema["items"], item, f"{pointer}/{i}")]
+    if not errors and schema.get("uniqueItems") and len(set(value)) != len(value):
+        errors.append({"pointer": pointer, "detail": f"{name} names an item twice"})
+    return errors
+
+
 def _string_problem(name: str, schema: Schema, value: str) -> str | None:
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{name} must be one of: {', '.join(schema['enum'])}"
     if len(value) < schema.get("minLength", 0):
         return f"{name} must not be empty"
     if "maxLength" in schema and len(value) > schema["maxLength"]:

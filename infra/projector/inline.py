@@ -20,11 +20,12 @@ from infra.db import tables
 from infra.projector.appliers import KeyedApplier
 from infra.projector.snapshots import SnapshotApplier
 from projections.address_index import AddressIndexRow, address_index_key, evolve_address_index
-from projections.api_clients import ApiClientRow, api_client_key, evolve_api_client
+from projections.api_keys import ApiKeyRow, api_key_key, evolve_api_key
 from projections.otp_challenges import OtpChallengeRow, evolve_otp_challenge, otp_challenge_key
 from projections.outbox import OutboxRow, evolve_outbox
 from projections.receipts import ReceiptRow, evolve_receipt, receipt_key
 from projections.reset_tokens import ResetTokenRow, evolve_reset_token, reset_token_key
+from projections.tenants import TenantRow, evolve_tenant, tenant_key
 
 EMAIL_EVENTS = (
     email.EmailQueued, email.LeaseClaimed, email.LeaseExpired, email.LeaseReleased, email.SendAttemptFailed,
@@ -45,16 +46,15 @@ OTP_CHALLENGES = KeyedApplier(
     tables.otp_challenges, OtpChallengeRow, "challenge_id", otp_challenge_key, evolve_otp_challenge, lock=True
 )
 RECEIPTS = KeyedApplier(tables.receipts, ReceiptRow, "receipt_id", receipt_key, evolve_receipt, lock=True)
-API_CLIENTS = KeyedApplier(
-    tables.api_clients, ApiClientRow, "name", api_client_key, evolve_api_client, lock=True
-)
+API_KEYS = KeyedApplier(tables.api_keys, ApiKeyRow, "key_id", api_key_key, evolve_api_key, lock=True)
+TENANTS = KeyedApplier(tables.tenants, TenantRow, "name", tenant_key, evolve_tenant, lock=True)
 ADDRESS_INDEX = KeyedApplier(
     tables.address_index, AddressIndexRow, "user_id", address_index_key, evolve_address_index, lock=True
 )
 # Folded last: a decision's snapshot is written after the rows it decided on.
 SNAPSHOTS = SnapshotApplier()
 INLINE: list[KeyedApplier | SnapshotApplier] = [
-    OUTBOX, RESET_TOKENS, OTP_CHALLENGES, RECEIPTS, API_CLIENTS, ADDRESS_INDEX, SNAPSHOTS,
+    OUTBOX, RESET_TOKENS, OTP_CHALLENGES, RECEIPTS, API_KEYS, TENANTS, ADDRESS_INDEX, SNAPSHOTS,
 ]
 
 

@@ -18,7 +18,7 @@ import sys
 from attrs import frozen
 from sqlalchemy import Table
 
-from domain import clients, decisions, otp, privacy, reset
+from domain import clients, decisions, otp, privacy, reset, tenants
 from domain.errors import NotFound
 from infra.db import tables
 from infra.eventlog.tags import EVENT_TYPES
@@ -45,7 +45,8 @@ FOLDED_EVENTS: dict[str, tuple[type, ...]] = {
     "otp_challenges": (otp.OtpChallengeIssued, otp.OtpChallengeSuperseded, otp.OtpVerificationFailed,
                        otp.OtpChallengeVerified, otp.OtpChallengeLockedOut),
     "receipts": (reset.ResetRequested, otp.OtpChallengeIssued, decisions.IdempotencyKeyBound),
-    "api_clients": (clients.ClientRegistered, clients.ClientRevoked),
+    "api_keys": clients.CLIENT_EVENTS,
+    "tenants": (tenants.TenantCreated,),
     "address_index": (reset.ResetRequested, otp.OtpChallengeIssued, privacy.SubjectErased),
     # Every event of a reset or OTP stream: the two folds refuse any other (UnknownEventType).
     "stream_snapshots": (reset.ResetRequested, reset.ResetSuperseded, reset.ResetRequestRefused, reset.ResetCompleted,

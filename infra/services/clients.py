@@ -1,14 +1,20 @@
-"""API clients: create (the key is shown once), list, revoke, and authenticate a presented key.
+"""API clients: create (the key is shown once), rotate, list, revoke, and authenticate a presented key.
 
-Registrations and revocations are events on ``client:<name>``, folded inline
-into ``api_clients``; a request is authenticated by looking up the SHA-256 of
-its key there, so a revocation takes effect on the next request.
+A client's keys are issued and revoked by events on ``client:<name>``, folded
+inline into ``api_keys``; a request is authenticated by looking up the
+SHA-256 of its key there. The answer is cached in the process for at most
+``KEY_CACHE_SECONDS`` per key, so the API does not read the database for the
+key on every request; a revocation therefore takes effect within that time
+everywhere (at once in the process that revokes).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from attrs import frozen
@@ -18,18 +24,25 @@ from domain.clients import (
     LEGACY_SCOPES,
     Caller,
     check_client_name,
+    check_scopes,
     client_stream,
-    decide_register,
+    decide_create,
     decide_revoke,
+    decide_rotate,
     fold_client,
+    ordered_scopes,
 )
-from domain.tenants import DEFAULT_TENANT
+from domain.errors import InvalidInput
+from domain.tenants import DEFAULT_TENANT, check_tenant_name
 from domain.tokens import hash_token
 from infra.db import tables
+from infra.services.tenants import require_tenant
 from infra.services.unit_of_work import ServiceContext, decide_events_on_stream
-from projections.api_clients import ApiClientRow
+from projections.api_keys import ApiKeyRow
 
 KEY_PREFIX = "alk_"  # lets secret scanners recognise a leaked key
+KEY_CACHE_SECONDS = 1.0
+KEY_CACHE_ENTRIES = 10_000  # a flood of made-up keys cannot grow the cache without bound
 
 
 def new_api_key() -> str:
@@ -37,40 +50,140 @@ def new_api_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
-@frozen
-class CreatedClient:
-    name: str
-    api_key: str  # shown once, never stored
+class KeyCache:
+    """Who holds a key hash, remembered for at most ``seconds`` (unknown keys too), per database.
 
-
-def create_client(ctx: ServiceContext, name: str, metadata: Mapping[str, Any] | None = None) -> CreatedClient:
-    """Register a client and return its key; ``InvalidInput`` for a bad or taken name.
-
-    Needs no token keys: clients can be managed before the service is configured.
+    ``clock`` is a monotonic clock in seconds; tests pass one they move by hand.
     """
-    check_client_name(name)
-    api_key = new_api_key()
-    decide_events_on_stream(ctx, client_stream(name), fold_client,
-                            lambda state, now: decide_register(state, name, hash_token(api_key), now=now), metadata)
-    return CreatedClient(name, api_key)
+
+    def __init__(self, *, seconds: float = KEY_CACHE_SECONDS, entries: int = KEY_CACHE_ENTRIES,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds, self.entries, self.clock = seconds, entries, clock
+        self._found: OrderedDict[tuple[str, str], tuple[float, Caller | None]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def authenticate(self, engine: Engine, api_key: str) -> Caller | None:
+        entry = (engine.url.render_as_string(hide_password=True), hash_token(api_key))
+        now = self.clock()
+        with self._lock:
+            cached = self._found.get(entry)
+            if cached is not None and now - cached[0] < self.seconds:
+                return cached[1]
+        caller = _caller_of(engine, entry[1])
+        with self._lock:
+            self._found[entry] = (now, caller)
+            self._found.move_to_end(entry)
+            while len(self._found) > self.entries:
+                self._found.popitem(last=False)
+        return caller
+
+    def clear(self) -> None:
+        with self._lock:
+            self._found.clear()
 
 
-def revoke_client(ctx: ServiceContext, name: str, metadata: Mapping[str, Any] | None = None) -> bool:
-    """Revoke a client's key; False when it was already revoked, ``NotFound`` when it never existed."""
-    return bool(decide_events_on_stream(ctx, client_stream(name), fold_client,
-                                        lambda state, now: decide_revoke(state, name, now=now), metadata))
+KEYS = KeyCache()
 
 
-def list_clients(engine: Engine) -> list[ApiClientRow]:
-    query = select(tables.api_clients).order_by(tables.api_clients.c.name)
+def _caller_of(engine: Engine, key_hash: str) -> Caller | None:
+    c = tables.api_keys.c
+    query = select(c.client, c.tenant, c.scopes).where(c.key_hash == key_hash, c.status == "active")
     with engine.connect() as connection:
-        return [ApiClientRow(**row._mapping) for row in connection.execute(query)]
+        row = connection.execute(query).one_or_none()
+    return None if row is None else Caller(row.client, row.tenant, frozenset(row.scopes.split()))
 
 
 def authenticate(engine: Engine, api_key: str) -> Caller | None:
-    """Who holds ``api_key`` (client, tenant, scopes) while it is active, or None."""
-    c = tables.api_clients.c
-    query = select(c.name).where(c.key_hash == hash_token(api_key), c.status == "active")
+    """Who holds ``api_key`` (client, tenant, scopes) while it is active, or None; cached up to a second."""
+    return KEYS.authenticate(engine, api_key)
+
+
+@frozen
+class IssuedKey:
+    name: str
+    tenant: str
+    scopes: tuple[str, ...]
+    key_id: str
+    api_key: str  # shown once, never stored
+
+
+def _issued(events: list[object], api_key: str) -> IssuedKey:
+    [issued] = events
+    return IssuedKey(issued.name, issued.tenant, issued.scopes, issued.key_id, api_key)
+
+
+def create_client(
+    ctx: ServiceContext, name: str, metadata: Mapping[str, Any] | None = None, *,
+    tenant: str = DEFAULT_TENANT, scopes: Iterable[str] = ordered_scopes(LEGACY_SCOPES),
+) -> IssuedKey:
+    """Create a client of ``tenant`` with ``scopes`` and return its first key.
+
+    ``InvalidInput`` for a bad or taken name, an unknown scope or none, or a
+    tenant that was never created. Needs no token keys: clients can be
+    managed before the service is configured.
+    """
+    check_client_name(name)
+    check_tenant_name(tenant)
+    scopes = check_scopes(scopes)
+    require_tenant(ctx.engine, tenant)
+    api_key = new_api_key()
+    events = decide_events_on_stream(
+        ctx, client_stream(name), fold_client,
+        lambda state, now: decide_create(state, name, tenant=tenant, scopes=scopes, key_hash=hash_token(api_key),
+                                         now=now), metadata)
+    KEYS.clear()
+    return _issued(events, api_key)
+
+
+def rotate_client(ctx: ServiceContext, name: str, metadata: Mapping[str, Any] | None = None, *,
+                  tenant: str | None = None) -> IssuedKey:
+    """Issue another live key to ``name``; its other keys stay live until revoked.
+
+    With ``tenant``, a client of another tenant is ``NotFound``, as if it did not exist.
+    """
+    check_client_name(name)
+    api_key = new_api_key()
+    events = decide_events_on_stream(
+        ctx, client_stream(name), fold_client,
+        lambda state, now: decide_rotate(_of_tenant(state, tenant), name, key_hash=hash_token(api_key), now=now),
+        metadata)
+    KEYS.clear()
+    return _issued(events, api_key)
+
+
+def revoke_client(ctx: ServiceContext, name: str, metadata: Mapping[str, Any] | None = None, *,
+                  key_id: str | None = None, tenant: str | None = None) -> list[str]:
+    """Revoke one key or all of the client's; the key ids revoked now (none: already revoked).
+
+    ``NotFound`` for an unknown client or key (or, with ``tenant``, one of another tenant).
+    """
+    check_client_name(name)
+    if key_id is not None and (not isinstance(key_id, str) or not key_id or len(key_id) > 200):
+        raise InvalidInput("a key id is 1-200 characters, as `clients list` shows it")
+    events = decide_events_on_stream(
+        ctx, client_stream(name), fold_client,
+        lambda state, now: decide_revoke(_of_tenant(state, tenant), name, key_id, now=now), metadata)
+    KEYS.clear()
+    return [event.key_id for event in events]
+
+
+def _of_tenant(state: Any, tenant: str | None) -> Any:
+    """The state, or that of a client never created when it belongs to another tenant than ``tenant``."""
+    return state if tenant is None or state.tenant == tenant else type(state)()
+
+
+def list_keys(engine: Engine, *, tenant: str | None = None) -> list[ApiKeyRow]:
+    """Every key, live or revoked, by client then creation; only ``tenant``'s when given."""
+    c = tables.api_keys.c
+    query = select(tables.api_keys).order_by(c.client, c.created_at, c.key_id)
+    if tenant is not None:
+        query = query.where(c.tenant == tenant)
     with engine.connect() as connection:
-        name = connection.execute(query).scalar()
-    return None if name is None else Caller(name, DEFAULT_TENANT, LEGACY_SCOPES)
+        return [ApiKeyRow(**row._mapping) for row in connection.execute(query)]
+
+
+def key_json(row: ApiKeyRow) -> dict[str, Any]:
+    """A key as the CLI and the API list it: never the key nor its hash."""
+    return {"key_id": row.key_id, "client": row.client, "tenant": row.tenant, "scopes": row.scopes.split(),
+            "status": row.status, "created_at": row.created_at.isoformat(),
+            "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None}

@@ -25,6 +25,14 @@ def api_key(ctx: ServiceContext) -> str:
 
 @pytest.fixture
 async def api(ctx: ServiceContext, api_key: str) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of the app that sends a valid API key."""
+    """A client of the app that sends a valid API key (scopes send, verify and review)."""
     async with asgi_client(ctx, api_key) as client:
+        yield client
+
+
+@pytest.fixture
+async def monitor(ctx: ServiceContext) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the app that sends the key of "prometheus", which holds only the metrics scope."""
+    key = create_client(ctx, "prometheus", scopes=["metrics"]).api_key
+    async with asgi_client(ctx, key) as client:
         yield client

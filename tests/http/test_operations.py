@@ -46,31 +46,35 @@ async def test_healthz_needs_nothing(ctx: ServiceContext) -> None:
     assert response.status_code == 200 and response.json() == {"status": "ok"}
 
 
-async def test_readyz_checks_the_database_and_its_schema(api: httpx.AsyncClient, admin_engine: Engine) -> None:
-    ready = await api.get("/readyz")
+async def test_readyz_checks_the_database_and_its_schema_for_a_metrics_key(
+    monitor: httpx.AsyncClient, admin_engine: Engine
+) -> None:
+    ready = await monitor.get("/readyz")
     assert ready.status_code == 200 and ready.json() == {"status": "ready", "schema_version": SCHEMA_VERSION}
 
     with admin_engine.begin() as connection:
-        connection.execute(text("DROP TABLE api_clients"))
-    problem = assert_problem(await api.get("/readyz"), 503, "schema-mismatch")
-    assert "no table api_clients" in problem["detail"] and "authledger db init" in problem["detail"]
+        connection.execute(text("DROP TABLE delivery_messages"))
+    problem = assert_problem(await monitor.get("/readyz"), 503, "schema-mismatch")
+    assert "no table delivery_messages" in problem["detail"] and "authledger db init" in problem["detail"]
 
 
-async def test_readyz_accepts_a_newer_schema_and_refuses_an_older_one(api: httpx.AsyncClient, admin_engine: Engine) -> None:
+async def test_readyz_accepts_a_newer_schema_and_refuses_an_older_one(
+    monitor: httpx.AsyncClient, admin_engine: Engine
+) -> None:
     with admin_engine.begin() as connection:  # a newer release ran db init: schema.sql only ever adds
         connection.execute(text("INSERT INTO schema_version (version) VALUES (:newer)"), {"newer": SCHEMA_VERSION + 1})
-    assert (await api.get("/readyz")).status_code == 200
+    assert (await monitor.get("/readyz")).status_code == 200
 
     with admin_engine.begin() as connection:
         connection.execute(text("DELETE FROM schema_version WHERE version >= 2"))
-    problem = assert_problem(await api.get("/readyz"), 503, "schema-mismatch")
+    problem = assert_problem(await monitor.get("/readyz"), 503, "schema-mismatch")
     assert f"schema version 1, not {SCHEMA_VERSION}" in problem["detail"] and "authledger db init" in problem["detail"]
 
 
 async def test_metrics_count_outbox_states_expirations_and_latencies(
-    api: httpx.AsyncClient, ctx: ServiceContext, clock: ManualClock, engine: Engine
+    api: httpx.AsyncClient, monitor: httpx.AsyncClient, ctx: ServiceContext, clock: ManualClock, engine: Engine
 ) -> None:
-    assert (await api.get("/metrics")).status_code == 200  # counting starts here
+    assert (await monitor.get("/metrics")).status_code == 200  # counting starts here
     await create_reset(api)
     await create_challenge(api)
     with engine.begin() as connection:  # a worker claims the reset email, then dies
@@ -78,7 +82,7 @@ async def test_metrics_count_outbox_states_expirations_and_latencies(
     clock.advance(ctx.delivery_policy.lease.total_seconds() + 1)
     assert deliver_all(ctx) == {"sent": 2}
 
-    response = await api.get("/metrics")
+    response = await monitor.get("/metrics")
 
     assert response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     samples = dict(line.rsplit(" ", 1) for line in response.text.splitlines() if not line.startswith("#"))
@@ -197,13 +201,13 @@ class TestTimeline:
 
 
 async def test_metrics_show_projection_lag_horizon_age_and_fenced_outcomes(
-    api: httpx.AsyncClient, engine: Engine
+    api: httpx.AsyncClient, monitor: httpx.AsyncClient, engine: Engine
 ) -> None:
     await create_reset(api)
     with engine.connect() as holder:
         holder.begin()
         holder.execute(text("SELECT pg_current_xact_id()"))  # an open transaction holds the horizon back
-        response = await api.get("/metrics")
+        response = await monitor.get("/metrics")
         holder.rollback()
 
     samples = dict(line.rsplit(" ", 1) for line in response.text.splitlines() if not line.startswith("#"))

@@ -24,7 +24,8 @@ from sqlalchemy import Engine
 from infra.bootstrap import App
 from infra.config import Settings
 from infra.db.engine import Database
-from infra.services.clients import authenticate, revoke_client
+from domain.clients import SCOPES
+from infra.services.clients import authenticate, create_client, revoke_client
 from infra.http.serve import ensure_dev_key
 from tests.support.log_reading import stream_events
 
@@ -106,9 +107,14 @@ def test_serve_takes_requests_delivers_mail_and_stops_cleanly_on_sigterm(
     env: dict[str, str], server: tuple[subprocess.Popen[bytes], str], tmp_path: Path
 ) -> None:
     process, base = server
-    created = subprocess.run([AUTHLEDGER, "clients", "create", "e2e", "--json"], env=env,
-                             capture_output=True, text=True, check=True)
+    created = subprocess.run([AUTHLEDGER, "clients", "create", "e2e", "--scope", "send", "--scope", "verify",
+                              "--json"], env=env, capture_output=True, text=True, check=True)
     headers = {"Authorization": f"Bearer {json.loads(created.stdout)['api_key']}"}
+    scraper = subprocess.run([AUTHLEDGER, "clients", "create", "prometheus", "--scope", "metrics", "--json"],
+                             env=env, capture_output=True, text=True, check=True)
+    scrape = httpx.Client(base_url=base, timeout=10,
+                          headers={"Authorization": f"Bearer {json.loads(scraper.stdout)['api_key']}"})
+    assert httpx.get(f"{base}/metrics", timeout=10).status_code == 401  # no key: no counters
 
     with httpx.Client(base_url=base, headers=headers, timeout=10) as api:
         reset = api.post("/v1/password-resets", json={"user_id": "42", "email": "ada@example.com"},
@@ -137,16 +143,17 @@ def test_serve_takes_requests_delivers_mail_and_stops_cleanly_on_sigterm(
 
         # The Maildir file lands before the worker records ProviderAccepted, so "sent" trails the mail.
         def all_three_sent() -> bool | None:
-            return True if 'authledger_outbox_messages{state="sent"} 3' in api.get("/metrics").text else None
+            return True if 'authledger_outbox_messages{state="sent"} 3' in scrape.get("/metrics").text else None
 
         wait_for("the three deliveries to be recorded as sent", all_three_sent)
 
         def caught_up() -> bool | None:  # serve runs the catch-up runner beside the API and the worker
-            lags = [line for line in api.get("/metrics").text.splitlines()
+            lags = [line for line in scrape.get("/metrics").text.splitlines()
                     if line.startswith("authledger_projection_lag_events{")]
             return True if lags and all(line.endswith(" 0") for line in lags) else None
 
         wait_for("the catch-up projections to follow the log", caught_up)
+        scrape.close()
 
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=15) == 0
@@ -215,4 +222,20 @@ def test_the_development_key_is_kept_and_replaced_once_it_stops_working(
     assert client_of(engine, newest) == "dev" and client_of(engine, new_key) is None
     assert path.read_text().strip() == newest and path.stat().st_mode & 0o777 == 0o600
     kinds = [type(e).__name__ for e in stream_events(engine, "client:dev")]
-    assert kinds == ["ClientRegistered", "ClientRevoked", "ClientRegistered", "ClientRevoked", "ClientRegistered"]
+    assert kinds == ["ClientKeyIssued", "ClientKeyRevoked", "ClientKeyIssued", "ClientKeyRevoked", "ClientKeyIssued"]
+    caller = authenticate(engine, newest)
+    assert caller is not None and caller.scopes == frozenset(SCOPES) and caller.tenant == "default"
+
+
+def test_a_development_key_from_before_scopes_is_replaced_by_one_with_every_scope(
+    database: Database, engine: Engine, tmp_path: Path
+) -> None:
+    app = App(Settings(data_dir=tmp_path), database=database)
+    try:
+        old = create_client(app.services, "dev").api_key  # what serve made before scopes: send, verify, review
+        (tmp_path / "dev-api-key").write_text(old + "\n")
+        key, _ = ensure_dev_key(app)
+    finally:
+        app.close()
+    assert key != old and authenticate(engine, old) is None
+    assert authenticate(engine, key).scopes == frozenset(SCOPES)

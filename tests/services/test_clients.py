@@ -1,4 +1,5 @@
-"""`authledger clients create|list|revoke`: keys shown once, kept only hashed, every change an event."""
+"""`authledger tenants` and `authledger clients create|rotate|list|revoke`: keys shown once, kept only hashed,
+several live keys per client, every change an event."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from click.testing import CliRunner
 from sqlalchemy import Engine, text
 
 from cli import cli
+from domain.clients import LEGACY_SCOPES, Caller, key_id_of
 from domain.tokens import hash_token
-from infra.services.clients import authenticate
+from infra.services.clients import KeyCache, authenticate
 from tests.support.log_reading import stream_events
 from tests.support.replay import assert_projections_match_log
 
@@ -25,72 +27,204 @@ def run(database_url: str, *args: str) -> tuple[int, str]:
     return result.exit_code, result.stdout if result.exit_code == 0 else result.output
 
 
+def create(database_url: str, name: str, *options: str) -> dict[str, object]:
+    code, output = run(database_url, "clients", "create", name, *(options or ("--scope", "send")), "--json")
+    assert code == 0, output
+    return json.loads(output)
+
+
 def everything_stored(engine: Engine) -> str:
     with engine.connect() as connection:
         events = connection.execute(text("SELECT payload::text || metadata::text FROM events")).scalars().all()
-        clients = connection.execute(text("SELECT row_to_json(c)::text FROM api_clients c")).scalars().all()
-    return "\n".join(events + clients)
+        keys = connection.execute(text("SELECT row_to_json(k)::text FROM api_keys k")).scalars().all()
+    return "\n".join(events + keys)
+
+
+def log_size(engine: Engine) -> int:
+    with engine.connect() as connection:
+        return connection.execute(text("SELECT count(*) FROM events")).scalar_one()
 
 
 def test_a_client_is_created_with_a_key_shown_once_and_stored_hashed(database_url: str, engine: Engine) -> None:
-    code, output = run(database_url, "clients", "create", "shop", "--json")
-    assert code == 0, output
-    created = json.loads(output)
-    assert set(created) == {"name", "api_key"} and created["name"] == "shop"
+    created = create(database_url, "shop", "--scope", "send", "--scope", "verify")
+    assert set(created) == {"name", "tenant", "scopes", "key_id", "api_key"}
+    assert (created["name"], created["tenant"], created["scopes"]) == ("shop", "default", ["send", "verify"])
 
-    assert client_of(engine, created["api_key"]) == "shop"
+    assert authenticate(engine, created["api_key"]) == Caller("shop", "default", frozenset({"send", "verify"}))
     stored = everything_stored(engine)
     assert created["api_key"] not in stored and hash_token(created["api_key"]) in stored
-    [registered] = stream_events(engine, "client:shop")
-    assert type(registered).__name__ == "ClientRegistered" and registered.key_hash == hash_token(created["api_key"])
+    [issued] = stream_events(engine, "client:shop")
+    assert type(issued).__name__ == "ClientKeyIssued" and issued.key_hash == hash_token(created["api_key"])
+    assert issued.key_id == created["key_id"] == key_id_of(issued.key_hash)
     assert_projections_match_log(engine)
 
 
 def test_the_plain_output_says_the_key_is_shown_once(database_url: str) -> None:
-    code, output = run(database_url, "clients", "create", "shop")
+    code, output = run(database_url, "clients", "create", "shop", "--scope", "send")
     assert code == 0 and "shown this once" in output and "alk_" in output
 
 
-def test_clients_are_listed_without_their_keys(database_url: str) -> None:
-    key = json.loads(run(database_url, "clients", "create", "shop", "--json")[1])["api_key"]
-    run(database_url, "clients", "create", "billing")
+def test_a_client_belongs_to_a_tenant_that_was_created(database_url: str, engine: Engine) -> None:
+    code, output = run(database_url, "clients", "create", "shop", "--tenant", "acme", "--scope", "send")
+    assert code == 2 and "no tenant named 'acme'" in output and log_size(engine) == 0
+
+    code, output = run(database_url, "tenants", "create", "acme", "--json")
+    assert code == 0 and json.loads(output)["name"] == "acme"
+    created = create(database_url, "shop", "--tenant", "acme", "--scope", "review", "--scope", "admin")
+
+    assert authenticate(engine, created["api_key"]) == Caller("shop", "acme", frozenset({"review", "admin"}))
+    assert [type(e).__name__ for e in stream_events(engine, "tenant:acme")] == ["TenantCreated"]
+    assert_projections_match_log(engine)
+
+
+def test_tenants_are_listed_with_the_default_first(database_url: str) -> None:
+    run(database_url, "tenants", "create", "shop")
+    run(database_url, "tenants", "create", "acme")
+    code, output = run(database_url, "tenants", "list", "--json")
+    listed = json.loads(output)
+    assert code == 0 and [t["name"] for t in listed] == ["default", "acme", "shop"]
+    assert listed[0]["created_at"] is None and listed[1]["created_at"]
+    assert "default" in run(database_url, "tenants", "list")[1]
+
+
+def test_tenant_mistakes_are_one_line_errors_that_write_nothing(database_url: str, engine: Engine) -> None:
+    for name in ("default", "Bad Name", ""):
+        code, output = run(database_url, "tenants", "create", name)
+        assert code == 2 and "Traceback" not in output
+    run(database_url, "tenants", "create", "acme")
+    code, output = run(database_url, "tenants", "create", "acme")
+    assert code == 2 and "already exists" in output
+    assert log_size(engine) == 1
+
+
+def test_scopes_are_required_and_checked(database_url: str, engine: Engine) -> None:
+    code, output = run(database_url, "clients", "create", "shop")
+    assert code == 2 and "--scope" in output
+    code, output = run(database_url, "clients", "create", "shop", "--scope", "everything")
+    assert code == 2 and "unknown scope 'everything'" in output and "send, verify, review, admin, metrics" in output
+    assert log_size(engine) == 0
+
+
+def test_a_rotated_client_has_two_live_keys_until_the_old_one_is_revoked(database_url: str, engine: Engine) -> None:
+    old = create(database_url, "shop", "--scope", "send", "--scope", "metrics")
+
+    code, output = run(database_url, "clients", "rotate", "shop", "--json")
+
+    assert code == 0, output
+    new = json.loads(output)
+    assert new["key_id"] != old["key_id"] and new["scopes"] == ["send", "metrics"] and new["tenant"] == "default"
+    assert client_of(engine, old["api_key"]) == client_of(engine, new["api_key"]) == "shop"
+
+    code, output = run(database_url, "clients", "revoke", "shop", "--key", old["key_id"], "--json")
+    assert code == 0 and json.loads(output)["key_ids"] == [old["key_id"]]
+    assert client_of(engine, old["api_key"]) is None and client_of(engine, new["api_key"]) == "shop"
+    assert "already revoked" in run(database_url, "clients", "revoke", "shop", "--key", old["key_id"])[1]
+    assert_projections_match_log(engine)
+
+
+def test_every_key_is_listed_with_its_revocation_time_but_never_the_key(database_url: str, engine: Engine) -> None:
+    first = create(database_url, "shop")
+    second = json.loads(run(database_url, "clients", "rotate", "shop", "--json")[1])
+    run(database_url, "clients", "revoke", "shop", "--key", first["key_id"])
+    create(database_url, "billing", "--scope", "review")
     run(database_url, "clients", "revoke", "billing")
 
     code, output = run(database_url, "clients", "list", "--json")
 
     assert code == 0
     listed = json.loads(output)
-    assert [(c["name"], c["status"]) for c in listed] == [("billing", "revoked"), ("shop", "active")]
-    assert listed[0]["revoked_at"] and key not in output and hash_token(key) not in output
-    assert "billing" in run(database_url, "clients", "list")[1]
+    assert [(k["client"], k["status"]) for k in listed] == [
+        ("billing", "revoked"), ("shop", "revoked"), ("shop", "active")]
+    assert set(listed[0]) == {"key_id", "client", "tenant", "scopes", "status", "created_at", "revoked_at"}
+    assert listed[0]["revoked_at"] and listed[1]["revoked_at"] and listed[2]["revoked_at"] is None
+    plain = run(database_url, "clients", "list")[1]
+    for key in (first, second):
+        for secret in (key["api_key"], hash_token(key["api_key"])):
+            assert secret not in output and secret not in plain
+    assert first["key_id"] in plain and "revoked" in plain
 
 
-def test_a_revoked_key_no_longer_authenticates_and_the_revocation_is_an_event(
-    database_url: str, engine: Engine
-) -> None:
-    key = json.loads(run(database_url, "clients", "create", "shop", "--json")[1])["api_key"]
+def test_revoking_a_client_revokes_every_key_and_each_is_an_event(database_url: str, engine: Engine) -> None:
+    first = create(database_url, "shop")
+    second = json.loads(run(database_url, "clients", "rotate", "shop", "--json")[1])
 
     code, output = run(database_url, "clients", "revoke", "shop", "--json")
 
-    assert code == 0 and json.loads(output) == {"name": "shop", "revoked": True, "already_revoked": False}
-    assert client_of(engine, key) is None
-    assert [type(e).__name__ for e in stream_events(engine, "client:shop")] == ["ClientRegistered", "ClientRevoked"]
+    assert code == 0 and json.loads(output)["revoked"] is True
+    assert client_of(engine, first["api_key"]) is None and client_of(engine, second["api_key"]) is None
+    assert [type(e).__name__ for e in stream_events(engine, "client:shop")] == [
+        "ClientKeyIssued", "ClientKeyIssued", "ClientKeyRevoked", "ClientKeyRevoked"]
     assert "already revoked" in run(database_url, "clients", "revoke", "shop")[1]
+    code, output = run(database_url, "clients", "rotate", "shop")
+    assert code == 2 and "no live key" in output
 
 
 def test_a_revoked_name_can_be_created_again_with_a_new_key(database_url: str, engine: Engine) -> None:
-    old = json.loads(run(database_url, "clients", "create", "shop", "--json")[1])["api_key"]
+    old = create(database_url, "shop")["api_key"]
     run(database_url, "clients", "revoke", "shop")
-    new = json.loads(run(database_url, "clients", "create", "shop", "--json")[1])["api_key"]
+    new = create(database_url, "shop", "--scope", "review")["api_key"]
     assert client_of(engine, new) == "shop" and client_of(engine, old) is None
     assert_projections_match_log(engine)
 
 
-def test_mistakes_are_one_line_errors(database_url: str) -> None:
-    run(database_url, "clients", "create", "shop")
-    code, output = run(database_url, "clients", "create", "shop")
-    assert code == 2 and "already exists" in output
-    code, output = run(database_url, "clients", "create", "Bad Name")
+def test_client_mistakes_are_one_line_errors_that_write_nothing(database_url: str, engine: Engine) -> None:
+    create(database_url, "shop")
+    before = log_size(engine)
+    code, output = run(database_url, "clients", "create", "shop", "--scope", "send")
+    assert code == 2 and "already exists" in output and "clients rotate shop" in output
+    code, output = run(database_url, "clients", "create", "Bad Name", "--scope", "send")
     assert code == 2 and "a client name is" in output
     code, output = run(database_url, "clients", "revoke", "nobody")
     assert code == 3 and "no client named 'nobody'" in output
+    code, output = run(database_url, "clients", "rotate", "nobody")
+    assert code == 3 and "no client named 'nobody'" in output
+    code, output = run(database_url, "clients", "revoke", "shop", "--key", "alk_pasted-where-the-id-belongs")
+    assert code == 3 and "has no key of that id" in output and "alk_pasted" not in output
+    assert log_size(engine) == before and "Traceback" not in output
+
+
+def test_a_revocation_reaches_another_process_within_the_cache_second(database_url: str, engine: Engine) -> None:
+    # Another API process: its own cache, on a clock the test moves. The
+    # revoking process clears its own cache; this one learns within a second.
+    now = [100.0]
+    other_process = KeyCache(seconds=1.0, clock=lambda: now[0])
+    key = create(database_url, "shop")["api_key"]
+    assert other_process.authenticate(engine, key) is not None
+
+    run(database_url, "clients", "revoke", "shop")
+
+    assert client_of(engine, key) is None  # this process: at once
+    now[0] += 0.999
+    assert other_process.authenticate(engine, key) is not None  # still cached: no database read
+    now[0] += 0.001
+    assert other_process.authenticate(engine, key) is None
+
+
+def test_the_cache_serves_a_known_key_without_reading_the_database(
+    database_url: str, engine: Engine, admin_engine: Engine
+) -> None:
+    now = [0.0]
+    cache = KeyCache(seconds=1.0, clock=lambda: now[0])
+    key = create(database_url, "shop")["api_key"]
+    caller = cache.authenticate(engine, key)
+    with admin_engine.connect() as connection:
+        connection.execute(text("ALTER TABLE api_keys RENAME TO api_keys_away"))
+        connection.commit()
+    try:
+        assert cache.authenticate(engine, key) == caller  # the table is gone, the answer cached
+    finally:
+        with admin_engine.connect() as connection:
+            connection.execute(text("ALTER TABLE api_keys_away RENAME TO api_keys"))
+            connection.commit()
+
+
+def test_legacy_registrations_fold_into_the_default_tenant_with_legacy_scopes() -> None:
+    from datetime import UTC, datetime
+
+    from domain.clients import ClientRegistered, ClientRevoked, fold_client
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    state = fold_client([ClientRegistered("shop", "h1", now), ClientRevoked("shop", now),
+                         ClientRegistered("shop", "h2", now)])
+    assert state.tenant == "default" and set(state.scopes) == LEGACY_SCOPES
+    assert state.live == ("legacy:shop",) and state.active

@@ -1,0 +1,116 @@
+"""Admin operations over HTTP, for a key with the ``admin`` scope and within its own tenant only.
+
+Clients and their keys (list, create, rotate, revoke) and the re-drive of an
+abandoned or failed message, with a reason. Another tenant's client or
+message is answered exactly as one that does not exist: 404.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from domain.clients import CLIENT_NAME, Caller
+from domain.errors import NotFound
+from infra.delivery.redrive import Selection, redrive
+from infra.http import schemas
+from infra.http.problems import safe_json
+from infra.http.validation import bearer_key, canonical_uuid
+from infra.services import clients as client_service
+from infra.services.clients import IssuedKey, key_json
+from infra.services.unit_of_work import ServiceContext
+
+ADMIN = "admin"
+
+
+def _json(data: Any, status_code: int = 200) -> Response:
+    return Response(safe_json(data), status_code=status_code, media_type="application/json")
+
+
+def _issued(key: IssuedKey) -> dict[str, Any]:
+    return {"name": key.name, "tenant": key.tenant, "scopes": list(key.scopes), "key_id": key.key_id,
+            "api_key": key.api_key}
+
+
+def _client_name(request: Request) -> str:
+    name = request.path_params["name"]
+    if not CLIENT_NAME.fullmatch(name):  # cannot name a client: as unknown as any other
+        raise NotFound(f"no client named {name[:63]!r}")
+    return name
+
+
+class Steps(Protocol):
+    """What the admin handlers use of ``infra.http.app.Api``: its context and shared steps."""
+
+    ctx: ServiceContext
+
+    async def _checked(self, request: Request, schema: schemas.Schema, *, create: bool = False
+                       ) -> tuple[dict[str, Any], str | None]: ...
+
+    async def _authenticated(self, request: Request, scope: str, work: Callable[[Caller], Any]) -> Any: ...
+
+    def _metadata(self, request: Request, caller: Caller) -> dict[str, str]: ...
+
+
+class Admin:
+    """The admin handlers, over the API's shared steps."""
+
+    def __init__(self, api: Steps) -> None:
+        self.api = api
+
+    async def list_clients(self, request: Request) -> Response:
+        bearer_key(request)
+        found = await self.api._authenticated(
+            request, ADMIN, lambda caller: client_service.list_keys(self.api.ctx.engine, tenant=caller.tenant))
+        return _json({"keys": [key_json(row) for row in found]})
+
+    async def create_client(self, request: Request) -> Response:
+        body, _ = await self.api._checked(request, schemas.CLIENT_CREATE)
+        issued = await self.api._authenticated(request, ADMIN, lambda caller: client_service.create_client(
+            self.api.ctx, body["name"], self.api._metadata(request, caller), tenant=caller.tenant,
+            scopes=body["scopes"]))
+        return _json(_issued(issued), 201)
+
+    async def rotate_client(self, request: Request) -> Response:
+        bearer_key(request)
+        name = _client_name(request)
+        issued = await self.api._authenticated(request, ADMIN, lambda caller: client_service.rotate_client(
+            self.api.ctx, name, self.api._metadata(request, caller), tenant=caller.tenant))
+        return _json(_issued(issued), 201)
+
+    async def revoke_client(self, request: Request) -> Response:
+        name = _client_name(request)
+        body, _ = await self.api._checked(request, schemas.KEY_REVOKE)
+        revoked = await self.api._authenticated(request, ADMIN, lambda caller: client_service.revoke_client(
+            self.api.ctx, name, self.api._metadata(request, caller), key_id=body.get("key_id"),
+            tenant=caller.tenant))
+        return _json({"name": name, "revoked": bool(revoked), "key_ids": revoked})
+
+    async def redrive_message(self, request: Request) -> Response:
+        given = request.path_params["message_id"]
+        message_id = canonical_uuid(given)
+        if message_id is None:
+            raise NotFound(f"no message {given[:80]!r}: ids are UUIDs like 123e4567-e89b-12d3-a456-426614174000")
+        body, _ = await self.api._checked(request, schemas.REDRIVE)
+
+        def work(caller: Caller) -> Any:
+            metadata = {**self.api._metadata(request, caller), "command": "admin redrive"}
+            return redrive(self.api.ctx, Selection(message_id=message_id, tenant=caller.tenant),
+                           reason=body["reason"], metadata=metadata)
+
+        await self.api._authenticated(request, ADMIN, work)
+        return _json({"message_id": str(message_id), "redriven": True, "state": "pending"})
+
+
+def admin_routes(admin: Admin) -> list[Route]:
+    return [
+        Route("/v1/admin/clients", admin.list_clients, methods=["GET"]),
+        Route("/v1/admin/clients", admin.create_client, methods=["POST"]),
+        Route("/v1/admin/clients/{name}/rotate", admin.rotate_client, methods=["POST"]),
+        Route("/v1/admin/clients/{name}/revoke", admin.revoke_client, methods=["POST"]),
+        Route("/v1/admin/messages/{message_id}/redrive", admin.redrive_message, methods=["POST"]),
+    ]
