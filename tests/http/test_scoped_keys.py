@@ -37,7 +37,7 @@ OPERATIONS = [
     ("send", "POST", "/v1/otp/challenges", ADA),
     ("verify", "POST", "/v1/password-resets/verify", {"token": "no-such-token"}),
     ("verify", "POST", "/v1/password-resets/consume", {"token": "no-such-token"}),
-    ("verify", "POST", f"/v1/otp/challenges/{SOME_ID}/verify", {"code": "123456"}),
+    ("verify", "POST", f"/v1/otp/challenges/{SOME_ID}/verify", {"code": "123456", "user_id": "42"}),
     ("review", "GET", "/v1/timeline?user_id=42", None),
     ("admin", "GET", "/v1/admin/clients", None),
     ("admin", "POST", "/v1/admin/clients", {"name": "made-by-admin", "scopes": ["send"]}),
