@@ -165,7 +165,8 @@ def summary(event: object) -> str:
         case email.DeliveryRedriven():
             return f"re-driven by {event.actor} ({event.reason}): queued again"
         case privacy.SubjectErased():
-            return f"personal data erased: {erased_keys(event)}"
+            why = f" ({event.reason})" if event.reason else ""
+            return f"personal data erased{why}: {erased_keys(event)}"
         case privacy.DataKeysRewrapped():
             return (f"{event.count} data key(s) re-wrapped from master key(s) {', '.join(event.from_master_key_ids)} "
                     f"onto {event.master_key_id}; the data keys themselves are unchanged")

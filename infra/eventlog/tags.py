@@ -37,7 +37,7 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "ProviderOutageEnded": (outage.ProviderOutageEnded, 1),
     "ClientRegistered": (clients.ClientRegistered, 1),
     "ClientRevoked": (clients.ClientRevoked, 1),
-    "SubjectErased": (privacy.SubjectErased, 1),
+    "SubjectErased": (privacy.SubjectErased, 2),  # 2: records the reason
     "DataKeysRewrapped": (privacy.DataKeysRewrapped, 1),
 }
 

@@ -141,7 +141,7 @@ class TestTimeline:
         self, api: httpx.AsyncClient, ctx: ServiceContext, engine: Engine, clock: ManualClock
     ) -> None:
         await create_reset(api)
-        forget(ctx, "42", metadata={"actor": "cli:dana"})
+        forget(ctx, "42", reason="ticket 4711", metadata={"actor": "cli:dana"})
 
         events = (await api.get("/v1/timeline", params={"user_id": "42"})).json()["events"]
 
