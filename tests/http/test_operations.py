@@ -134,7 +134,9 @@ class TestTimeline:
             stored = connection.execute(
                 text("SELECT payload, metadata FROM events WHERE global_position = :p"), {"p": issued["position"]}
             ).one()
-        assert (issued["payload"], issued["metadata"]) == (stored.payload, stored.metadata), "as in the log"
+        assert stored.payload["recipient"].startswith("enc:v1:"), "sealed in the log"
+        assert issued["payload"] == {**stored.payload, "recipient": "ada@example.com"}, "as in the log, but readable"
+        assert issued["metadata"] == stored.metadata
         assert issued["metadata"]["client"] == "shop"
 
     async def test_of_a_user_ends_with_their_erasure(
