@@ -34,10 +34,11 @@ from infra.errors import Forbidden, SchemaMismatch, Unauthorized
 from domain.decisions import RequestOutcome
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
-from infra.services import otp as otp_service, reset as reset_service
+from infra.services import otp as otp_service, privacy as privacy_service, reset as reset_service
 from infra.db import tables
 from infra.http import schemas
 from domain.clients import Caller
+from domain.tenants import scoped_user
 from infra.services.clients import authenticate
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from infra.http.metrics import LogMetrics, render
@@ -68,6 +69,7 @@ from infra.delivery.worker import Worker
 
 log = logging.getLogger("authledger.http")
 REQUEST_ID = re.compile(schemas.REQUEST_ID_PATTERN.strip("^$"))
+USER_ID = re.compile(schemas.USER_ID["pattern"].strip("^$"))
 MISSING_TABLES = text("SELECT name FROM unnest(CAST(:names AS text[])) AS name WHERE to_regclass(name) IS NULL")
 REPLAYED = "Idempotency-Replayed"
 
@@ -184,6 +186,13 @@ class Api:
         found = await self._authenticated(request, "review", work)
         return _json(found.as_json())
 
+    async def erase_user(self, request: Request) -> Response:
+        user_id = _path_user(request.path_params["user_id"])
+        body, _ = await self._checked(request, schemas.ERASURE_BODY)
+        erasure = await self._authenticated(request, "admin", lambda caller: erase_user(
+            self.ctx, caller, user_id, body["reason"], self._metadata(request, caller)))
+        return _json({**erasure.as_dict(), "user_id": user_id})
+
     async def healthz(self, request: Request) -> Response:
         return _json({"status": "ok"})
 
@@ -214,6 +223,18 @@ class Api:
 
     async def openapi(self, request: Request) -> Response:
         return _json(self.document)
+
+
+def erase_user(ctx: ServiceContext, caller: Caller, user_id: str, reason: str,
+               metadata: dict[str, str]) -> privacy_service.Erasure:
+    """What ``POST /v1/users/{user_id}/erasure`` does once the key holds ``admin``: erase the caller's tenant's user."""
+    return privacy_service.forget(ctx, scoped_user(caller.tenant, user_id), reason=reason, metadata=metadata)
+
+
+def _path_user(value: str) -> str:
+    if len(value) > schemas.USER_ID["maxLength"] or not USER_ID.fullmatch(value):
+        raise NotFound("no such user: a user id is 1-200 printable ASCII characters, no spaces")
+    return value
 
 
 def _path_uuid(value: str, what: str) -> UUID:
@@ -300,6 +321,7 @@ def create_app(
         Route("/v1/otp/challenges", api.create_challenge, methods=["POST"]),
         Route("/v1/otp/challenges/{challenge_id}/verify", api.verify_challenge, methods=["POST"]),
         Route("/v1/timeline", api.timeline, methods=["GET"]),
+        Route("/v1/users/{user_id}/erasure", api.erase_user, methods=["POST"]),
         Route("/healthz", api.healthz, methods=["GET"]),
         Route("/readyz", api.readyz, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),
