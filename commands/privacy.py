@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from domain.privacy import erasure_reason
-from domain.tenants import DEFAULT_TENANT, check_tenant_name, scoped_user
+from domain.privacy import erasure_reason, subject_of
+from domain.tenants import DEFAULT_TENANT
 from commands.output import cli_metadata, emit, json_option, progress_bar
 from infra.bootstrap import App
 from infra.services import rewrap as key_rotation
@@ -38,7 +38,7 @@ def privacy_forget(app: App, user_id: str, tenant: str, reason: str, dry_run: bo
     """Destroy the user's data keys: their addresses in the log read [erased] from now on. Irreversible."""
     if actor is not None and not actor.strip():
         raise click.BadParameter("must not be empty", param_hint="--actor")
-    subject = scoped_user(check_tenant_name(tenant), user_id)
+    subject = subject_of(tenant, user_id)
     erasure_reason(reason)  # a bad reason is refused before anything is asked or read
     if not (dry_run or yes or on_terminal()):
         raise click.UsageError("privacy forget cannot be undone and there is no terminal to confirm on: pass --yes "

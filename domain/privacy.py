@@ -14,7 +14,7 @@ from attrs import frozen
 
 from domain.decisions import check_text, operator_reason, require_utc
 from domain.errors import NotFound
-from domain.tenants import DEFAULT_TENANT, check_tenant_name, split_scoped_user
+from domain.tenants import DEFAULT_TENANT, check_tenant_name, scoped_user, split_scoped_user
 
 
 def subject_stream(user_id: str) -> str:
@@ -55,6 +55,16 @@ def check_subject(user_id: str) -> None:
     tenant, local_id = split_scoped_user(user_id)
     check_tenant_name(tenant)
     check_text("user_id", local_id, max_length=200)
+
+
+def subject_of(tenant: str, user_id: str) -> str:
+    """The scoped id of ``user_id`` of ``tenant``; ``InvalidInput`` for a malformed tenant or user id.
+
+    Checked before scoping: a user id holding a space would otherwise read as another tenant's user.
+    """
+    check_tenant_name(tenant)
+    check_text("user_id", user_id, max_length=200)
+    return scoped_user(tenant, user_id)
 
 
 def describe_user(user_id: str) -> str:

@@ -38,7 +38,7 @@ from infra.services import otp as otp_service, privacy as privacy_service, reset
 from infra.db import tables
 from infra.http import schemas
 from domain.clients import Caller
-from domain.tenants import scoped_user
+from domain.privacy import subject_of
 from infra.services.clients import authenticate
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from infra.http.metrics import LogMetrics, render
@@ -228,7 +228,7 @@ class Api:
 def erase_user(ctx: ServiceContext, caller: Caller, user_id: str, reason: str,
                metadata: dict[str, str]) -> privacy_service.Erasure:
     """What ``POST /v1/users/{user_id}/erasure`` does once the key holds ``admin``: erase the caller's tenant's user."""
-    return privacy_service.forget(ctx, scoped_user(caller.tenant, user_id), reason=reason, metadata=metadata)
+    return privacy_service.forget(ctx, subject_of(caller.tenant, user_id), reason=reason, metadata=metadata)
 
 
 def _path_user(value: str) -> str:

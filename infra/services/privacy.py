@@ -20,10 +20,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from attrs import frozen
 from sqlalchemy import Connection, text
 
+from domain.email import email_stream
 from domain.errors import NotFound
 from domain.otp import otp_stream
 from domain.privacy import (
@@ -32,14 +34,13 @@ from domain.privacy import (
 from domain.reset import reset_stream
 from infra.eventlog.personal_data import envelope_key_ids
 from infra.eventlog.postgres import PostgresEventStore
+from infra.eventlog.queries import stream_payloads
 from infra.eventlog.subject_keys import destroy_keys
 from infra.eventlog.tags import PERSONAL_FIELDS
+from projections.audit_index import MESSAGE_FIELDS  # the fields naming an email an event queued
 from infra.services.unit_of_work import ServiceContext, append_and_fold, lock_stream
 
 KEY_IDS = text("SELECT key_id FROM subject_keys WHERE user_id = :user_id ORDER BY key_id")
-STREAM_ROWS = text("""
-    SELECT event_type, payload FROM events WHERE stream_id = ANY(CAST(:stream_ids AS text[]))
-""")
 # A link or code is outstanding while it is open and not yet expired.
 OUTSTANDING = text("""
     SELECT (SELECT count(*) FROM reset_tokens
@@ -47,8 +48,6 @@ OUTSTANDING = text("""
            (SELECT count(*) FROM otp_challenges
              WHERE user_id = :user_id AND status = 'open' AND expires_at > :now) AS codes
 """)
-# The fields of an event that name an email it queued (a request's email, a reset's notice).
-MESSAGE_FIELDS = ("message_id", "notice_message_id")
 
 
 @frozen
@@ -84,12 +83,13 @@ class ErasurePreview:
 def preview(ctx: ServiceContext, user_id: str) -> ErasurePreview:
     """What erasing ``user_id`` would destroy; ``NotFound`` for a user with neither a key nor an event."""
     check_subject(user_id)
-    with ctx.engine.connect() as connection, connection.begin():
+    # One snapshot, so the keys, the events and the open links agree.
+    with ctx.engine.connect().execution_options(isolation_level="REPEATABLE READ") as connection, \
+            connection.begin():
         key_ids = tuple(connection.execute(KEY_IDS, {"user_id": user_id}).scalars())
         store = PostgresEventStore(connection)
         history = store.load(subject_stream(user_id))
-        own = [tuple(row) for row in connection.execute(
-            STREAM_ROWS, {"stream_ids": [reset_stream(user_id), otp_stream(user_id)]})]
+        own = [tuple(row) for row in stream_payloads(connection, [reset_stream(user_id), otp_stream(user_id)])]
         if not key_ids and not own and not history:
             raise NotFound(f"no user {describe_user(user_id)}: no personal data key and no events name them")
         links, codes = connection.execute(OUTSTANDING, {"user_id": user_id, "now": ctx.clock.now()}).one()
@@ -103,8 +103,7 @@ def _sealed_under(connection: Connection, own: list[tuple[str, Any]], key_ids: s
     if not key_ids:
         return 0
     messages = sorted({str(payload[f]) for _, payload in own for f in MESSAGE_FIELDS if payload.get(f)})
-    emails = [tuple(row) for row in connection.execute(
-        STREAM_ROWS, {"stream_ids": [f"email:{m}" for m in messages]})] if messages else []
+    emails = [tuple(row) for row in stream_payloads(connection, [email_stream(UUID(m)) for m in messages])]
     return sum(1 for row in own + emails if envelope_key_ids([row], PERSONAL_FIELDS) & key_ids)
 
 
