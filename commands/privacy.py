@@ -26,7 +26,8 @@ def on_terminal() -> bool:
 
 @privacy.command("forget")
 @click.option("--user-id", required=True, help="The application's id for the user.")
-@click.option("--tenant", default=DEFAULT_TENANT, show_default=True, help="The tenant (application) the user belongs to.")
+@click.option("--tenant", default=DEFAULT_TENANT, show_default=True,
+              help="The tenant (application) the user belongs to.")
 @click.option("--reason", required=True, help="Why, for the record (a ticket, a request); no email address.")
 @click.option("--dry-run", is_flag=True, help="Say what would be destroyed; change nothing.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required when not on a terminal).")

@@ -124,8 +124,8 @@ REDRIVABLE = ("abandoned", "failed")
 
 def redrive_reason(reason: str) -> str:
     """The operator's reason, trimmed; ``InvalidInput`` when it is blank or too long to be a reason."""
-    return operator_reason(reason, blank="a re-drive needs a reason (--reason): say why the message is sent again",
-                           instead="name the message or the ticket instead")
+    return operator_reason(reason, instead="name the message or the ticket instead",
+                           blank="a re-drive needs a reason (--reason): say why the message is sent again")
 
 
 def redrive_events(

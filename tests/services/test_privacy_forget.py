@@ -222,7 +222,8 @@ def test_history_tells_who_erased_the_user_and_when_without_their_address(
     with engine.connect() as connection:
         erased = PostgresEventStore(connection).load(subject_stream("1"))[0]
     key_id, = erased.event.key_ids
-    said = (f"User 1's personal data was erased at {format_time(erased.event.erased_at)} by cli:dana (reason: ticket 7): data key "
+    said = (f"User 1's personal data was erased at {format_time(erased.event.erased_at)} by cli:dana "
+            "(reason: ticket 7): data key "
             f"{key_id} destroyed. From then on their email addresses in the log read [erased]")
 
     told = invoke(database_url, "history", "--user-id", "1")
