@@ -8,6 +8,7 @@ from ``outcome``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -324,6 +325,26 @@ def check_text(name: str, value: object, *, max_length: int) -> None:
         raise InvalidInput(f"{name} must be at most {max_length} characters")
     if _has_unsafe_characters(value):
         raise InvalidInput(f"{name} must not contain whitespace or control characters")
+
+
+MAX_REASON_LENGTH = 500
+EMAIL_ADDRESS = re.compile(r"[^\s@]+@[^\s@]+\.[^\s@]+")
+
+
+def operator_reason(reason: object, *, blank: str, instead: str) -> str:
+    """An operator's reason for the record, trimmed; ``InvalidInput`` (``blank`` when empty) unless it is one
+    line of plain text, short, and free of email addresses (``instead`` says what to write)."""
+    reason = reason.strip() if isinstance(reason, str) else ""
+    if not reason:
+        raise InvalidInput(blank)
+    if any(ord(c) < 32 or ord(c) == 127 for c in reason):
+        raise InvalidInput("the reason holds control characters; give it as one line of plain text")
+    if len(reason) > MAX_REASON_LENGTH:
+        raise InvalidInput(f"the reason is {len(reason)} characters long; keep it to {MAX_REASON_LENGTH}")
+    if EMAIL_ADDRESS.search(reason):
+        # The reason stays in the log in clear: `privacy forget` could not erase an address in it.
+        raise InvalidInput(f"the reason holds an email address; {instead}")
+    return reason
 
 
 def check_optional_text(name: str, value: object, *, max_length: int) -> None:

@@ -6,13 +6,13 @@ and appends what these functions return.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta
 from uuid import UUID
 
 from attrs import frozen
 
 from domain.email import DeliveryAbandoned, DeliveryRedriven, LeaseClaimed, LeaseExpired, SendAttemptFailed
+from domain.decisions import operator_reason
 from domain.errors import InvalidInput, NotFound
 
 
@@ -120,23 +120,12 @@ def failure_events(
 # one would be a second email, a skipped one was not wanted, and a pending or
 # leased one is still on its way.
 REDRIVABLE = ("abandoned", "failed")
-MAX_REASON_LENGTH = 500
-EMAIL_ADDRESS = re.compile(r"[^\s@]+@[^\s@]+\.[^\s@]+")
 
 
 def redrive_reason(reason: str) -> str:
     """The operator's reason, trimmed; ``InvalidInput`` when it is blank or too long to be a reason."""
-    reason = reason.strip()
-    if not reason:
-        raise InvalidInput("a re-drive needs a reason (--reason): say why the message is sent again")
-    if any(ord(c) < 32 or ord(c) == 127 for c in reason):
-        raise InvalidInput("the reason holds control characters; give it as one line of plain text")
-    if len(reason) > MAX_REASON_LENGTH:
-        raise InvalidInput(f"the reason is {len(reason)} characters long; keep it to {MAX_REASON_LENGTH}")
-    if EMAIL_ADDRESS.search(reason):
-        # The reason stays in the log in clear: `privacy forget` could not erase an address in it.
-        raise InvalidInput("the reason holds an email address; name the message or the ticket instead")
-    return reason
+    return operator_reason(reason, instead="name the message or the ticket instead",
+                           blank="a re-drive needs a reason (--reason): say why the message is sent again")
 
 
 def redrive_events(

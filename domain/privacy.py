@@ -12,8 +12,9 @@ from datetime import datetime
 
 from attrs import frozen
 
-from domain.decisions import check_text, require_utc
+from domain.decisions import check_text, operator_reason, require_utc
 from domain.errors import NotFound
+from domain.tenants import DEFAULT_TENANT, check_tenant_name, scoped_user, split_scoped_user
 
 
 def subject_stream(user_id: str) -> str:
@@ -33,6 +34,7 @@ class SubjectErased:
     user_id: str
     erased_at: datetime
     key_ids: tuple[str, ...]  # the data keys destroyed; none when the user had no personal data left
+    reason: str | None = None  # why, as the operator said it; None for erasures recorded before reasons were asked
 
 
 @frozen
@@ -48,8 +50,38 @@ def fold_subject(events: Iterable[object]) -> SubjectState:
     return state
 
 
+def check_subject(user_id: str) -> None:
+    """``InvalidInput`` unless ``user_id`` is a scoped user id (``domain.tenants``) of a well-formed user."""
+    tenant, local_id = split_scoped_user(user_id)
+    check_tenant_name(tenant)
+    check_text("user_id", local_id, max_length=200)
+
+
+def subject_of(tenant: str, user_id: str) -> str:
+    """The scoped id of ``user_id`` of ``tenant``; ``InvalidInput`` for a malformed tenant or user id.
+
+    Checked before scoping: a user id holding a space would otherwise read as another tenant's user.
+    """
+    check_tenant_name(tenant)
+    check_text("user_id", user_id, max_length=200)
+    return scoped_user(tenant, user_id)
+
+
+def describe_user(user_id: str) -> str:
+    """A scoped user id in words: ``'42'``, or ``'42' of tenant 'acme'``."""
+    tenant, local_id = split_scoped_user(user_id)
+    return f"{local_id!r}" if tenant == DEFAULT_TENANT else f"{local_id!r} of tenant {tenant!r}"
+
+
+def erasure_reason(reason: object) -> str:
+    """Why a user is erased, trimmed; ``InvalidInput`` unless it is one short line without an address."""
+    return operator_reason(reason, blank="an erasure needs a reason (--reason): say why, e.g. the ticket it answers",
+                           instead="name the ticket or the request instead")
+
+
 def decide_erasure(
-    state: SubjectState, *, user_id: str, destroyed_key_ids: Sequence[str], has_events: bool, now: datetime
+    state: SubjectState, *, user_id: str, destroyed_key_ids: Sequence[str], has_events: bool, now: datetime,
+    reason: str,
 ) -> list[SubjectErased]:
     """Record that a user's key was destroyed, or, with no key left, that there was nothing to destroy.
 
@@ -57,14 +89,16 @@ def decide_erasure(
     and recording an erasure of nobody would only hide it. A repeat erasure
     with nothing left to destroy records nothing new.
     """
-    check_text("user_id", user_id, max_length=200)
+    check_subject(user_id)
+    reason = erasure_reason(reason)
     if not destroyed_key_ids:
         if state.erasures:
             return []
         if not has_events:
-            raise NotFound(f"no user {user_id!r}: no personal data key and no events name them; nothing was changed")
+            raise NotFound(f"no user {describe_user(user_id)}: no personal data key and no events name them; "
+                           "nothing was changed")
     require_utc(now)
-    return [SubjectErased(user_id, now, tuple(destroyed_key_ids))]
+    return [SubjectErased(user_id, now, tuple(destroyed_key_ids), reason)]
 
 
 @frozen

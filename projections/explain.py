@@ -193,7 +193,8 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
 
 def _erasure(e: privacy.SubjectErased, r: RecordedEvent, at: datetime | None) -> str:
     """Ids and times only: the sentence names no address, it says that the addresses are gone."""
-    said = f"User {e.user_id}'s personal data was erased at {T(at)} by {_who(r)}: {erased_keys(e)}."
+    why = f" (reason: {e.reason})" if e.reason else ""
+    said = f"User {e.user_id}'s personal data was erased at {T(at)} by {_who(r)}{why}: {erased_keys(e)}."
     if not e.key_ids:
         return said
     return (f"{said} From then on their email addresses in the log read [erased] wherever they are opened, and an "

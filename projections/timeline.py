@@ -71,6 +71,7 @@ class TimelineEntry:
     key_id: str | None
     provider_message_id: str | None
     reason: str | None
+    recipient: str | None  # the address as the reader was given it: plain text for reviewers, or [erased]
     summary: str
 
     def as_dict(self) -> dict[str, Any]:
@@ -117,7 +118,8 @@ def summary(event: object) -> str:
     """What happened, in a few words."""
     match event:
         case reset.ResetRequested():
-            return f"reset link requested, valid until {format_time(event.expires_at)}, email {event.message_id}"
+            return (f"reset link requested for {event.recipient}, valid until {format_time(event.expires_at)}, "
+                    f"email {event.message_id}")
         case reset.ResetSuperseded(superseded_by=None):
             return f"superseded ({event.reason})"
         case reset.ResetSuperseded() | otp.OtpChallengeSuperseded():
@@ -127,7 +129,8 @@ def summary(event: object) -> str:
         case reset.ResetCompleted():
             return f"link used, password changed; notice {event.notice_message_id} queued"
         case otp.OtpChallengeIssued():
-            return (f"one-time code requested ({event.purpose}), valid until {format_time(event.expires_at)}, "
+            return (f"one-time code requested ({event.purpose}) for {event.recipient}, valid until "
+                    f"{format_time(event.expires_at)}, "
                     f"email {event.message_id}")
         case otp.OtpVerificationFailed():
             return f"wrong code (attempt {event.attempt}, {event.consecutive_failures} in a row)"
@@ -142,7 +145,7 @@ def summary(event: object) -> str:
         case decisions.IdempotencyKeyBound():
             return f"idempotency key {event.idempotency_key!r} answered with the open request {event.request_id}"
         case email.EmailQueued():
-            return f"email queued ({event.template})"
+            return f"email queued ({event.template}) to {event.recipient}"
         case email.LeaseClaimed():
             return f"leased to {event.lease_owner} until {format_time(event.lease_expires_at)}"
         case email.LeaseExpired():
@@ -165,7 +168,8 @@ def summary(event: object) -> str:
         case email.DeliveryRedriven():
             return f"re-driven by {event.actor} ({event.reason}): queued again"
         case privacy.SubjectErased():
-            return f"personal data erased: {erased_keys(event)}"
+            why = f" ({event.reason})" if event.reason else ""
+            return f"personal data erased{why}: {erased_keys(event)}"
         case privacy.DataKeysRewrapped():
             return (f"{event.count} data key(s) re-wrapped from master key(s) {', '.join(event.from_master_key_ids)} "
                     f"onto {event.master_key_id}; the data keys themselves are unchanged")
@@ -211,7 +215,7 @@ def timeline(events: Iterable[RecordedEvent]) -> list[TimelineEntry]:
             request_id=_request_of(event, request_of_message), message_id=getattr(event, "message_id", None),
             lease_token=getattr(event, "lease_token", None), attempt=getattr(event, "attempt", None),
             key_id=getattr(event, "key_id", None), provider_message_id=getattr(event, "provider_message_id", None),
-            reason=reason, summary=summary(event),
+            reason=reason, recipient=getattr(event, "recipient", None), summary=summary(event),
         ))
     return entries
 

@@ -84,7 +84,7 @@ class EventCodec:
                 "this authledger is older than the data it reads"
             )
         cls, current = known
-        data = self._open_personal(tag, payload, keyring)
+        data = self.open_personal(tag, payload, keyring)
         while version < current:
             upcast = self._upcasters.get((tag, version))
             if upcast is None:
@@ -112,7 +112,8 @@ class EventCodec:
             transaction_id=int(row.transaction_id),
         )
 
-    def _open_personal(self, tag: str, payload: Mapping[str, Any], keyring: Keyring | None) -> dict[str, Any]:
+    def open_personal(self, tag: str, payload: Mapping[str, Any], keyring: Keyring | None) -> dict[str, Any]:
+        """A copy of a stored payload (of event type ``tag``) with its personal fields opened by ``keyring``."""
         # Only the personal fields: any other field may hold text a client
         # chose (an idempotency key, a user id) that starts like an envelope.
         data = dict(payload)

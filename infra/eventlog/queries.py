@@ -87,3 +87,15 @@ PERSONAL_FIELD_AT = text("""
 def personal_field_at(connection: Connection, positions: Sequence[int], field: str) -> Sequence[Row[Any]]:
     """(global_position, event_type, user_id, value) of ``field`` in the events at ``positions``, sealed."""
     return connection.execute(PERSONAL_FIELD_AT, {"positions": list(positions), "field": field}).all()
+
+
+# The payloads of some streams, as stored (sealed): what an erasure would
+# reach is counted from them without opening anything.
+STREAM_PAYLOADS = text("""
+    SELECT event_type, payload FROM events WHERE stream_id = ANY(CAST(:stream_ids AS text[]))
+""")
+
+
+def stream_payloads(connection: Connection, stream_ids: Sequence[str]) -> Sequence[Row[Any]]:
+    """(event_type, payload) of every event of these streams, sealed, in no particular order."""
+    return connection.execute(STREAM_PAYLOADS, {"stream_ids": list(stream_ids)}).all() if stream_ids else []

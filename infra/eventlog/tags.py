@@ -40,7 +40,7 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "ClientKeyIssued": (clients.ClientKeyIssued, 1),
     "ClientKeyRevoked": (clients.ClientKeyRevoked, 1),
     "TenantCreated": (tenants.TenantCreated, 1),
-    "SubjectErased": (privacy.SubjectErased, 1),
+    "SubjectErased": (privacy.SubjectErased, 2),  # 2: records the reason
     "DataKeysRewrapped": (privacy.DataKeysRewrapped, 1),
 }
 

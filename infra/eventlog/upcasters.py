@@ -26,6 +26,13 @@ def otp_challenge_issued_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "digits": 6}
 
 
+def subject_erased_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 recorded no reason: `privacy forget` did not ask for one. Its reason reads as None (not
+    given), never as an invented one."""
+    return {**payload, "reason": None}
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("OtpChallengeIssued", 1): otp_challenge_issued_v1_to_v2,
+    ("SubjectErased", 1): subject_erased_v1_to_v2,
 }

@@ -34,13 +34,14 @@ from infra.errors import DatabaseUnavailable, Forbidden, SchemaMismatch, Unautho
 from domain.decisions import RequestOutcome
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
-from infra.services import otp as otp_service, reset as reset_service
+from infra.services import otp as otp_service, privacy as privacy_service, reset as reset_service
 from infra.db import tables
 from infra.http import schemas
 from infra.console.app import Console
 from infra.http.admin import Admin, admin_routes
 from domain.clients import Caller
 from domain.tenants import split_scoped_user
+from domain.privacy import subject_of
 from infra.services.clients import authenticate
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from infra.http.metrics import LogMetrics, render
@@ -73,6 +74,7 @@ from infra.delivery.worker import Worker
 log = logging.getLogger("authledger.http")
 REQUEST_ID = re.compile(schemas.REQUEST_ID_PATTERN.strip("^$"))
 CONNECTED = text("SELECT 1")
+USER_ID = re.compile(schemas.USER_ID["pattern"].strip("^$"))
 MISSING_TABLES = text("SELECT name FROM unnest(CAST(:names AS text[])) AS name WHERE to_regclass(name) IS NULL")
 REPLAYED = "Idempotency-Replayed"
 
@@ -191,6 +193,13 @@ class Api:
         found = await self._authenticated(request, "review", work)
         return _json(found.as_json())
 
+    async def erase_user(self, request: Request) -> Response:
+        user_id = _path_user(request.path_params["user_id"])
+        body, _ = await self._checked(request, schemas.ERASURE_BODY)
+        erasure = await self._authenticated(request, "admin", lambda caller: erase_user(
+            self.ctx, caller, user_id, body["reason"], self._metadata(request, caller)))
+        return _json({**erasure.as_dict(), "user_id": user_id})
+
     async def healthz(self, request: Request) -> Response:
         return _json({"status": "ok"})
 
@@ -241,6 +250,17 @@ class Api:
 def _local(scoped_user_id: str) -> str:
     """The user id as the caller's tenant knows it: responses never show the scoped id."""
     return split_scoped_user(scoped_user_id)[1]
+
+def erase_user(ctx: ServiceContext, caller: Caller, user_id: str, reason: str,
+               metadata: dict[str, str]) -> privacy_service.Erasure:
+    """What ``POST /v1/users/{user_id}/erasure`` does once the key holds ``admin``: erase the caller's tenant's user."""
+    return privacy_service.forget(ctx, subject_of(caller.tenant, user_id), reason=reason, metadata=metadata)
+
+
+def _path_user(value: str) -> str:
+    if len(value) > schemas.USER_ID["maxLength"] or not USER_ID.fullmatch(value):
+        raise NotFound("no such user: a user id is 1-200 printable ASCII characters, no spaces")
+    return value
 
 
 def _path_uuid(value: str, what: str) -> UUID:
@@ -333,6 +353,7 @@ def create_app(
         Route("/v1/otp/challenges/{challenge_id}/verify", api.verify_challenge, methods=["POST"]),
         Route("/v1/timeline", api.timeline, methods=["GET"]),
         *admin_routes(admin),
+        Route("/v1/users/{user_id}/erasure", api.erase_user, methods=["POST"]),
         Route("/healthz", api.healthz, methods=["GET"]),
         Route("/readyz", api.readyz, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),

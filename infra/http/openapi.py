@@ -147,6 +147,10 @@ CHALLENGE_ID: Json = {
     "name": "challenge_id", "in": "path", "required": True, "schema": schemas.UUID,
     "description": "The challenge_id of the created challenge; anything but a canonical UUID is a 404.",
 }
+USER_ID: Json = {
+    "name": "user_id", "in": "path", "required": True, "schema": schemas.USER_ID,
+    "description": "The application's id for the user, in the tenant of the API key; a malformed id is a 404.",
+}
 TIMELINE_QUERY: Json = {
     "name": "subject", "in": "query", "required": True, "style": "form", "explode": True,
     "schema": schemas.TIMELINE_QUERY,
@@ -263,6 +267,17 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 parameters=[TIMELINE_QUERY],
                 bad_request="No, two or an unknown query parameter, or a malformed value (`invalid-query`).")},
             **ADMIN_PATHS,
+            "/v1/users/{user_id}/erasure": {"post": _action(
+                "Erase a user's personal data (crypto-shredding); needs the `admin` scope. Irreversible",
+                "eraseUser", "ErasureBody",
+                "Erased: the user's data keys are destroyed and their addresses read `[erased]` from now on; "
+                "or, with `recorded: false`, they already were.", "Erasure", parameters=[USER_ID],
+                rejected="A reason that is blank, over 500 characters or holds an email address is "
+                         "`invalid-input`.",
+                extra={"403": _problem("The API key lacks the `admin` scope (`forbidden`)."),
+                       "404": _problem("No such user in the key's tenant: no data key and no events "
+                                       "(`not-found`)."),
+                       "503": WRITE_UNAVAILABLE})},
             "/healthz": {"get": _operation(
                 "The process is up", "health", {"200": _json("Up.", "Health")}, secured=False)},
             "/readyz": {"get": {**_operation(
@@ -303,6 +318,8 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 "OtpChallengeCreated": schemas.OTP_CREATED,
                 "CodeBody": schemas.CODE_BODY,
                 "OtpVerified": schemas.OTP_VERIFIED,
+                "ErasureBody": schemas.ERASURE_BODY,
+                "Erasure": schemas.ERASURE,
                 "TimelineEvent": schemas.TIMELINE_EVENT,
                 "Timeline": schemas.TIMELINE,
                 "Health": schemas.HEALTH,

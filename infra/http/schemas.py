@@ -66,6 +66,14 @@ def _object(properties: dict[str, Schema], required: list[str]) -> Schema:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
+# Why an admin erases a user: recorded in the erasure event, in clear, so it must name no address.
+REASON: Schema = {
+    "type": "string", "minLength": 1, "maxLength": 500,
+    "description": "Why, for the record: a ticket or request reference. One line, no email address (it stays "
+                   "in the log in clear).",
+    "examples": ["GDPR request 2024-117"],
+}
+
 # Request bodies.
 RESET_CREATE = _object({"user_id": USER_ID, "email": EMAIL}, ["user_id", "email"])
 TOKEN_BODY = _object({"token": TOKEN}, ["token"])
@@ -73,6 +81,7 @@ OTP_CREATE = _object({"user_id": USER_ID, "email": EMAIL, "purpose": PURPOSE}, [
 # The user (and, when the application asked for one, the purpose) the code
 # must have been issued to: a challenge id alone could be the attacker's own.
 CODE_BODY = _object({"code": CODE, "user_id": USER_ID, "purpose": VERIFY_PURPOSE}, ["code", "user_id"])
+ERASURE_BODY = _object({"reason": REASON}, ["reason"])
 
 # Responses.
 REUSED: Schema = {
@@ -97,6 +106,19 @@ OTP_CREATED = _object(
     ["challenge_id", "message_id", "expires_at", "reused"],
 )
 OTP_VERIFIED = _object({"verified": {"const": True}, "challenge_id": UUID}, ["verified", "challenge_id"])
+ERASURE = _object(
+    {
+        "user_id": {"type": "string"},
+        "erased_at": TIMESTAMP,
+        "key_ids": {"type": "array", "items": {"type": "string"},
+                    "description": "The data keys destroyed now; empty when none was left."},
+        "recorded": {"type": "boolean",
+                     "description": "False when the user was already erased and nothing was left to destroy: "
+                                    "nothing changed, and `erased_at` and `reason` are the earlier erasure's."},
+        "reason": {"type": ["string", "null"]},
+    },
+    ["user_id", "erased_at", "key_ids", "recorded", "reason"],
+)
 TIMELINE_EVENT = _object(
     {
         "position": {"type": "integer"},

@@ -22,6 +22,13 @@ What "about" means, one definition each:
   what tells why its link or code stopped working;
 - a message: the events of that one email and of the request it served
   (which say why it was, or was not, sent).
+
+Reviewers read addresses in plain text: the events a ``Lookup`` returns,
+and the stored payloads it shows, have their addresses opened with the
+user's data key, or ``[erased]`` once ``privacy forget`` destroyed it;
+never an ``enc:v1:`` envelope. Any other personal field (a secret sealed
+under the same key) reads ``[withheld]``: a reviewer has no use for it.
+This needs the master key, as every command that opens personal data does.
 """
 
 from __future__ import annotations
@@ -40,12 +47,33 @@ from domain.otp import OtpChallengeSuperseded
 from domain.privacy import subject_stream
 from domain.reset import ResetSuperseded
 from domain.tenants import DEFAULT_TENANT, tenant_of
-from infra.eventlog.reader import AT_POSITIONS, COMMITTED, pages, read_positions
+from infra.errors import PersonalDataUnreadable
+from infra.eventlog.codec import default_codec
+from infra.eventlog.personal_data import FieldContext
+from infra.eventlog.reader import AT_POSITIONS, COMMITTED, pages
+from infra.eventlog.subject_keys import PostgresKeyring
 from infra.projector.catchup import read_checkpoint
 from projections.audit_index import MESSAGE_FIELDS, entries_of, user_of_stream
 from projections.timeline import timeline
 
 INDEXED = text("SELECT global_position FROM audit_index WHERE kind = :kind AND value = ANY(:values)")
+# What a reviewer reads in plain text: the addresses. Anything else sealed
+# under a user's key is withheld from them.
+READ_BY_REVIEWERS = frozenset({"recipient"})
+WITHHELD = "[withheld]"
+
+
+class ReviewerKeyring:
+    """Opens the addresses a reviewer reads (``[erased]`` once the key is gone) and withholds other personal fields."""
+
+    def __init__(self, keys: PostgresKeyring) -> None:
+        self.keys = keys
+
+    def seal(self, context: FieldContext, plaintext: str) -> str:
+        raise PersonalDataUnreadable("a review never writes personal data")
+
+    def open(self, context: FieldContext, envelope: str) -> str:
+        return self.keys.open(context, envelope) if context.field in READ_BY_REVIEWERS else WITHHELD
 
 
 class Lookup:
@@ -53,6 +81,8 @@ class Lookup:
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
+        self.keys = PostgresKeyring(connection)
+        self.keyring = ReviewerKeyring(self.keys)
         stored = read_checkpoint(connection, "audit_index")
         self.tail = [r for page in pages(connection, stored.checkpoint, COMMITTED) for r in page]
 
@@ -67,14 +97,26 @@ class Lookup:
         if not values:
             return []
         positions = list(self.connection.execute(INDEXED, {"kind": kind, "values": values}).scalars())
-        found = read_positions(self.connection, positions)
-        found += [r for r in self.tail if any(e.kind == kind and e.value in values for e in entries_of(r))]
-        return _in_log_order(found)
+        positions += [r.global_position for r in self.tail
+                      if any(e.kind == kind and e.value in values for e in entries_of(r))]
+        codec = default_codec()
+        return [codec.decode_row(row, self.keyring) for row in self.stored_rows(positions)]
 
     def stored(self, events: list[RecordedEvent]) -> list[Any]:
-        """The rows of these events exactly as stored (payload and metadata undecoded), in log order."""
-        positions = [r.global_position for r in events]
-        rows = self.connection.execute(AT_POSITIONS, {"positions": positions}).all() if positions else []
+        """The rows of these events exactly as stored (payload and metadata undecoded), in log order.
+
+        Show a row's payload through ``payload``, never as stored: it holds envelopes.
+        """
+        return self.stored_rows([r.global_position for r in events])
+
+    def payload(self, row: Any) -> dict[str, Any]:
+        """A stored row's payload as a reviewer reads it: addresses opened or ``[erased]``, never an envelope."""
+        return default_codec().open_personal(row.event_type, row.payload, self.keyring)
+
+    def stored_rows(self, positions: list[int]) -> list[Any]:
+        """The rows at ``positions`` exactly as stored, in log order, with the keys their addresses need loaded."""
+        rows = self.connection.execute(AT_POSITIONS, {"positions": sorted(set(positions))}).all() if positions else []
+        self.keys.prefetch((row.event_type, row.payload) for row in rows)
         return sorted(rows, key=lambda row: row.global_position)
 
 

@@ -1,7 +1,9 @@
 """The timeline of a user, a request or a message: the log's own events, for support staff.
 
 Events are returned as stored (payload and metadata straight from the log),
-so the answer is what an auditor would read in the database. Which events
+so the answer is what an auditor would read in the database, except for the
+addresses: those read in plain text, or ``[erased]`` after ``privacy
+forget``, never as the envelope they are stored in. Which events
 are about what is ``infra.review.lookup``'s answer, the same that
 ``history`` and ``explain`` tell.
 
@@ -46,12 +48,12 @@ class Timeline:
 
 
 def _as_stored(lookup: Lookup, events: list[RecordedEvent], limit: int) -> tuple[list[dict[str, Any]], bool]:
-    """The most recent ``limit`` events, oldest first, as the log holds them."""
+    """The most recent ``limit`` events, oldest first, as the log holds them (addresses opened)."""
     return [
         {
             "position": row.global_position, "stream": row.stream_id, "version": row.stream_version,
             "type": row.event_type, "schema_version": row.schema_version,
-            "recorded_at": row.recorded_at.isoformat(), "payload": row.payload, "metadata": row.metadata,
+            "recorded_at": row.recorded_at.isoformat(), "payload": lookup.payload(row), "metadata": row.metadata,
         }
         for row in lookup.stored(events[-limit:])
     ], len(events) > limit

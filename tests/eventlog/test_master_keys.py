@@ -106,7 +106,7 @@ def test_forget_needs_no_master_key_so_a_lost_one_never_blocks_an_erasure(
     ctx: ServiceContext, engine: Engine, database_url: str
 ) -> None:
     request_reset(ctx, RequestReset("1", "ada@example.test"))
-    result = invoke(database_url, "", "privacy", "forget", "--user-id", "1")
+    result = invoke(database_url, "", "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7")
     assert result.exit_code == 0, result.output
     assert snapshot(engine)[1] == []
 

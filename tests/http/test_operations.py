@@ -140,14 +140,16 @@ class TestTimeline:
             stored = connection.execute(
                 text("SELECT payload, metadata FROM events WHERE global_position = :p"), {"p": issued["position"]}
             ).one()
-        assert (issued["payload"], issued["metadata"]) == (stored.payload, stored.metadata), "as in the log"
+        assert stored.payload["recipient"].startswith("enc:v1:"), "sealed in the log"
+        assert issued["payload"] == {**stored.payload, "recipient": "ada@example.com"}, "as in the log, but readable"
+        assert issued["metadata"] == stored.metadata
         assert issued["metadata"]["client"] == "shop"
 
     async def test_of_a_user_ends_with_their_erasure(
         self, api: httpx.AsyncClient, ctx: ServiceContext, engine: Engine, clock: ManualClock
     ) -> None:
         await create_reset(api)
-        forget(ctx, "42", metadata={"actor": "cli:dana"})
+        forget(ctx, "42", reason="ticket 4711", metadata={"actor": "cli:dana"})
 
         events = (await api.get("/v1/timeline", params={"user_id": "42"})).json()["events"]
 

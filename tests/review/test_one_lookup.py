@@ -69,7 +69,7 @@ def superseded_killed_and_erased(ctx: ServiceContext, engine: Engine, database_u
     at(clock, "10:03:30")
     third = request_reset(ctx, RequestReset("42", "ada@example.test"), WEB)
     at(clock, "10:04:00")
-    forget(ctx, "42", metadata={"actor": "cli:dana"})
+    forget(ctx, "42", reason="ticket 4711", metadata={"actor": "cli:dana"})
     at(clock, "10:04:01")
     deliver_due(ctx, SmtpMailer(), "w3")
     return {**ids, "third_request": third.request_id, "third_message": third.message_id}

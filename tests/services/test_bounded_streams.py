@@ -176,7 +176,7 @@ def test_a_snapshot_holds_no_address_and_forgetting_the_user_erases_it_from_what
     assert len(stored) == 2 and not any(ADA in state for state in stored)
     assert [r.recipient for r in load_state(ctx, reset_stream("5"), fold_reset).requests.values()] == [ADA]
 
-    forget(ctx, "5")
+    forget(ctx, "5", reason="ticket 5")
 
     assert [r.recipient for r in load_state(ctx, reset_stream("5"), fold_reset).requests.values()] == [ERASED]
     assert [c.recipient for c in load_state(ctx, otp_stream("5"), fold_otp).challenges.values()] == [ERASED]

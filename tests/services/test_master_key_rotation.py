@@ -61,7 +61,7 @@ def users_under_the_old_key(ctx: ServiceContext, engine: Engine) -> None:
     """Three users with a reset email queued under A; the third is then erased."""
     for user_id, address in ADDRESSES.items():
         request_reset(ctx, RequestReset(user_id, address))
-    forget(ctx, "3")
+    forget(ctx, "3", reason="ticket 3")
 
 
 def key_rows(engine: Engine) -> dict[str, tuple[str, str, bytes]]:
@@ -168,7 +168,7 @@ def test_a_key_held_by_another_transaction_is_skipped_not_waited_for_and_a_rerun
 def test_an_erasure_after_the_rewrap_still_erases(ctx: ServiceContext, engine: Engine) -> None:
     users_under_the_old_key(ctx, engine)
     rewrap(ctx, MasterKeys.parse(ROTATED))
-    forget(ctx, "1")
+    forget(ctx, "1", reason="ticket 1")
     assert recipients(only(engine, NEW))["1"] == {ERASED}
 
 

@@ -98,7 +98,7 @@ def test_forgetting_a_user_erases_their_addresses_and_leaves_the_log_sealed_and_
     assert invoke(database_url, "audit", "seal").exit_code == 0
     log_before = stored_payloads(engine)
 
-    forgotten = invoke(database_url, "privacy", "forget", "--user-id", "1", "--json")
+    forgotten = invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7", "--json")
     assert forgotten.exit_code == 0, forgotten.output
     assert json.loads(forgotten.stdout)["recorded"] is True and len(json.loads(forgotten.stdout)["key_ids"]) == 1
 
@@ -128,9 +128,9 @@ def test_forget_records_the_erasure_once_and_a_repeat_changes_nothing(
     ctx: ServiceContext, engine: Engine, database_url: str
 ) -> None:
     request_reset(ctx, RequestReset("1", ADA))
-    first = invoke(database_url, "privacy", "forget", "--user-id", "1")
+    first = invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7")
     assert first.exit_code == 0 and "data key" in first.output and "destroyed" in first.output
-    again = invoke(database_url, "privacy", "forget", "--user-id", "1", "--json")
+    again = invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7", "--json")
     assert again.exit_code == 0 and json.loads(again.stdout)["recorded"] is False
     with engine.connect() as connection:
         erased = PostgresEventStore(connection).load(subject_stream("1"))
@@ -144,7 +144,7 @@ def test_a_user_who_comes_back_after_being_forgotten_gets_a_new_key_and_the_old_
     ctx: ServiceContext, clock: ManualClock, engine: Engine, database_url: str
 ) -> None:
     request_reset(ctx, RequestReset("1", ADA))
-    assert invoke(database_url, "privacy", "forget", "--user-id", "1").exit_code == 0
+    assert invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7").exit_code == 0
     clock.advance(120)
     request_reset(ctx, RequestReset("1", "ada.new@example.test"))
     assert recipients_of(engine, "1") == {ERASED, "ada.new@example.test"}
@@ -155,12 +155,12 @@ def test_forgetting_an_unknown_user_is_a_clear_error_and_changes_nothing(
 ) -> None:
     request_reset(ctx, RequestReset("1", ADA))
     log_before, keys_before = stored_payloads(engine), key_rows(engine)
-    result = invoke(database_url, "privacy", "forget", "--user-id", "nobody")
+    result = invoke(database_url, "privacy", "forget", "--user-id", "nobody", "--yes", "--reason", "ticket 7")
     assert result.exit_code == 3
     assert "no user 'nobody'" in result.output and "nothing was changed" in result.output
     assert "Traceback" not in result.output
     assert stored_payloads(engine) == log_before and key_rows(engine) == keys_before
-    bad = invoke(database_url, "privacy", "forget", "--user-id", "a b")
+    bad = invoke(database_url, "privacy", "forget", "--user-id", "a b", "--yes", "--reason", "ticket 7")
     assert bad.exit_code == 2 and "user_id must not contain whitespace" in bad.output
 
 
@@ -193,7 +193,7 @@ def test_an_email_queued_before_the_erasure_is_skipped_not_sent(
         outcome = request_reset(ctx, RequestReset("1", ADA))
     else:
         outcome = request_otp(ctx, RequestOtp("1", ADA, purpose="login"))
-    assert invoke(database_url, "privacy", "forget", "--user-id", "1").exit_code == 0
+    assert invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7").exit_code == 0
     mailer = RecordingMailer()
     assert Worker(ctx, mailer, sender=SENDER).drain() == {"skipped": 1}
     assert mailer.emails == []
@@ -208,7 +208,7 @@ def test_replaying_an_idempotency_key_of_an_erased_user_is_refused_as_different_
     ctx: ServiceContext, database_url: str
 ) -> None:
     request_reset(ctx, RequestReset("1", ADA, idempotency_key="r-1", client="app"))
-    assert invoke(database_url, "privacy", "forget", "--user-id", "1").exit_code == 0
+    assert invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7").exit_code == 0
     with pytest.raises(IdempotencyMismatch):
         request_reset(ctx, RequestReset("1", ADA, idempotency_key="r-1", client="app"))
 
@@ -217,11 +217,13 @@ def test_history_tells_who_erased_the_user_and_when_without_their_address(
     ctx: ServiceContext, engine: Engine, database_url: str
 ) -> None:
     request_reset(ctx, RequestReset("1", ADA))
-    assert invoke(database_url, "privacy", "forget", "--user-id", "1", "--actor", "dana").exit_code == 0
+    assert invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7",
+                  "--actor", "dana").exit_code == 0
     with engine.connect() as connection:
         erased = PostgresEventStore(connection).load(subject_stream("1"))[0]
     key_id, = erased.event.key_ids
-    said = (f"User 1's personal data was erased at {format_time(erased.event.erased_at)} by cli:dana: data key "
+    said = (f"User 1's personal data was erased at {format_time(erased.event.erased_at)} by cli:dana "
+            "(reason: ticket 7): data key "
             f"{key_id} destroyed. From then on their email addresses in the log read [erased]")
 
     told = invoke(database_url, "history", "--user-id", "1")
@@ -229,7 +231,7 @@ def test_history_tells_who_erased_the_user_and_when_without_their_address(
     assert said in told.output
     erasure_line = next(line for line in told.output.splitlines() if "SubjectErased" in line)
     assert "subject:1" in erasure_line and "cli:dana" in erasure_line
-    assert erasure_line.endswith(f"personal data erased: data key {key_id} destroyed")
+    assert erasure_line.endswith(f"personal data erased (ticket 7): data key {key_id} destroyed")
     as_json = invoke(database_url, "history", "--user-id", "1", "--flow", "reset", "--json")
     assert as_json.exit_code == 0, as_json.output
     assert any(f["sentence"].startswith(said) and f["kind"] == "SubjectErased" and f["user_id"] == "1"
@@ -243,7 +245,8 @@ def test_without_actor_the_erasure_names_the_os_account_even_when_user_is_unset(
     ctx: ServiceContext, engine: Engine, database_url: str
 ) -> None:
     request_reset(ctx, RequestReset("1", ADA))
-    assert invoke(database_url, "privacy", "forget", "--user-id", "1", USER=None).exit_code == 0
+    assert invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7",
+                  USER=None).exit_code == 0
     with engine.connect() as connection:
         erased = PostgresEventStore(connection).load(subject_stream("1"))[0]
     assert erased.metadata["actor"] == f"cli:{pwd.getpwuid(os.getuid()).pw_name}" != "cli:unknown"
