@@ -69,7 +69,7 @@ def test_another_tenants_users_are_not_found(ctx: ServiceContext) -> None:
 def test_an_erased_user_is_not_findable_and_a_replay_agrees(ctx: ServiceContext, admin_engine: Engine) -> None:
     request_reset(ctx, RequestReset("u1", ADA))
     request_reset(ctx, RequestReset("u2", ADA))
-    forget(ctx, "u1")
+    forget(ctx, "u1", reason="the user asked to be forgotten")
     assert users_by_address(ctx, "default", ADA) == ["u2"]
     assert_projections_match_log(ctx.engine)
     assert verify(admin_engine, projection_named("address_index")).ok
@@ -82,7 +82,7 @@ def test_a_rebuild_of_the_index_opens_the_hashes_and_leaves_the_erased_user_out(
 
     request_reset(ctx, RequestReset("u1", ADA))
     request_otp(ctx, RequestOtp("u2", ADA))
-    forget(ctx, "u1")
+    forget(ctx, "u1", reason="the user asked to be forgotten")
     rebuild(admin_engine, projection_named("address_index"), batch_size=2)
     assert users_by_address(ctx, "default", ADA) == ["u2"]
     with ctx.engine.connect() as connection:
@@ -93,7 +93,7 @@ def test_a_rebuild_of_the_index_opens_the_hashes_and_leaves_the_erased_user_out(
 
 def test_a_request_after_erasure_is_found_again(ctx: ServiceContext) -> None:
     request_reset(ctx, RequestReset("u1", ADA))
-    forget(ctx, "u1")
+    forget(ctx, "u1", reason="the user asked to be forgotten")
     ctx.clock.advance(3600)
     request_reset(ctx, RequestReset("u1", "ada.new@example.test"))
     assert users_by_address(ctx, "default", ADA) == []
