@@ -22,13 +22,21 @@ USER_ID: Schema = {
 # The WHATWG form of an address (what browsers accept in <input type=email>),
 # with a dot required in the domain and the local part capped at 64 octets
 # (a count, not a lookahead: generators of examples cannot follow lookaheads).
+# It is the document's approximation: the server applies the domain's one
+# address rule (domain/addresses.py), which also refuses leading, trailing and
+# doubled dots in the local part and encoded-words ("=?"); the description
+# says so.
 EMAIL_PATTERN = (
     r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}"
     r"@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
 )
 EMAIL: Schema = {
     "type": "string", "maxLength": 254, "pattern": EMAIL_PATTERN,
-    "description": "Where to send the email.", "examples": ["ada@example.com"],
+    "description": "Where to send the email: a single plain ASCII address (local@domain), nothing around it. "
+                   "The part before @ is a dot-atom (no leading, trailing or doubled dot, no \"=?\"), "
+                   "at most 64 characters; the domain is dot-separated letters, digits and inner hyphens "
+                   "(internationalised domains in their xn-- form; SMTPUTF8 is not supported).",
+    "examples": ["ada@example.com"],
 }
 PURPOSE: Schema = {
     "type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_.:-]+$", "default": "login",
