@@ -32,7 +32,7 @@ from domain.errors import InvalidInput
 MAX_ADDRESS = 254  # RFC 5321 4.5.3.1.3: a path is 256 octets, two of them the angle brackets
 MAX_LOCAL_PART = 64  # RFC 5321 4.5.3.1.1
 MAX_LABEL = 63  # RFC 1035 2.3.4
-RULE = "a single plain address like name@example.com"
+RULE = "a single plain email address like name@example.com"
 
 # RFC 5322 atext: the characters of a dot-atom other than the dot.
 _ATEXT = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+\Z")
@@ -48,14 +48,14 @@ def address_problem(value: object) -> str | None:
         return "it must be a non-empty string"
     if not value.isascii():
         return "it must be ASCII (internationalised addresses, SMTPUTF8, are not supported)"
-    if any(ch.isspace() or not ch.isprintable() for ch in value):
-        return "it must not contain whitespace or control characters"
     if len(value) > MAX_ADDRESS:
         return f"it must be at most {MAX_ADDRESS} characters"
     if "=?" in value:
         return "it must not contain an encoded-word (=?)"
     if any(ch in _LIST_SYNTAX for ch in value):
         return "it must be one address, without a display name, group, list, quotes, comments or brackets"
+    if any(ch.isspace() or not ch.isprintable() for ch in value):
+        return "it must not contain whitespace or control characters"
     if value.count("@") != 1:
         return "it must contain exactly one @"
     local, domain = value.split("@")
@@ -73,6 +73,8 @@ def _local_problem(local: str) -> str | None:
 
 
 def _domain_problem(domain: str) -> str | None:
+    if not domain:
+        return "the part after @ must not be empty"
     labels = domain.split(".")
     if len(labels) < 2:
         return "the domain must contain a dot, like example.com"
