@@ -45,6 +45,7 @@ __all__ = [
     "SendFailed",
     "envelope_address",
     "message_id_header",
+    "sender_address",
     "single_recipient",
 ]
 
@@ -124,16 +125,25 @@ class AsyncMailer(Protocol):
 _HEADERS = HeaderRegistry()
 
 
-def envelope_address(sender: str) -> str:
-    """The bare address of a configured sender, for SMTP's MAIL FROM and Maildir's Return-Path.
+def sender_address(sender: str) -> Address:
+    """The configured sender as one address object, for the From header.
 
-    ``AUTHLEDGER_SENDER`` may carry a display name (``authledger <no-reply@...>``),
-    which belongs in the From header only: an envelope address is an addr-spec.
+    ``AUTHLEDGER_SENDER`` may carry a display name (``authledger <no-reply@...>``);
+    it is the operator's text, not a user's, but is still held to exactly one
+    address, so that From is built from an object as To is.
     """
     addresses = _HEADERS("From", sender).addresses
     if len(addresses) != 1 or not addresses[0].domain:
         raise ConfigError(f"sender {sender!r} must hold exactly one email address")
-    return addresses[0].addr_spec
+    return addresses[0]
+
+
+def envelope_address(sender: str) -> str:
+    """The bare address of a configured sender, for SMTP's MAIL FROM and Maildir's Return-Path.
+
+    The display name belongs in the From header only: an envelope address is an addr-spec.
+    """
+    return sender_address(sender).addr_spec
 
 
 def single_recipient(email: OutboundEmail) -> Address:
