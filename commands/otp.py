@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from commands.output import CLI_CLIENT, cli_metadata, email_option, emit, explained_mismatch, json_option
+from commands.output import CLI_CLIENT, cli_metadata, emit, explained_mismatch, json_option
 from domain.errors import CodeRejected
 from domain.otp import RequestOtp
 from infra.bootstrap import App
@@ -20,7 +20,7 @@ def otp() -> None:
 
 @otp.command("request")
 @click.option("--user-id", required=True, help="The application's id for the user.")
-@email_option("Where to send the code.")
+@click.option("--email", "recipient", required=True, help="Where to send the code.")
 @click.option("--purpose", default="login", show_default=True, help="What the code is for; shown in the email.")
 @click.option("--idempotency-key", help="Retries with the same key return the first answer.")
 @json_option

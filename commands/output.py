@@ -14,8 +14,6 @@ from typing import Any
 
 import click
 
-from domain.addresses import RULE as ADDRESS_RULE
-from domain.addresses import address_problem
 from domain.errors import IdempotencyMismatch
 
 
@@ -24,20 +22,6 @@ def emit(data: Any, as_json: bool, text: str) -> None:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for tools.")
-
-
-def _checked_address(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    # The domain's one rule, asked here so that the refusal names the option
-    # (exit 2, the usage error); the command checks it again, as for HTTP.
-    problem = address_problem(value)
-    if problem is not None:
-        raise click.BadParameter(f"must be {ADDRESS_RULE}: {problem}")
-    return value
-
-
-def email_option(help: str) -> Any:
-    """``--email``: where to send, checked by the one address rule before the command runs."""
-    return click.option("--email", "recipient", required=True, callback=_checked_address, help=help)
 
 
 CLI_CLIENT = "cli"

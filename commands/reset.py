@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from commands.output import CLI_CLIENT, cli_metadata, email_option, emit, explained_mismatch, json_option
+from commands.output import CLI_CLIENT, cli_metadata, emit, explained_mismatch, json_option
 from domain.reset import RequestReset
 from infra.bootstrap import App
 from infra.services import reset as reset_service
@@ -17,7 +17,7 @@ def reset() -> None:
 
 @reset.command("request")
 @click.option("--user-id", required=True, help="The application's id for the user.")
-@email_option("Where to send the link.")
+@click.option("--email", "recipient", required=True, help="Where to send the link.")
 @click.option("--idempotency-key", help="Retries with the same key return the first answer.")
 @json_option
 @click.pass_obj
