@@ -24,7 +24,9 @@ USER_ID: Schema = {
 # server asks the domain, not these patterns: a dot-atom local part, a
 # domain of two or more LDH labels, and two facts a single pattern could only
 # state with lookaheads (which generators of examples cannot follow): the
-# local part is at most 64 octets, and no encoded-word ("=?") appears.
+# local part is at most 64 octets, and no encoded-word ("=?") appears. Those
+# two patterns match a part of the value on purpose (a prefix, a substring).
+# tests/http/test_hostile_addresses.py checks that schema and rule agree.
 _ATEXT = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
 _LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 EMAIL_PATTERN = rf"^{_ATEXT}+(?:\.{_ATEXT}+)*@{_LABEL}(?:\.{_LABEL})+$"

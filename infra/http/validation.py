@@ -19,7 +19,6 @@ from starlette.requests import Request
 
 from domain.addresses import RULE as ADDRESS_RULE
 from domain.addresses import address_problem
-
 from infra.errors import Unauthorized
 from infra.http.problems import (
     BodyTooLarge,
@@ -69,8 +68,8 @@ def schema_errors(schema: Schema, value: Any, pointer: str = "") -> list[dict[st
         if not isinstance(value, str):
             return [{"pointer": pointer, "detail": f"{name} must be a string"}]
         if schema.get("pattern") == EMAIL_PATTERN:
-            # The pattern is for the document's readers and generators; the
-            # domain's one address rule decides, as it does for the CLI.
+            # The schema states the address rule for the document's readers
+            # and generators; the domain's one rule decides, as for the CLI.
             problem = address_problem(value)
             return [{"pointer": pointer, "detail": f"{name} {NOT_AN_EMAIL}: {problem}"}] if problem else []
         detail = _string_problem(name, schema, value)
