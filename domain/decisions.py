@@ -16,6 +16,7 @@ from uuid import UUID
 
 from attrs import evolve, frozen
 
+from domain.addresses import check_address
 from domain.email import EmailQueued
 from domain.errors import IdempotencyMismatch, InvalidInput
 
@@ -353,24 +354,12 @@ def check_optional_text(name: str, value: object, *, max_length: int) -> None:
         check_text(name, value, max_length=max_length)
 
 
-def check_recipient(recipient: object) -> None:
-    """Raise ``InvalidInput`` unless ``recipient`` looks like an email address.
-
-    Only the shape is checked; whether the address exists is the provider's
-    business.
-    """
-    check_text("recipient", recipient, max_length=254)
-    local, _, domain = str(recipient).rpartition("@")
-    if not local or not domain:
-        raise InvalidInput("recipient must be an email address like name@example.com")
-
-
 def check_request_input(
     user_id: object, recipient: object, idempotency_key: object, client: object
 ) -> None:
     """Raise ``InvalidInput`` unless a request command's common fields are
     well formed, so that bad input is refused before anything is decided."""
     check_text("user_id", user_id, max_length=200)
-    check_recipient(recipient)
+    check_address(recipient)
     check_optional_text("idempotency_key", idempotency_key, max_length=255)
     check_optional_text("client", client, max_length=200)

@@ -17,6 +17,8 @@ from uuid import UUID
 
 from starlette.requests import Request
 
+from domain.addresses import RULE as ADDRESS_RULE
+from domain.addresses import address_problem
 from infra.errors import Unauthorized
 from infra.http.problems import (
     BodyTooLarge,
@@ -67,14 +69,17 @@ def schema_errors(schema: Schema, value: Any, pointer: str = "") -> list[dict[st
     if kind == "string" or (kind is None and "enum" in schema):
         if not isinstance(value, str):
             return [{"pointer": pointer, "detail": f"{name} must be a string"}]
+        if schema.get("pattern") == EMAIL_PATTERN:
+            # The schema states the address rule for the document's readers
+            # and generators; the domain's one rule decides, as for the CLI.
+            problem = address_problem(value)
+            return [{"pointer": pointer, "detail": f"{name} {NOT_AN_EMAIL}: {problem}"}] if problem else []
         detail = _string_problem(name, schema, value)
-        if detail and schema.get("pattern") == EMAIL_PATTERN:
-            detail = f"{name} {NOT_AN_EMAIL}"
         return [{"pointer": pointer, "detail": detail}] if detail else []
     raise ValueError(f"schema type {kind!r} is not supported by this checker")
 
 
-NOT_AN_EMAIL = "must be an email address like name@example.com"
+NOT_AN_EMAIL = f"must be {ADDRESS_RULE}"
 
 
 def _array_errors(name: str, schema: Schema, value: Any, pointer: str) -> list[dict[str, str]]:
@@ -108,7 +113,7 @@ def check_body(schema: Schema, data: Any) -> dict[str, Any]:
     if not errors:
         return data
     detail = "; ".join(error["detail"] for error in errors)
-    email_only = all(e["detail"].endswith(NOT_AN_EMAIL) for e in errors)
+    email_only = all(NOT_AN_EMAIL in e["detail"] for e in errors)
     raise (InvalidEmail if email_only else InvalidBody)(detail, errors=errors)
 
 

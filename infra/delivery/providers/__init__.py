@@ -25,12 +25,13 @@ and an HTTP JSON API (and the fakes in tests) are interchangeable:
 
 from __future__ import annotations
 
-from email.headerregistry import HeaderRegistry
+from email.headerregistry import Address, HeaderRegistry
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
 from attrs import field, frozen
 
+from domain.addresses import address_problem
 from domain.errors import AuthledgerError, ConfigError
 
 __all__ = [
@@ -44,6 +45,8 @@ __all__ = [
     "SendFailed",
     "envelope_address",
     "message_id_header",
+    "sender_address",
+    "single_recipient",
 ]
 
 
@@ -122,16 +125,46 @@ class AsyncMailer(Protocol):
 _HEADERS = HeaderRegistry()
 
 
-def envelope_address(sender: str) -> str:
-    """The bare address of a configured sender, for SMTP's MAIL FROM and Maildir's Return-Path.
+def sender_address(sender: str) -> Address:
+    """The configured sender as one address object, for the From header.
 
-    ``AUTHLEDGER_SENDER`` may carry a display name (``authledger <no-reply@...>``),
-    which belongs in the From header only: an envelope address is an addr-spec.
+    ``AUTHLEDGER_SENDER`` may carry a display name (``authledger <no-reply@...>``);
+    it is the operator's text, not a user's, but is still held to exactly one
+    address, so that From is built from an object as To is.
     """
     addresses = _HEADERS("From", sender).addresses
     if len(addresses) != 1 or not addresses[0].domain:
         raise ConfigError(f"sender {sender!r} must hold exactly one email address")
-    return addresses[0].addr_spec
+    return addresses[0]
+
+
+def envelope_address(sender: str) -> str:
+    """The bare address of a configured sender, for SMTP's MAIL FROM and Maildir's Return-Path.
+
+    The display name belongs in the From header only: an envelope address is an addr-spec.
+    """
+    return sender_address(sender).addr_spec
+
+
+def single_recipient(email: OutboundEmail) -> Address:
+    """The one recipient of ``email``, as an address object built from its checked parts.
+
+    Every provider takes its recipient from here: the MIME ``To`` header,
+    SMTP's RCPT TO and the HTTP provider's ``to``. The address must pass the
+    domain's one rule again, because an email queued before that rule was
+    strict (or by a writer that skipped it) must not reach a header parser
+    that would decode it into more recipients. Such an email fails for good
+    (``PermanentSendError``, recorded as a permanent failure), since every
+    attempt would meet the same rule. The message names the rule, never the
+    address.
+    """
+    problem = address_problem(email.recipient)
+    if problem is not None:
+        raise PermanentSendError(f"the recipient is not a single plain address: {problem}")
+    local, domain = email.recipient.split("@")
+    # From parts, not parsed: a dot-atom and a host name need no quoting, so
+    # ``addr_spec`` reads exactly as the input did.
+    return Address(username=local, domain=domain)
 
 
 def message_id_header(message_id: UUID) -> str:

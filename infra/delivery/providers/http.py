@@ -19,6 +19,7 @@ from infra.delivery.providers import (
     ProviderReceipt,
     RetryableSendError,
     SendFailed,
+    single_recipient,
 )
 from infra.delivery.providers.http_clients import ClientGroup
 
@@ -155,10 +156,15 @@ class HttpMailer:
 
 
 def _request(email: OutboundEmail) -> dict[str, Any]:
-    """The POST's body and headers, the same for ``send`` and ``send_async``."""
+    """The POST's body and headers, the same for ``send`` and ``send_async``.
+
+    ``to`` is one address as a single JSON string, never a list and never
+    text a provider could split: ``single_recipient`` refuses anything but one
+    plain addr-spec (``PermanentSendError``, raised before any request).
+    """
     payload = {
         "from": email.sender,
-        "to": email.recipient,
+        "to": single_recipient(email).addr_spec,
         "subject": email.subject,
         "text": email.text_body,
         "html": email.html_body,

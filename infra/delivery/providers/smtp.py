@@ -13,7 +13,13 @@ from typing import Literal
 from urllib.parse import unquote, urlsplit
 
 from domain.errors import ConfigError
-from infra.delivery.providers import OutboundEmail, ProviderReceipt, envelope_address, message_id_header
+from infra.delivery.providers import (
+    OutboundEmail,
+    ProviderReceipt,
+    envelope_address,
+    message_id_header,
+    single_recipient,
+)
 from infra.delivery.providers.mime import render_mime
 from infra.delivery.providers.smtp_pool import SessionPool, close_quietly
 from infra.delivery.providers.smtp_replies import (
@@ -148,15 +154,16 @@ class SmtpMailer:
 
     def send(self, email: OutboundEmail) -> ProviderReceipt:
         data, options = self._encode(email)
+        recipient = single_recipient(email).addr_spec  # the envelope's one RCPT TO, as the To header's
         attempt = Attempt(self.timeout_seconds)
         try:
             with attempt:
                 try:
-                    self._transact(attempt, email.recipient, data, options)
+                    self._transact(attempt, recipient, data, options)
                 except OSError as e:
                     if not worth_a_fresh_session(e, attempt):
                         raise
-                    self._transact(attempt, email.recipient, data, options, fresh=True)
+                    self._transact(attempt, recipient, data, options, fresh=True)
         except OSError as e:  # smtplib's errors, ssl's and socket's are all OSErrors
             raise translate(e, attempt) from e
         finally:
