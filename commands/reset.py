@@ -41,7 +41,7 @@ def reset_request(app: App, user_id: str, recipient: str, idempotency_key: str |
 @click.pass_obj
 def reset_verify(app: App, token: str, as_json: bool) -> None:
     """Check a token without consuming it."""
-    request = reset_service.verify_token(app.services, token)
+    request = reset_service.verify_token(app.services, token, cli_metadata("reset verify"))
     data = {"valid": True, "request_id": str(request.request_id), "user_id": request.user_id,
             "expires_at": request.expires_at.isoformat()}
     emit(data, as_json, f"valid: request {data['request_id']} of user {request.user_id}, "

@@ -138,8 +138,8 @@ class Api:
 
     async def verify_reset(self, request: Request) -> Response:
         body, _ = await self._checked(request, schemas.TOKEN_BODY)
-        found = await self._authenticated(request, "verify",
-                                          lambda _: reset_service.verify_token(self.ctx, body["token"]))
+        found = await self._authenticated(request, "verify", lambda caller: reset_service.verify_token(
+            self.ctx, body["token"], self._metadata(request, caller)))
         return _json({"valid": True, "request_id": str(found.request_id), "user_id": found.user_id,
                       "expires_at": found.expires_at.isoformat()})
 

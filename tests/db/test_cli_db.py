@@ -34,7 +34,7 @@ def test_db_check_reports_the_schema_and_the_guards_of_the_log_and_its_seals(dat
     code, output = run(database_url, "db", "check", "--json")
     report = json.loads(output)
     assert code == 0, output
-    assert report["ok"] and report["schema_version"] == 3 and report["problems"] == []
+    assert report["ok"] and report["schema_version"] == SCHEMA_VERSION and report["problems"] == []
     assert report["guards"] == {
         "events": {"events_no_truncate": True, "events_no_update_or_delete": True},
         "seals": {"seals_no_truncate": True, "seals_no_update_or_delete": True},
@@ -188,13 +188,13 @@ def test_a_database_at_an_older_schema_version_is_told_to_upgrade_and_db_init_up
     database_url: str, admin_engine: Engine
 ) -> None:
     with admin_engine.begin() as connection:  # what a version-1 schema.sql left behind
-        connection.execute(text("DELETE FROM schema_version WHERE version IN (2, 3)"))
+        connection.execute(text("DELETE FROM schema_version WHERE version IN (2, 3, 4)"))
         connection.execute(text("REVOKE UPDATE (master_key_id, wrapped_key) ON subject_keys FROM authledger_app"))
     code, output = run(database_url, "db", "check")
-    assert code == 1 and "schema version is 1, this authledger expects 3" in output
+    assert code == 1 and f"schema version is 1, this authledger expects {SCHEMA_VERSION}" in output
 
     code, output = run(database_url, "db", "init")
-    assert code == 0 and "upgraded from schema version 1 (schema version 3)" in output
+    assert code == 0 and f"upgraded from schema version 1 (schema version {SCHEMA_VERSION})" in output
     assert run(database_url, "db", "check")[0] == 0
     with admin_engine.connect() as connection:
         may_rewrap = connection.execute(text(
@@ -205,7 +205,7 @@ def test_a_database_at_an_older_schema_version_is_told_to_upgrade_and_db_init_up
 
 def test_db_check_accepts_a_schema_a_newer_release_applied(database_url: str, admin_engine: Engine) -> None:
     with admin_engine.begin() as connection:
-        connection.execute(text("INSERT INTO schema_version (version) VALUES (4)"))
+        connection.execute(text("INSERT INTO schema_version (version) VALUES (:newer)"), {"newer": SCHEMA_VERSION + 1})
     code, output = run(database_url, "db", "check")
     assert code == 0, output
 

@@ -129,7 +129,7 @@ async def test_past_the_hourly_limit_is_429_with_retry_after(ctx: ServiceContext
 
 async def test_a_token_verifies_without_being_used_and_is_consumed_once(api: httpx.AsyncClient, engine: Engine) -> None:
     created = (await create(api)).json()
-    token = token_for(created["request_id"])
+    token = token_for(engine, created["request_id"])
 
     for _ in range(2):
         verified = await api.post("/v1/password-resets/verify", json={"token": token})
