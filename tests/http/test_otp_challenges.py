@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from uuid import uuid4
 
 import httpx
 import pytest
 from attrs import evolve
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from domain.policy import OtpPolicy
 from infra.services.unit_of_work import ServiceContext
@@ -41,7 +42,29 @@ async def test_a_challenge_is_accepted_and_its_code_verifies_once(api: httpx.Asy
 
     again = await verify(api, answer["challenge_id"], code_for(engine, answer["challenge_id"]))
     problem = assert_problem(again, 400, "code-rejected")
-    assert problem["attempts_left"] == 0 and "already used" in problem["detail"]
+    assert problem["attempts_left"] == 0 and problem["detail"] == "The code was already used."
+    assert_projections_match_log(engine)
+
+
+async def test_a_code_presented_again_after_use_is_recorded_with_the_client_and_the_request_id(
+    api: httpx.AsyncClient, engine: Engine
+) -> None:
+    challenge_id = (await challenge(api)).json()["challenge_id"]
+    code = code_for(engine, challenge_id)
+    assert (await verify(api, challenge_id, code)).status_code == 200
+    written = log_size(engine)
+
+    again = await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code},
+                           headers={"X-Request-Id": "replayed-1"})
+
+    assert assert_problem(again, 400, "code-rejected")["detail"] == "The code was already used."
+    assert log_size(engine) == written + 1
+    with engine.connect() as connection:
+        payload, metadata = connection.execute(text(
+            "SELECT payload, metadata FROM events WHERE event_type = 'OtpCodeRejected'")).one()
+    assert (payload["challenge_id"], payload["reason"]) == (challenge_id, "used")
+    assert (metadata["client"], metadata["request_id"]) == ("shop", "replayed-1")
+    assert code not in json.dumps([payload, metadata])
     assert_projections_match_log(engine)
 
 
