@@ -332,7 +332,7 @@ GRANT SELECT, INSERT, UPDATE ON projection_checkpoints TO authledger_app;
 -- next event is appended. At most one row per stream and answer.
 CREATE TABLE IF NOT EXISTS request_counts (
     stream_id     text        NOT NULL,
-    answer        text        NOT NULL CHECK (answer IN ('refused', 'reused')),
+    answer        text        NOT NULL,  -- 'refused', 'reused' or 'rejected': see the constraint below
     flow          text        NOT NULL CHECK (flow IN ('reset', 'otp')),
     user_id       text        NOT NULL,
     window_start  timestamptz NOT NULL,
@@ -342,6 +342,21 @@ CREATE TABLE IF NOT EXISTS request_counts (
     clients       jsonb       NOT NULL,  -- distinct API clients (null: none), at most 20
     PRIMARY KEY (stream_id, answer)
 );
+
+-- Version 4 counts rejected presentations of known links and codes too
+-- (issue 14). The constraint is replaced only when it lacks 'rejected', so
+-- that re-applying this file takes no lock on an up-to-date table.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                    WHERE conrelid = 'request_counts'::regclass AND conname = 'request_counts_answer_check'
+                      AND pg_get_constraintdef(oid) LIKE '%rejected%') THEN
+        ALTER TABLE request_counts DROP CONSTRAINT IF EXISTS request_counts_answer_check;
+        ALTER TABLE request_counts ADD CONSTRAINT request_counts_answer_check
+            CHECK (answer IN ('refused', 'reused', 'rejected'));
+    END IF;
+END
+$$;
 
 -- Snapshots of the reset and OTP streams (issue 13, projections/snapshots.py):
 -- the folded state at stream version `version`, so that a decision folds
@@ -380,4 +395,5 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON address_index TO authledger_app;
 --   4  api_keys (several scoped keys per client, in tenants) replaces api_clients; tenants;
 --      address_index (reviewers find users by a keyed hash of their address);
 --      indexes for the console's outbox page (24 h chart, given-up mail)
+--      request_counts also counts rejected presentations of links and codes
 INSERT INTO schema_version (version) VALUES (1), (2), (3), (4) ON CONFLICT DO NOTHING;

@@ -83,7 +83,7 @@ from infra.db.embedded import start_embedded
 from infra.logs import configure_logging
 from infra.delivery.providers import OutboundEmail, ProviderReceipt
 from infra.db.schema import init_schema
-from infra.services.unit_of_work import ServiceContext, append_and_fold
+from infra.services.unit_of_work import ServiceContext, append_and_fold, random_nonce
 from infra.delivery.worker import Worker
 
 TEMPLATE = "delivery_template"
@@ -184,7 +184,7 @@ def _queue_resets(engine: Engine, messages: int, chunk: int = 500) -> None:
             user = f"user-{n:06d}"
             decision = decide_reset_request(
                 initial_reset_state(), RequestReset(user, f"{user}@example.com"), now=now,
-                request_id=uuid4(), message_id=uuid4(), keys=KEYS, policy=ResetPolicy(),
+                request_id=uuid4(), message_id=uuid4(), nonce=random_nonce(), keys=KEYS, policy=ResetPolicy(),
             )
             batches.append((reset_stream(user), 0, decision.events))
             batches += [(email_stream(queued.message_id), 0, [queued]) for queued in decision.emails]

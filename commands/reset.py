@@ -45,7 +45,7 @@ def reset_request(app: App, user_id: str, recipient: str, idempotency_key: str |
 @click.pass_obj
 def reset_verify(app: App, token: str, tenant: str, as_json: bool) -> None:
     """Check a token without consuming it."""
-    request = reset_service.verify_token(app.services, token, tenant=tenant)
+    request = reset_service.verify_token(app.services, token, cli_metadata("reset verify"), tenant=tenant)
     user_id = split_scoped_user(request.user_id)[1]
     data = {"valid": True, "request_id": str(request.request_id), "user_id": user_id,
             "expires_at": request.expires_at.isoformat()}

@@ -33,6 +33,10 @@ KEPT_FOR = timedelta(hours=48)
 # Repeats within the cooldown bind this many new idempotency keys per window
 # one event each; further keys are answered alike but counted, not bound.
 BOUND_KEYS_PER_WINDOW = 10
+# Rejected presentations of known links and codes (used, superseded, expired,
+# locked, erased) written one event each per window and stream; further ones
+# are answered alike and counted (``RequestsCounted`` with answer "rejected").
+REJECTIONS_PER_WINDOW = 10
 
 
 @frozen
@@ -78,12 +82,23 @@ class VerifyOutcome:
 
 
 @frozen
+class Rejected:
+    """A known link or code was presented when it could no longer be used; the refusal was recorded (or counted).
+
+    ``message`` is the answer's words, those a caller got before rejections were recorded.
+    """
+
+    reason: str  # "used", "superseded", "expired", "locked" or "erased"
+    message: str
+
+
+@frozen
 class Counted:
     """A call answered as the stream's last ones were: to be counted, not written as an event."""
 
     flow: str  # "reset" or "otp"
     user_id: str
-    answer: str  # "refused" or "reused"
+    answer: str  # "refused", "reused" or "rejected"
     at: datetime
     client: str | None
 
@@ -94,7 +109,8 @@ class Decision:
 
     events: tuple[object, ...]
     emails: tuple[EmailQueued, ...]
-    outcome: RequestOutcome | Refused | ConsumeOutcome | VerifyOutcome
+    # Or a flow's own answer (``domain.reset.LinkValid``).
+    outcome: RequestOutcome | Refused | ConsumeOutcome | VerifyOutcome | Rejected | object
     counted: Counted | None = None
 
 
@@ -114,13 +130,18 @@ class RequestsCounted:
     many calls it takes, a run writes per window at most two events of
     refusals, or ``BOUND_KEYS_PER_WINDOW`` + 1 of repeats.
 
+    Rejected presentations of known links and codes are bounded alike, but
+    by their own count per window (``REJECTIONS_PER_WINDOW``, see
+    ``count_rejections``) rather than by a run: other events between them
+    must not let a flood of presentations write one event each.
+
     ``count`` is the number of calls counted (those not written one by one);
     ``clients`` the API clients they came from (None: no client, the CLI).
     """
 
     flow: str  # "reset" or "otp"
     user_id: str
-    answer: str  # "refused" or "reused"
+    answer: str  # "refused", "reused" or "rejected"
     window_start: datetime
     first_at: datetime
     last_at: datetime
@@ -184,6 +205,24 @@ def count_floods(
         return decision
     kept = () if refused else tuple(e for e in decision.events if not isinstance(e, IdempotencyKeyBound))
     return evolve(decision, events=kept, counted=Counted(flow, user_id, run.answer, now, client))
+
+
+def rejections_after(written: CountingRun | None, at: datetime) -> CountingRun:
+    """The rejections written in the window of ``at`` once one more is on the stream."""
+    window = window_of(at)
+    if written is not None and written.window_start == window:
+        return evolve(written, written=written.written + 1)
+    return CountingRun("rejected", window, 1)
+
+
+def count_rejections(
+    decision: Decision, written: CountingRun | None, *, flow: str, user_id: str, client: str | None, now: datetime,
+) -> Decision:
+    """A rejected presentation's decision, once floods are counted: past ``REJECTIONS_PER_WINDOW`` written
+    in this window, it writes nothing and is counted instead. The answer is the same either way."""
+    if written is None or written.window_start != window_of(now) or written.written < REJECTIONS_PER_WINDOW:
+        return decision
+    return evolve(decision, events=(), counted=Counted(flow, user_id, "rejected", now, client))
 
 
 def require_utc(moment: datetime) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from uuid import UUID
 
-from attrs import evolve, frozen
+from attrs import evolve, field, frozen
 
 from domain.decisions import (
     CountingRun,
@@ -23,6 +23,7 @@ from domain.decisions import (
     IdempotencyKeyBound,
     PastRequest,
     Receipt,
+    Rejected,
     RequestOutcome,
     VerifyOutcome,
     RequestsCounted,
@@ -30,7 +31,9 @@ from domain.decisions import (
     check_request_input,
     check_text,
     count_floods,
+    count_rejections,
     kept_receipts,
+    rejections_after,
     replay_receipt,
     require_utc,
     reuse_or_refuse,
@@ -40,7 +43,14 @@ from domain.email import EmailQueued
 from domain.errors import CodeRejected, InvalidInput, LockedOut, UnknownEventType
 from domain.policy import OtpPolicy
 from domain.tenants import DEFAULT_TENANT, check_tenant_name, scoped_user
-from domain.tokens import TokenKeys, derive_otp_code, otp_code_matches
+from domain.tokens import (
+    CURRENT_DERIVATION,
+    TokenKeys,
+    derivation_nonce,
+    derive_otp_code,
+    nonce_readable,
+    otp_code_matches,
+)
 
 OTP_CODE = "otp_code"
 
@@ -68,6 +78,10 @@ class OtpChallengeIssued:
     # "<key id>:<hex HMAC>" of the normalised recipient (infra/services/address_index.py);
     # a personal field, erased with the recipient. None on events from before it existed.
     address_hmac: str | None = None
+    # How the code is derived (domain.tokens): 1 from key and challenge id alone,
+    # 2 also from ``nonce``, a secret sealed under the user's data key (a personal field).
+    derivation: int = 1
+    nonce: str | None = field(default=None, repr=False)
 
 
 @frozen
@@ -104,6 +118,19 @@ class OtpRequestRefused:
     reason: str  # "rate_limited"
     refused_at: datetime
     retry_at: datetime
+
+
+@frozen
+class OtpCodeRejected:
+    """A code was presented for a known challenge that could no longer be used; it was refused unchecked.
+
+    ``reason``: "used", "superseded", "expired", "locked" or "erased". Bounded per
+    window (``domain.decisions.count_rejections``); the caller is in the event's metadata.
+    """
+
+    challenge_id: UUID
+    reason: str
+    rejected_at: datetime
 
 
 @frozen
@@ -146,6 +173,8 @@ class OtpChallenge:
     client: str | None
     status: str = "open"
     failures: int = 0
+    derivation: int = 1
+    nonce: str | None = field(default=None, repr=False)
 
     def past(self) -> PastRequest:
         """This challenge as the shared request rules see it."""
@@ -166,6 +195,8 @@ class OtpState:
     locked_until: datetime | None
     # The run of alike answers (refusals, bound repeats) the last events belong to: floods are counted.
     run: CountingRun | None = None
+    # Rejected presentations written in the latest window they were written in: past a bound they are counted.
+    rejections: CountingRun | None = None
 
 
 def initial_otp_state() -> OtpState:
@@ -182,6 +213,9 @@ def _with_challenge(state: OtpState, challenge: OtpChallenge) -> OtpState:
 def evolve_otp(state: OtpState, event: object) -> OtpState:
     """The state after ``event``. Events about unknown challenges change the
     challenge map not at all, so a replay never fails half-way."""
+    if isinstance(event, OtpCodeRejected):
+        # Neither ends nor extends a run of refusals: presentations are bounded on their own.
+        return evolve(state, rejections=rejections_after(state.rejections, event.rejected_at))
     run = run_after(state.run, event, OtpRequestRefused)
     if run != state.run:
         state = evolve(state, run=run)
@@ -193,7 +227,7 @@ def _evolve_challenges(state: OtpState, event: object) -> OtpState:
         challenge = OtpChallenge(
             event.challenge_id, event.user_id, event.recipient, event.key_id, event.digits,
             event.purpose, event.issued_at, event.expires_at, event.message_id, event.idempotency_key,
-            event.client,
+            event.client, derivation=event.derivation, nonce=event.nonce,
         )  # fmt: skip
         state = _with_challenge(state, challenge)
         if event.idempotency_key is not None:
@@ -291,12 +325,15 @@ def decide_otp_request(
     now: datetime,
     challenge_id: UUID,
     message_id: UUID,
+    nonce: str,
     keys: TokenKeys,
     policy: OtpPolicy,
     address_hmac: str | None = None,
 ) -> Decision:
     """Decide an OTP request: replay, refuse while locked, reuse, rate-limit,
-    or issue a new challenge that supersedes every open one.
+    or issue a new challenge that supersedes every open one. ``nonce`` is the
+    new challenge's secret (random, from the caller), from which with the key
+    and the challenge id its code is derived.
 
     An idempotent replay is answered even while the account is locked: it
     writes and sends nothing, and the first answer is what a replay promises.
@@ -337,6 +374,8 @@ def decide_otp_request(
         idempotency_key=cmd.idempotency_key,
         client=cmd.client,
         address_hmac=address_hmac,
+        derivation=CURRENT_DERIVATION,
+        nonce=nonce,
     )
     superseded = tuple(
         OtpChallengeSuperseded(c.challenge_id, superseded_by=challenge_id)
@@ -354,23 +393,52 @@ def decide_otp_request(
 
 
 def otp_code_for(challenge: OtpChallenge, keys: TokenKeys) -> str:
-    """Re-derive a challenge's code (for the worker rendering the email), of the length it was issued with."""
-    return derive_otp_code(keys.key(challenge.key_id), challenge.challenge_id, challenge.digits)
+    """Re-derive a challenge's code (for the worker rendering the email), of the length it was issued with.
+
+    ``SecretUnavailable`` when its nonce was erased: no one can derive it any more.
+    """
+    nonce = derivation_nonce(challenge.derivation, challenge.nonce)
+    return derive_otp_code(keys.key(challenge.key_id), challenge.challenge_id, challenge.digits, nonce)
 
 
-def _usable_challenge(state: OtpState, challenge_id: UUID, now: datetime) -> OtpChallenge:
+# The answer to a code for a known challenge that can no longer be used, by
+# reason. An erased user's challenge is answered as an unknown one.
+CODE_REFUSALS = {
+    "erased": "The code is not valid.",
+    "used": "The code was already used.",
+    "superseded": "A newer code was sent; use that one.",
+    "locked": "Too many wrong codes; request a new one.",
+    "expired": "The code has expired; request a new one.",
+}
+
+
+def code_rejection(challenge: OtpChallenge, *, now: datetime) -> str | None:
+    """Why no code is accepted for this challenge any more (a key of ``CODE_REFUSALS``), or None."""
+    if not nonce_readable(challenge.derivation, challenge.nonce):
+        return "erased"
+    if challenge.status == "verified":
+        return "used"
+    if challenge.status in ("superseded", "locked"):
+        return challenge.status
+    if now >= challenge.expires_at:
+        return "expired"
+    return None
+
+
+def _usable_challenge(
+    state: OtpState, challenge_id: UUID, now: datetime, client: str | None
+) -> OtpChallenge | Decision:
+    """The challenge if a code may be checked against it, else the decision recording the refusal."""
     challenge = state.challenges.get(challenge_id)
     if challenge is None:
+        # Unknown (or long forgotten): nothing to tie a record to, and writing one would let anyone fill the log.
         raise CodeRejected("The code is not valid.", attempts_left=0)
-    if challenge.status == "verified":
-        raise CodeRejected("The code was already used.", attempts_left=0)
-    if challenge.status == "superseded":
-        raise CodeRejected("A newer code was sent; use that one.", attempts_left=0)
-    if challenge.status == "locked":
-        raise CodeRejected("Too many wrong codes; request a new one.", attempts_left=0)
-    if now >= challenge.expires_at:
-        raise CodeRejected("The code has expired; request a new one.", attempts_left=0)
-    return challenge
+    reason = code_rejection(challenge, now=now)
+    if reason is None:
+        return challenge
+    rejected = Decision(events=(OtpCodeRejected(challenge_id, reason, now),), emails=(),
+                        outcome=Rejected(reason, CODE_REFUSALS[reason]))
+    return count_rejections(rejected, state.rejections, flow="otp", user_id=challenge.user_id, client=client, now=now)
 
 
 def check_code_shape(code: object, digits: int) -> None:
@@ -388,14 +456,17 @@ def decide_otp_verify(
     now: datetime,
     keys: TokenKeys,
     policy: OtpPolicy,
+    client: str | None = None,
 ) -> Decision:
     """Check ``code`` against a challenge.
 
     Raises, writing nothing: ``InvalidInput`` for a code of the wrong shape,
     ``LockedOut`` while the account is locked, ``CodeRejected`` for a challenge
-    that is unknown, expired, superseded, verified or locked. Otherwise
-    returns the events of a success or of a counted failure (with any
-    lockouts it triggers) and a ``VerifyOutcome``.
+    that is unknown. For a known challenge that is expired, superseded,
+    verified, locked or erased, returns the recorded ``OtpCodeRejected`` (or
+    its count, ``client`` counted) and ``Rejected``, the code unchecked.
+    Otherwise returns the events of a success or of a counted failure (with
+    any lockouts it triggers) and a ``VerifyOutcome``.
     """
     require_utc(now)
     known = state.challenges.get(challenge_id)
@@ -406,9 +477,12 @@ def decide_otp_verify(
     # The lock comes before the code is compared, so that a locked account
     # answers the same for right and wrong codes.
     _raise_if_account_locked(state, now)
-    challenge = _usable_challenge(state, challenge_id, now)
+    challenge = _usable_challenge(state, challenge_id, now, client)
+    if isinstance(challenge, Decision):
+        return challenge
 
-    if otp_code_matches(keys.key(challenge.key_id), challenge_id, challenge.digits, code):
+    nonce = derivation_nonce(challenge.derivation, challenge.nonce)
+    if otp_code_matches(keys.key(challenge.key_id), challenge_id, challenge.digits, code, nonce):
         attempts_left = policy.max_attempts - challenge.failures
         return Decision(
             events=(OtpChallengeVerified(challenge_id, now),),

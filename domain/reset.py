@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from uuid import UUID
 
-from attrs import evolve, frozen
+from attrs import evolve, field, frozen
 
 from domain.decisions import (
     ConsumeOutcome,
@@ -19,6 +19,7 @@ from domain.decisions import (
     Decision,
     KEPT_FOR,
     IdempotencyKeyBound,
+    Rejected,
     PastRequest,
     Receipt,
     RequestOutcome,
@@ -26,9 +27,11 @@ from domain.decisions import (
     bind_key_to_reuse,
     check_request_input,
     count_floods,
+    count_rejections,
     kept_receipts,
     replay_receipt,
     require_utc,
+    rejections_after,
     reuse_or_refuse,
     run_after,
 )
@@ -36,7 +39,14 @@ from domain.email import EmailQueued
 from domain.errors import TokenInvalid, UnknownEventType
 from domain.policy import ResetPolicy
 from domain.tenants import DEFAULT_TENANT, check_tenant_name, scoped_user
-from domain.tokens import TokenKeys, derive_reset_token, hash_token
+from domain.tokens import (
+    CURRENT_DERIVATION,
+    TokenKeys,
+    derivation_nonce,
+    derive_reset_token,
+    hash_token,
+    nonce_readable,
+)
 
 RESET_LINK = "reset_link"
 PASSWORD_CHANGED = "password_changed"
@@ -63,6 +73,10 @@ class ResetRequested:
     # the user by address (infra/services/address_index.py); a personal field,
     # erased with the recipient. None on events from before it existed.
     address_hmac: str | None = None
+    # How the token is derived (domain.tokens): 1 from key and request id alone,
+    # 2 also from ``nonce``, a secret sealed under the user's data key (a personal field).
+    derivation: int = 1
+    nonce: str | None = field(default=None, repr=False)
 
 
 @frozen
@@ -86,6 +100,19 @@ class ResetCompleted:
     user_id: str
     completed_at: datetime
     notice_message_id: UUID
+
+
+@frozen
+class ResetTokenRejected:
+    """A known reset link was presented when it could no longer be used; it was refused.
+
+    ``reason``: "used", "superseded", "expired" or "erased". Bounded per window
+    (``domain.decisions.count_rejections``); the caller is in the event's metadata.
+    """
+
+    request_id: UUID
+    reason: str
+    rejected_at: datetime
 
 
 @frozen
@@ -125,6 +152,8 @@ class ResetRequest:
     status: str = "open"
     superseded_by: UUID | None = None
     completed_at: datetime | None = None
+    derivation: int = 1
+    nonce: str | None = field(default=None, repr=False)
 
     def past(self) -> PastRequest:
         """This request as the shared request rules see it."""
@@ -142,6 +171,8 @@ class ResetState:
     receipts: Mapping[tuple[str | None, str], Receipt]
     # The run of alike answers (refusals, bound repeats) the last events belong to: floods are counted.
     run: CountingRun | None = None
+    # Rejected presentations written in the latest window they were written in: past a bound they are counted.
+    rejections: CountingRun | None = None
 
 
 def initial_reset_state() -> ResetState:
@@ -156,6 +187,9 @@ def _with_request(state: ResetState, request: ResetRequest) -> ResetState:
 def evolve_reset(state: ResetState, event: object) -> ResetState:
     """The state after ``event``. Events about unknown requests change nothing,
     so a replay never fails half-way."""
+    if isinstance(event, ResetTokenRejected):
+        # Neither ends nor extends a run of refusals: presentations are bounded on their own.
+        return evolve(state, rejections=rejections_after(state.rejections, event.rejected_at))
     run = run_after(state.run, event, ResetRequestRefused)
     if run != state.run:
         state = evolve(state, run=run)
@@ -167,7 +201,7 @@ def _evolve_requests(state: ResetState, event: object) -> ResetState:
         request = ResetRequest(
             event.request_id, event.user_id, event.recipient, event.key_id, event.token_hash,
             event.requested_at, event.expires_at, event.message_id, event.idempotency_key,
-            event.client,
+            event.client, derivation=event.derivation, nonce=event.nonce,
         )  # fmt: skip
         state = evolve(
             _with_request(state, request),
@@ -246,6 +280,7 @@ def decide_reset_request(
     now: datetime,
     request_id: UUID,
     message_id: UUID,
+    nonce: str,
     keys: TokenKeys,
     policy: ResetPolicy,
     address_hmac: str | None = None,
@@ -254,7 +289,9 @@ def decide_reset_request(
     replays the first outcome, or raises ``IdempotencyMismatch`` for another
     recipient; (b) a repeat within the cooldown reuses the open request; (c)
     the hourly limit refuses; (d) a new request supersedes every open one and
-    queues a reset link. A key answered by (b) is bound to the reused request."""
+    queues a reset link. A key answered by (b) is bound to the reused request.
+    ``nonce`` is the new request's secret (random, from the caller): its token
+    is derived from the key, the request id and the nonce."""
     require_utc(now)
     params = (cmd.recipient,)
     first = _receipt(state, cmd.client, cmd.idempotency_key)
@@ -276,7 +313,7 @@ def decide_reset_request(
         )  # fmt: skip
         return count_floods(early, state.run, flow="reset", user_id=cmd.scoped_user_id, client=cmd.client, now=now)
 
-    token = derive_reset_token(keys.current, request_id)
+    token = derive_reset_token(keys.current, request_id, nonce)
     requested = ResetRequested(
         request_id=request_id,
         user_id=cmd.scoped_user_id,
@@ -289,6 +326,8 @@ def decide_reset_request(
         idempotency_key=cmd.idempotency_key,
         client=cmd.client,
         address_hmac=address_hmac,
+        derivation=CURRENT_DERIVATION,
+        nonce=nonce,
     )
     superseded = tuple(
         ResetSuperseded(r.request_id, superseded_by=request_id, reason="new_request")
@@ -305,8 +344,12 @@ def decide_reset_request(
 
 
 def reset_token_for(request: ResetRequest, keys: TokenKeys) -> str:
-    """Re-derive a request's token (for the worker rendering the link)."""
-    return derive_reset_token(keys.key(request.key_id), request.request_id)
+    """Re-derive a request's token (for the worker rendering the link).
+
+    ``SecretUnavailable`` when its nonce was erased: no one can derive it any more.
+    """
+    nonce = derivation_nonce(request.derivation, request.nonce)
+    return derive_reset_token(keys.key(request.key_id), request.request_id, nonce)
 
 
 def find_by_token_hash(state: ResetState, token_hash: str) -> ResetRequest | None:
@@ -317,31 +360,89 @@ def find_by_token_hash(state: ResetState, token_hash: str) -> ResetRequest | Non
     return state.requests.get(request_id) if request_id is not None else None
 
 
+# The answer to a known link that can no longer be used, by reason. An erased
+# user's link is answered as an unknown one: erasure leaves nothing to tell.
+LINK_REFUSALS = {
+    "erased": "The reset link is not valid.",
+    "used": "The reset link was already used.",
+    "superseded": "The reset link was replaced by a newer one or is no longer valid.",
+    "expired": "The reset link has expired.",
+}
+
+
+@frozen
+class LinkValid:
+    """A link presented while its request is open and unexpired."""
+
+    request: ResetRequest
+
+
+def link_rejection(request: ResetRequest, *, now: datetime) -> str | None:
+    """Why this request's link can no longer be used (a key of ``LINK_REFUSALS``), or None when it can."""
+    if not nonce_readable(request.derivation, request.nonce):
+        return "erased"
+    if request.status == "completed":
+        return "used"
+    if request.status == "superseded":
+        return "superseded"
+    if now >= request.expires_at:
+        return "expired"
+    return None
+
+
 def check_token(state: ResetState, token_hash: str, *, now: datetime) -> ResetRequest:
     """The open, unexpired request for this token; ``TokenInvalid`` otherwise.
 
-    Error messages name the reason but never the token or its hash.
+    Error messages name the reason but never the token or its hash. Reads
+    only; ``decide_verify_link`` is the same check that records a refusal.
     """
     require_utc(now)
     request = find_by_token_hash(state, token_hash)
     if request is None:
         raise TokenInvalid("The reset link is not valid.")
-    if request.status == "completed":
-        raise TokenInvalid("The reset link was already used.")
-    if request.status == "superseded":
-        raise TokenInvalid("The reset link was replaced by a newer one or is no longer valid.")
-    if now >= request.expires_at:
-        raise TokenInvalid("The reset link has expired.")
+    reason = link_rejection(request, now=now)
+    if reason is not None:
+        raise TokenInvalid(LINK_REFUSALS[reason])
     return request
 
 
+def _known_link(state: ResetState, token_hash: str, *, now: datetime, client: str | None) -> ResetRequest | Decision:
+    """The usable request of a link, or the decision recording its refusal; ``TokenInvalid`` when unknown."""
+    require_utc(now)
+    request = find_by_token_hash(state, token_hash)
+    if request is None:
+        # Unknown (or long forgotten): nothing to tie a record to, and writing one would let anyone fill the log.
+        raise TokenInvalid("The reset link is not valid.")
+    reason = link_rejection(request, now=now)
+    if reason is None:
+        return request
+    rejected = Decision(events=(ResetTokenRejected(request.request_id, reason, now),), emails=(),
+                        outcome=Rejected(reason, LINK_REFUSALS[reason]))
+    return count_rejections(rejected, state.rejections, flow="reset", user_id=request.user_id, client=client, now=now)
+
+
+def decide_verify_link(state: ResetState, token_hash: str, *, now: datetime, client: str | None = None) -> Decision:
+    """Check a link without consuming it: ``LinkValid`` writing nothing, or a recorded ``Rejected``.
+
+    ``TokenInvalid`` (nothing written) for a token no request of the stream knows.
+    """
+    found = _known_link(state, token_hash, now=now, client=client)
+    if isinstance(found, Decision):
+        return found
+    return Decision(events=(), emails=(), outcome=LinkValid(found))
+
+
 def decide_consume(
-    state: ResetState, token_hash: str, *, now: datetime, notice_message_id: UUID
+    state: ResetState, token_hash: str, *, now: datetime, notice_message_id: UUID, client: str | None = None
 ) -> Decision:
     """Consume a token once: complete its request, supersede every other open
     request, and queue a "password changed" notice. ``TokenInvalid`` when the
-    token is unknown, expired, superseded or already used."""
-    request = check_token(state, token_hash, now=now)
+    token is unknown; a recorded ``Rejected`` when it is expired, superseded,
+    already used or erased."""
+    found = _known_link(state, token_hash, now=now, client=client)
+    if isinstance(found, Decision):
+        return found
+    request = found
     others = tuple(
         ResetSuperseded(r.request_id, superseded_by=None, reason="password_changed")
         for r in _open_requests(state)

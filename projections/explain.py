@@ -28,7 +28,14 @@ from attrs import define, field, frozen
 from domain import decisions, email, otp, outage, privacy, reset
 from domain.log import RecordedEvent
 from domain.tenants import split_scoped_user
-from projections.timeline import counted_answer, counted_clients, erased_keys, event_times, format_time
+from projections.timeline import (
+    counted_answer,
+    counted_clients,
+    erased_keys,
+    event_times,
+    format_time,
+    presented_after,
+)
 
 T = format_time
 
@@ -161,6 +168,15 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             what = "its code was verified" if request.status == "verified" else f"it was locked ({e.scope})"
             request.said.append(Finding(f"OTP challenge {e.challenge_id}: {what} at {T(at)}.",
                                         r.event_type, pos, at, _ids(request_id=e.challenge_id)))
+        case reset.ResetTokenRejected() | otp.OtpCodeRejected():
+            rid = e.request_id if isinstance(e, reset.ResetTokenRejected) else e.challenge_id
+            what = "link" if isinstance(e, reset.ResetTokenRejected) else "code"
+            request = story.requests.get(rid)
+            kind = "reset request" if what == "link" else "OTP challenge"
+            said = Finding(f"The {what} of {kind} {rid} was presented again at {T(at)} by {_who(r)} after "
+                           f"it was {presented_after(e.reason)}; it was refused.", r.event_type, pos, at,
+                           _ids(request_id=rid), {})
+            (request.said if request is not None else story.user_notes).append(said)
         case otp.OtpVerificationFailed() if e.challenge_id in story.requests:
             request = story.requests[e.challenge_id]
             wrong = (f"OTP challenge {e.challenge_id}: a wrong code was entered at {T(at)} by {_who(r)} (wrong code "
@@ -176,6 +192,12 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             story.user_notes.append(Finding(f"A {flow} request by {_who(r)} was refused at {T(at)} ({e.reason}): no "
                                             f"email was queued; a new request is accepted from {T(e.retry_at)}.",
                                             r.event_type, pos, at, {}, {"retry_at": e.retry_at}))
+        case decisions.RequestsCounted(answer="rejected"):
+            what = "reset links" if e.flow == "reset" else "one-time codes"
+            story.user_notes.append(Finding(f"{e.count} further presentations of {what} no longer usable were "
+                                            f"refused between {T(e.first_at)} and {T(e.last_at)}, by "
+                                            f"{counted_clients(e)}: counted in one line rather than logged one by one.",
+                                            r.event_type, pos, at, {}, {"first_at": e.first_at, "last_at": e.last_at}))
         case decisions.RequestsCounted():
             flow = "reset" if e.flow == "reset" else "one-time code"
             story.user_notes.append(Finding(f"{e.count} further {flow} requests were {counted_answer(e)} between "

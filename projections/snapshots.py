@@ -9,10 +9,11 @@ the events after its version, whatever the stream's length; the log, replay
 and history still see every event, and ``projections verify`` checks each
 snapshot against a fold of its whole stream.
 
-A snapshot holds no address. Each request keeps, instead of its recipient,
-the log position of the event that carries it (``recipient_at``); the
-reader opens that event's envelope under the user's data key, so `privacy
-forget` erases the address from snapshots as it erases it in the log.
+A snapshot holds no address and no nonce. Each request keeps, instead of its
+recipient and nonce, the log position of the event that carries them
+(``recipient_at``); the reader opens that event's envelopes under the user's
+data key, so `privacy forget` erases them from snapshots as it erases them
+in the log.
 
 The state's size grows with the requests a user made (at most the hourly
 limit an hour), not with calls: refusals and repeats are counted

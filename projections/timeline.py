@@ -25,7 +25,7 @@ from domain.log import RecordedEvent
 TIME_FIELDS = (
     "requested_at", "issued_at", "completed_at", "refused_at", "claimed_at", "expired_at", "released_at",
     "failed_at", "accepted_at", "skipped_at", "abandoned_at", "verified_at", "locked_at", "bound_at",
-    "available_at", "erased_at", "created_at", "revoked_at", "rewrapped_at",
+    "available_at", "erased_at", "created_at", "revoked_at", "rewrapped_at", "rejected_at",
 )
 
 
@@ -101,10 +101,24 @@ def _actor(recorded: RecordedEvent) -> str | None:
     return actor or (f"client {client}" if client else None)
 
 
+# Why a presented link or code was refused, as the end of "after it was ...".
+PRESENTED_AFTER = {
+    "used": "used", "superseded": "superseded", "expired": "expired", "locked": "locked",
+    "erased": "erased with its user's personal data",
+}
+
+
+def presented_after(reason: str) -> str:
+    """Why a presentation was refused, in words (an unknown reason is told as it is)."""
+    return PRESENTED_AFTER.get(reason, reason)
+
+
 def counted_answer(event: decisions.RequestsCounted) -> str:
     """How the counted calls were answered, in words."""
     if event.answer == "refused":
         return "refused (rate_limited)"
+    if event.answer == "rejected":
+        return "presentations of links or codes no longer usable, refused"
     return "answered with the open request (their idempotency keys not bound)"
 
 
@@ -132,6 +146,10 @@ def summary(event: object) -> str:
             return (f"one-time code requested ({event.purpose}) for {event.recipient}, valid until "
                     f"{format_time(event.expires_at)}, "
                     f"email {event.message_id}")
+        case reset.ResetTokenRejected():
+            return f"link presented again after it was {presented_after(event.reason)}; refused"
+        case otp.OtpCodeRejected():
+            return f"code presented after the challenge was {presented_after(event.reason)}; refused unchecked"
         case otp.OtpVerificationFailed():
             return f"wrong code (attempt {event.attempt}, {event.consecutive_failures} in a row)"
         case otp.OtpChallengeVerified():

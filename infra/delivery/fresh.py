@@ -5,7 +5,7 @@ send, the worker loads the request's stream, asks the domain whether the
 email is still wanted, derives the secret again from the configured key and
 renders it. An email whose user was erased (``authledger privacy forget``)
 is skipped with reason "erased": the fresh state then holds ``[erased]`` for
-the address, and nothing is rendered for it.
+the address and for the request's nonce, and nothing is rendered for it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from attrs import frozen
 from sqlalchemy import Connection
 
 from domain import otp, reset, templates
+from domain.tokens import SecretUnavailable
 from infra.delivery.leases import Claim
 from infra.delivery.providers import OutboundEmail
 from infra.eventlog.personal_data import ERASED
@@ -67,6 +68,14 @@ def _request_stream(row: OutboxRow) -> tuple[str | None, Callable[[Iterable[obje
 
 
 def _decide(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sender: str) -> Prepared:
+    try:
+        return _render(ctx, claim, state, now=now, sender=sender)
+    except SecretUnavailable:
+        # The request's nonce reads [erased]: its user was forgotten, and no one can derive its secret now.
+        return Prepared(None, "erased")
+
+
+def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sender: str) -> Prepared:
     row = claim.row
     if row.flow == "reset":
         reason = reset.reset_delivery_verdict(state, row.request_id, now=now, template=row.template)

@@ -76,17 +76,19 @@ def delivery_events_after(connection: Connection, tx: str, position: int, limit:
     return connection.execute(DELIVERY_EVENTS, {"tx": tx, "pos": position, "limit": limit}).all()
 
 
-# A personal field of the events at these positions, as stored (sealed): the
-# snapshots of reset and OTP streams name the events that carry each address.
-PERSONAL_FIELD_AT = text("""
-    SELECT global_position, event_type, payload->>'user_id' AS user_id, payload->>:field AS value
+# Personal fields of the events at these positions, as stored (sealed): the
+# snapshots of reset and OTP streams name the events that carry each address and nonce.
+PERSONAL_FIELDS_AT = text("""
+    SELECT global_position, event_type, payload->>'user_id' AS user_id,
+           ARRAY(SELECT payload->>f FROM unnest(CAST(:fields AS text[])) WITH ORDINALITY AS u(f, n) ORDER BY n)
+               AS field_values
       FROM events WHERE global_position = ANY(CAST(:positions AS bigint[]))
 """)
 
 
-def personal_field_at(connection: Connection, positions: Sequence[int], field: str) -> Sequence[Row[Any]]:
-    """(global_position, event_type, user_id, value) of ``field`` in the events at ``positions``, sealed."""
-    return connection.execute(PERSONAL_FIELD_AT, {"positions": list(positions), "field": field}).all()
+def personal_fields_at(connection: Connection, positions: Sequence[int], fields: Sequence[str]) -> Sequence[Row[Any]]:
+    """(global_position, event_type, user_id, field_values) of the events at ``positions``: ``fields`` in order, sealed."""
+    return connection.execute(PERSONAL_FIELDS_AT, {"positions": list(positions), "fields": list(fields)}).all()
 
 
 # The payloads of some streams, as stored (sealed): what an erasure would

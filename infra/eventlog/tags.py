@@ -12,16 +12,18 @@ from domain import clients, outage, tenants
 
 # tag -> (class, current schema version)
 EVENT_TYPES: dict[str, tuple[type, int]] = {
-    "ResetRequested": (reset.ResetRequested, 1),
+    "ResetRequested": (reset.ResetRequested, 2),  # 2: the token's derivation and its sealed nonce
     "ResetSuperseded": (reset.ResetSuperseded, 1),
     "ResetRequestRefused": (reset.ResetRequestRefused, 1),
     "ResetCompleted": (reset.ResetCompleted, 1),
-    "OtpChallengeIssued": (otp.OtpChallengeIssued, 2),  # 2: records the code's digits
+    "ResetTokenRejected": (reset.ResetTokenRejected, 1),
+    "OtpChallengeIssued": (otp.OtpChallengeIssued, 3),  # 2: records the code's digits; 3: derivation, nonce
     "OtpChallengeSuperseded": (otp.OtpChallengeSuperseded, 1),
     "OtpVerificationFailed": (otp.OtpVerificationFailed, 1),
     "OtpChallengeVerified": (otp.OtpChallengeVerified, 1),
     "OtpChallengeLockedOut": (otp.OtpChallengeLockedOut, 1),
     "OtpRequestRefused": (otp.OtpRequestRefused, 1),
+    "OtpCodeRejected": (otp.OtpCodeRejected, 1),
     "IdempotencyKeyBound": (decisions.IdempotencyKeyBound, 1),
     "RequestsCounted": (decisions.RequestsCounted, 1),
     "EmailQueued": (email.EmailQueued, 1),
@@ -48,10 +50,12 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
 # that `authledger privacy forget` can erase it (infra/eventlog/personal_data.py).
 # tag -> fields. A new event with an address (or a client IP) belongs here;
 # tests/eventlog/test_personal_fields.py fails for a field named like one that is missing.
+# The nonce is no address, but sealing it the same way is what lets erasure
+# kill a user's outstanding links and codes (domain/tokens.py, derivation 2).
 PERSONAL_FIELDS: dict[str, tuple[str, ...]] = {
     # address_hmac: the keyed hash reviewers search by address; sealed too, so
     # that an erased user can no longer be found by their address.
-    "ResetRequested": ("recipient", "address_hmac"),
-    "OtpChallengeIssued": ("recipient", "address_hmac"),
+    "ResetRequested": ("recipient", "address_hmac", "nonce"),
+    "OtpChallengeIssued": ("recipient", "address_hmac", "nonce"),
     "EmailQueued": ("recipient",),
 }

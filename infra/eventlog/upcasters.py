@@ -32,7 +32,15 @@ def subject_erased_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "reason": None}
 
 
+def before_nonces(payload: dict[str, Any]) -> dict[str, Any]:
+    """Requests and challenges recorded before nonces were derived with key
+    and id alone: derivation 1, no nonce. They keep verifying until they expire."""
+    return {**payload, "derivation": 1, "nonce": None}
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("OtpChallengeIssued", 1): otp_challenge_issued_v1_to_v2,
     ("SubjectErased", 1): subject_erased_v1_to_v2,
+    ("OtpChallengeIssued", 2): before_nonces,
+    ("ResetRequested", 1): before_nonces,
 }

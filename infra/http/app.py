@@ -146,7 +146,7 @@ class Api:
     async def verify_reset(self, request: Request) -> Response:
         body, _ = await self._checked(request, schemas.TOKEN_BODY)
         found = await self._authenticated(request, "verify", lambda caller: reset_service.verify_token(
-            self.ctx, body["token"], tenant=caller.tenant))
+            self.ctx, body["token"], self._metadata(request, caller), tenant=caller.tenant))
         return _json({"valid": True, "request_id": str(found.request_id), "user_id": _local(found.user_id),
                       "expires_at": found.expires_at.isoformat()})
 

@@ -50,8 +50,10 @@ FOLDED_EVENTS: dict[str, tuple[type, ...]] = {
     "address_index": (reset.ResetRequested, otp.OtpChallengeIssued, privacy.SubjectErased),
     # Every event of a reset or OTP stream: the two folds refuse any other (UnknownEventType).
     "stream_snapshots": (reset.ResetRequested, reset.ResetSuperseded, reset.ResetRequestRefused, reset.ResetCompleted,
+                         reset.ResetTokenRejected,
                          otp.OtpChallengeIssued, otp.OtpChallengeSuperseded, otp.OtpVerificationFailed,
                          otp.OtpChallengeVerified, otp.OtpChallengeLockedOut, otp.OtpRequestRefused,
+                         otp.OtpCodeRejected,
                          decisions.IdempotencyKeyBound, decisions.RequestsCounted),
 }
 

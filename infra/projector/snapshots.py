@@ -2,9 +2,9 @@
 
 The pure fold is ``projections.snapshots``; this module encodes its states
 with the log's converter conventions (UUIDs and times as text), leaving out
-every address: a request keeps the log position of the event that carries
-its recipient, and a decision reading a snapshot opens those events'
-envelopes under the user's data key. ``SnapshotApplier`` folds
+every address and nonce: a request keeps the log position of the event that
+carries its recipient and nonce, and a decision reading a snapshot opens those
+events' envelopes under the user's data key. ``SnapshotApplier`` folds
 events into the table inline (the unit of work passes the snapshot it
 decided on, so nothing is read twice), and in rebuild, verify and replay.
 """
@@ -27,7 +27,7 @@ from domain.reset import ResetRequest, ResetState
 from infra.db import tables
 from infra.eventlog.codec import make_converter
 from infra.eventlog.personal_data import FieldContext, Keyring, is_envelope
-from infra.eventlog.queries import personal_field_at
+from infra.eventlog.queries import personal_fields_at
 from infra.projector.appliers import qualified_name
 from projections.snapshots import Snapshot, State, evolve_snapshot, snapshot_key
 
@@ -54,61 +54,73 @@ def encode_state(snapshot: Snapshot) -> dict[str, Any]:
     state = snapshot.state
     requests = state.requests if isinstance(state, ResetState) else state.challenges
     encoded: dict[str, Any] = {
-        "requests": [_without_recipient(request) for request in requests.values()],
+        "requests": [_without_personal(request) for request in requests.values()],
         "receipts": [[client, key, _converter.unstructure(receipt)]
                      for (client, key), receipt in state.receipts.items()],
         "run": _converter.unstructure(state.run) if state.run is not None else None,
         "recipient_at": {str(request_id): position for request_id, position in snapshot.recipient_at.items()},
     }
+    if state.rejections is not None:  # absent until the first: snapshots made before stay equal to a rebuild
+        encoded["rejections"] = _converter.unstructure(state.rejections)
     if isinstance(state, OtpState):
         encoded["account"] = [state.consecutive_failures, state.account_lockouts,
                               _converter.unstructure(state.locked_until)]
     return encoded
 
 
-def _without_recipient(request: ResetRequest | OtpChallenge) -> dict[str, Any]:
+def _without_personal(request: ResetRequest | OtpChallenge) -> dict[str, Any]:
     data = _converter.unstructure(request)
-    del data["recipient"]
+    del data["recipient"], data["nonce"]
+    if data["derivation"] == 1:  # as snapshots made before derivations were: they stay equal to a rebuild
+        del data["derivation"]
     return data
 
 
+# Read back from the event a request was made with (``recipient_at`` names it), never from a snapshot row.
+PERSONAL = ("recipient", "nonce")
+
+
 def decode_snapshot(
-    stream_id: str, version: int, encoded: Mapping[str, Any], recipients: Mapping[UUID, str]
+    stream_id: str, version: int, encoded: Mapping[str, Any], personal: Mapping[UUID, Mapping[str, str | None]]
 ) -> Snapshot:
-    """The snapshot a row holds, with ``recipients`` (opened) by request id."""
+    """The snapshot a row holds, with each request's ``personal`` fields (opened) by request id."""
     recipient_at = {UUID(request_id): position for request_id, position in encoded["recipient_at"].items()}
     receipts = {(client, key): _converter.structure(receipt, Receipt) for client, key, receipt in encoded["receipts"]}
     run = _converter.structure(encoded["run"], CountingRun) if encoded["run"] is not None else None
+    rejections = encoded.get("rejections")
+    rejections = _converter.structure(rejections, CountingRun) if rejections is not None else None
     state: State
     if "account" in encoded:
-        challenges = [_converter.structure({**data, "recipient": recipients[UUID(data["challenge_id"])]}, OtpChallenge)
+        challenges = [_converter.structure({**data, **personal[UUID(data["challenge_id"])]}, OtpChallenge)
                       for data in encoded["requests"]]
         failures, lockouts, locked_until = encoded["account"]
         state = OtpState({c.challenge_id: c for c in challenges}, receipts, failures, lockouts,
-                         _converter.structure(locked_until, datetime | None), run)
+                         _converter.structure(locked_until, datetime | None), run, rejections)
     else:
-        requests = [_converter.structure({**data, "recipient": recipients[UUID(data["request_id"])]}, ResetRequest)
+        requests = [_converter.structure({**data, **personal[UUID(data["request_id"])]}, ResetRequest)
                     for data in encoded["requests"]]
         state = ResetState({r.request_id: r for r in requests}, {r.token_hash: r.request_id for r in requests},
-                           receipts, run)
+                           receipts, run, rejections)
     return Snapshot(stream_id, version, state, recipient_at)
 
 
-def _recipients(
+def _personal(
     connection: Connection, keyring: Keyring | None, recipient_at: Mapping[UUID, int]
-) -> dict[UUID, str]:
-    """Each request's recipient, opened as the codec opens the event's (``[erased]`` once forgotten).
+) -> dict[UUID, dict[str, str | None]]:
+    """Each request's recipient and nonce, opened as the codec opens the event's (``[erased]`` once forgotten).
 
     Without a keyring none is read: the applier only writes snapshots, and
-    no snapshot row holds an address, so its states carry none.
+    no snapshot row holds an address or a nonce, so its states carry none.
     """
     if keyring is None or not recipient_at:
-        return {request_id: "" for request_id in recipient_at}
+        return {request_id: {"recipient": "", "nonce": None} for request_id in recipient_at}
     by_position = {}
-    for position, tag, user_id, recipient in personal_field_at(connection, list(recipient_at.values()), "recipient"):
-        opened = recipient
-        if is_envelope(recipient):
-            opened = keyring.open(FieldContext(str(user_id), tag, "recipient"), recipient)
+    for position, tag, user_id, values in personal_fields_at(connection, list(recipient_at.values()), PERSONAL):
+        opened: dict[str, str | None] = {}
+        for name, value in zip(PERSONAL, values):
+            if is_envelope(value):
+                value = keyring.open(FieldContext(str(user_id), tag, name), value)
+            opened[name] = value
         by_position[position] = opened
     return {request_id: by_position[position] for request_id, position in recipient_at.items()}
 
@@ -124,8 +136,8 @@ def load_snapshots(connection: Connection, stream_ids: Iterable[str], table: Tab
     snapshots = {}
     for row in found:
         recipient_at = {UUID(request_id): position for request_id, position in row.state["recipient_at"].items()}
-        recipients = _recipients(connection, keyring, recipient_at)
-        snapshots[row.stream_id] = decode_snapshot(row.stream_id, row.version, row.state, recipients)
+        personal = _personal(connection, keyring, recipient_at)
+        snapshots[row.stream_id] = decode_snapshot(row.stream_id, row.version, row.state, personal)
     return snapshots
 
 class SnapshotApplier:

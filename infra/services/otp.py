@@ -5,7 +5,10 @@ only says which user a challenge id belongs to (and for what purpose), so
 that a code presented for another tenant, user or purpose is turned away as
 an unknown challenge before the stream is touched. A wrong code is recorded
 (committed) before ``CodeRejected`` is raised, so that the count of wrong
-codes cannot be reset by a caller that stops listening.
+codes cannot be reset by a caller that stops listening. So is a code
+presented for a known challenge that can no longer be used
+(``OtpCodeRejected``, counted past a bound per window); an unknown challenge
+writes nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from uuid import UUID
 
 from sqlalchemy import select
 
-from domain.decisions import Decision, Refused, RequestOutcome, VerifyOutcome, check_optional_text, check_text
+from domain.decisions import Decision, Refused, Rejected, RequestOutcome, VerifyOutcome, check_optional_text, check_text
 from domain.errors import CodeRejected, InvalidInput
 from infra.errors import RateLimited
 from domain.otp import (
@@ -50,12 +53,12 @@ def request_otp(
     ``in_flight`` says whether to "wait" for it or "refuse" with
     ``RequestInFlight``.
     """
-    challenge_id, message_id = ctx.new_id(), ctx.new_id()
+    challenge_id, message_id, nonce = ctx.new_id(), ctx.new_id(), ctx.new_nonce()
     lock = IdempotencyLock.for_request("otp", cmd.client, cmd.scoped_user_id, cmd.idempotency_key, in_flight)
     decision = decide_on_stream(
         ctx, otp_stream(cmd.scoped_user_id), fold_otp,
         lambda state, now: decide_otp_request(
-            state, cmd, now=now, challenge_id=challenge_id, message_id=message_id,
+            state, cmd, now=now, challenge_id=challenge_id, message_id=message_id, nonce=nonce,
             keys=ctx.keys, policy=ctx.otp_policy, address_hmac=address_hmac(ctx.keys, cmd.recipient),
         ),
         metadata,
@@ -135,12 +138,18 @@ def verify_code(
     # The code's shape is checked against the challenge's own length, which
     # only its stream knows (decide_otp_verify).
     user_id = _user_of_challenge(ctx, challenge_id, code, scoped_user(tenant, user_id), purpose)
+    client = (metadata or {}).get("client")
     decision = decide_on_stream(
         ctx, otp_stream(user_id), fold_otp,
-        lambda state, now: decide_otp_verify(state, challenge_id, code, now=now, keys=ctx.keys, policy=ctx.otp_policy),
+        lambda state, now: decide_otp_verify(state, challenge_id, code, now=now, keys=ctx.keys, policy=ctx.otp_policy,
+                                             client=client if isinstance(client, str) else None),
         metadata,
     )
     outcome = decision.outcome
+    if isinstance(outcome, Rejected):
+        log_event(log, "otp code refused", user_id=user_id, challenge_id=challenge_id, reason=outcome.reason,
+                  counted=decision.counted is not None)
+        raise CodeRejected(outcome.message, attempts_left=0)
     assert isinstance(outcome, VerifyOutcome)
     log_event(log, "otp code verified" if outcome.verified else "otp code rejected", user_id=user_id,
               challenge_id=challenge_id, attempts_left=outcome.attempts_left, locked=outcome.locked)

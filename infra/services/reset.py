@@ -1,4 +1,10 @@
-"""Password reset: request a link, verify a token, consume it."""
+"""Password reset: request a link, verify a token, consume it.
+
+A known link presented when it can no longer be used (used, superseded,
+expired, its user erased) is refused as before, and the refusal is recorded
+on its request's stream with the caller's metadata (``ResetTokenRejected``,
+counted past a bound per window). An unknown token writes nothing.
+"""
 
 from __future__ import annotations
 
@@ -8,23 +14,24 @@ from typing import Any
 
 from sqlalchemy import select
 
-from domain.decisions import ConsumeOutcome, Refused, RequestOutcome
+from domain.decisions import ConsumeOutcome, Decision, Refused, Rejected, RequestOutcome
 from domain.errors import TokenInvalid
 from infra.errors import RateLimited
 from domain.reset import (
+    LinkValid,
     RequestReset,
     ResetRequest,
-    check_token,
     decide_consume,
     decide_reset_request,
     fold_reset,
+    decide_verify_link,
     reset_stream,
 )
 from domain.tenants import DEFAULT_TENANT, tenant_of
 from domain.tokens import hash_token
 from infra.db import tables
 from infra.services.address_index import address_hmac
-from infra.services.unit_of_work import IdempotencyLock, InFlight, ServiceContext, decide_on_stream, load_state
+from infra.services.unit_of_work import IdempotencyLock, InFlight, ServiceContext, decide_on_stream
 
 # A token is 32 bytes of HMAC in base64url without padding: 43 characters.
 TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")
@@ -42,11 +49,11 @@ def request_reset(
     with ``RequestInFlight``.
     """
     lock = IdempotencyLock.for_request("reset", cmd.client, cmd.scoped_user_id, cmd.idempotency_key, in_flight)
-    request_id, message_id = ctx.new_id(), ctx.new_id()
+    request_id, message_id, nonce = ctx.new_id(), ctx.new_id(), ctx.new_nonce()
     decision = decide_on_stream(
         ctx, reset_stream(cmd.scoped_user_id), fold_reset,
         lambda state, now: decide_reset_request(
-            state, cmd, now=now, request_id=request_id, message_id=message_id,
+            state, cmd, now=now, request_id=request_id, message_id=message_id, nonce=nonce,
             keys=ctx.keys, policy=ctx.reset_policy, address_hmac=address_hmac(ctx.keys, cmd.recipient),
         ),
         metadata,
@@ -77,14 +84,38 @@ def _user_of_token(ctx: ServiceContext, token: str, tenant: str) -> tuple[str, s
     return user_id, token_hash
 
 
-def verify_token(ctx: ServiceContext, token: str, *, tenant: str = DEFAULT_TENANT) -> ResetRequest:
+def _client(metadata: Mapping[str, Any] | None) -> str | None:
+    client = (metadata or {}).get("client")
+    return client if isinstance(client, str) else None
+
+
+def _answered(decision: Decision) -> Any:
+    """The decision's outcome; ``TokenInvalid`` with the usual words once a rejected presentation is recorded."""
+    if isinstance(decision.outcome, Rejected):
+        raise TokenInvalid(decision.outcome.message)
+    return decision.outcome
+
+
+def verify_token(
+    ctx: ServiceContext, token: str, metadata: Mapping[str, Any] | None = None, *, tenant: str = DEFAULT_TENANT
+) -> ResetRequest:
     """The open request this token belongs to, without consuming it; ``TokenInvalid`` otherwise.
 
-    The request's ``user_id`` is the scoped id (``domain.tenants``).
+    The request's ``user_id`` is the scoped id (``domain.tenants``); a token of
+    another tenant is answered as an unknown one, and nothing is written.
+
+    Decided on the locked stream like a consumption, so that a rejected
+    presentation of a known link is recorded (and counted past its bound).
     """
     user_id, token_hash = _user_of_token(ctx, token, tenant)
-    state = load_state(ctx, reset_stream(user_id), fold_reset)
-    return check_token(state, token_hash, now=ctx.clock.now())
+    decision = decide_on_stream(
+        ctx, reset_stream(user_id), fold_reset,
+        lambda state, now: decide_verify_link(state, token_hash, now=now, client=_client(metadata)),
+        metadata,
+    )
+    valid = _answered(decision)
+    assert isinstance(valid, LinkValid)
+    return valid.request
 
 
 def consume_token(
@@ -98,7 +129,8 @@ def consume_token(
     notice_id = ctx.new_id()
     decision = decide_on_stream(
         ctx, reset_stream(user_id), fold_reset,
-        lambda state, now: decide_consume(state, token_hash, now=now, notice_message_id=notice_id),
+        lambda state, now: decide_consume(
+            state, token_hash, now=now, notice_message_id=notice_id, client=_client(metadata)),
         metadata,
     )
-    return decision.outcome
+    return _answered(decision)

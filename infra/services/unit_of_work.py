@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -42,7 +43,7 @@ from infra.errors import RequestInFlight
 from domain.log import RecordedEvent
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.templates import EmailTemplates
-from domain.tokens import TokenKeys
+from domain.tokens import NONCE_BYTES, TokenKeys, nonce_text
 from projections.snapshots import Snapshot, evolve_snapshot, fold_of
 from infra.clock import Clock, SystemClock
 from infra.emails.templates import default_templates
@@ -62,6 +63,12 @@ Batches = Sequence[tuple[str, int, Sequence[object]]]  # (stream_id, expected_ve
 Decided = TypeVar("Decided")
 
 InFlight = Literal["wait", "refuse"]
+
+
+def random_nonce() -> str:
+    """A new request's secret nonce: ``NONCE_BYTES`` from the operating system's CSPRNG."""
+    return nonce_text(os.urandom(NONCE_BYTES))
+
 WAIT_FOR_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
 TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(:key)")
 
@@ -81,6 +88,8 @@ class ServiceContext:
     reset_url: str = "http://localhost:8000/reset"
     email_templates: EmailTemplates = field(factory=default_templates)
     new_id: Callable[[], UUID] = uuid4
+    # The secret of each new request and challenge (domain.tokens, derivation 2); generated here, as ids are.
+    new_nonce: Callable[[], str] = field(default=random_nonce, repr=False)
 
     @property
     def keys(self) -> TokenKeys:
@@ -315,8 +324,10 @@ def _with_counts(connection: Connection, stream_id: str, batches: Batches, state
     counted = getattr(decided, "counted", None)
     if counted is not None:
         count_call(connection, stream_id, counted)
-    # Counts exist only while the stream's last events are a run of alike answers (state.run).
-    if getattr(state, "run", None) is None or not any(events for stream, _, events in batches if stream == stream_id):
+    # Counts exist only while the stream's last events are a run of alike answers (state.run), or once
+    # rejected presentations were written in it (state.rejections), which are counted past their own bound.
+    pending = getattr(state, "run", None) is not None or getattr(state, "rejections", None) is not None
+    if not pending or not any(events for stream, _, events in batches if stream == stream_id):
         return batches
     summaries = take_counts(connection, stream_id)
     return [(stream, version, [*summaries, *events] if stream == stream_id else events)

@@ -212,6 +212,28 @@ def test_a_database_at_an_older_schema_version_is_told_to_upgrade_and_db_init_up
     assert back == 5, "db init puts version 4's table and indexes in place"
 
 
+def test_db_init_lets_a_version_3_database_count_rejected_presentations_and_is_idempotent(
+    database_url: str, admin_engine: Engine
+) -> None:
+    with admin_engine.begin() as connection:  # what schema.sql version 3 left behind
+        connection.execute(text("DELETE FROM schema_version WHERE version = 4"))
+        connection.execute(text("ALTER TABLE request_counts DROP CONSTRAINT request_counts_answer_check"))
+        connection.execute(text("ALTER TABLE request_counts ADD CONSTRAINT request_counts_answer_check "
+                                "CHECK (answer IN ('refused', 'reused'))"))
+    code, output = run(database_url, "db", "init")
+    assert code == 0 and f"upgraded from schema version 3 (schema version {SCHEMA_VERSION})" in output
+    assert run(database_url, "db", "init")[0] == 0, "a second init changes nothing"
+    with admin_engine.begin() as connection:
+        checks = connection.execute(text(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'request_counts'::regclass "
+            "AND contype = 'c' AND conname = 'request_counts_answer_check'")).scalars().all()
+        assert len(checks) == 1 and "rejected" in checks[0]
+        connection.execute(text("""
+            INSERT INTO request_counts (stream_id, answer, flow, user_id, window_start, first_at, last_at, count, clients)
+            VALUES ('reset-user:1', 'rejected', 'reset', '1', now(), now(), now(), 1, '[]')
+        """))
+
+
 def test_db_check_accepts_a_schema_a_newer_release_applied(database_url: str, admin_engine: Engine) -> None:
     with admin_engine.begin() as connection:
         connection.execute(text("INSERT INTO schema_version (version) VALUES (:newer)"), {"newer": SCHEMA_VERSION + 1})

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from typing import Any
-from uuid import UUID
 
 import httpx
 from sqlalchemy import Engine, text
 
-from domain.tokens import derive_otp_code, derive_reset_token
 from infra.http.app import create_app
 from infra.services.unit_of_work import ServiceContext
 from tests.conftest import TEST_KEYS
+from tests.support.secrets import otp_code_of, reset_token_of
 
 BASE_URL = "http://authledger.test"
 
@@ -28,17 +27,19 @@ def log_size(engine: Engine) -> int:
         return connection.execute(text("SELECT count(*) FROM events")).scalar_one()
 
 
-def token_for(request_id: str) -> str:
-    """The token a reset email would carry (the tests' keys are fixed)."""
-    return derive_reset_token(TEST_KEYS.current, UUID(request_id))
+def token_for(engine: Engine, request_id: str) -> str:
+    """The token a reset email would carry (the tests' keys are fixed; the nonce is read from the log)."""
+    return reset_token_of(engine, TEST_KEYS, request_id)
 
 
-def code_for(challenge_id: str, digits: int = 6) -> str:
-    return derive_otp_code(TEST_KEYS.current, UUID(challenge_id), digits)
+def code_for(engine: Engine, challenge_id: str) -> str:
+    """The code the challenge's email would carry, of the length it was issued with."""
+    return otp_code_of(engine, TEST_KEYS, challenge_id)
 
 
-def wrong_code(challenge_id: str) -> str:
-    return f"{(int(code_for(challenge_id)) + 1) % 1_000_000:06d}"
+def wrong_code(engine: Engine, challenge_id: str) -> str:
+    right = code_for(engine, challenge_id)
+    return str((int(right) + 1) % 10 ** len(right)).zfill(len(right))
 
 
 def assert_problem(response: httpx.Response, status: int, name: str) -> dict[str, Any]:

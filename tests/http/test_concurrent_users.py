@@ -97,7 +97,7 @@ async def test_concurrent_reset_creates_verifies_and_consumes_for_one_user_never
     api: httpx.AsyncClient, engine: Engine
 ) -> None:
     first = await api.post("/v1/password-resets", json=ADA, headers={"Idempotency-Key": "first"})
-    token = token_for(first.json()["request_id"])
+    token = token_for(engine, first.json()["request_id"])
     creates = [api.post("/v1/password-resets", json=ADA, headers={"Idempotency-Key": f"k-{n}"})
                for n in range(CREATES)]
     consumes = [api.post("/v1/password-resets/consume", json={"token": token}) for _ in range(10)]
@@ -127,10 +127,10 @@ async def test_concurrent_otp_creates_and_verifies_for_one_user_never_conflict(
     creates = [api.post("/v1/otp/challenges", json=ADA, headers={"Idempotency-Key": f"k-{n}"})
                for n in range(CREATES)]
     rights = [api.post(f"/v1/otp/challenges/{challenge_id}/verify",
-                       json={"code": code_for(challenge_id), "user_id": "42"})
+                       json={"code": code_for(engine, challenge_id), "user_id": "42"})
               for _ in range(10)]
     wrongs = [api.post(f"/v1/otp/challenges/{challenge_id}/verify",
-                       json={"code": wrong_code(challenge_id), "user_id": "42"})
+                       json={"code": wrong_code(engine, challenge_id), "user_id": "42"})
               for _ in range(10)]
 
     created, right, wrong = await all_at_once_by_kind(creates, rights, wrongs)

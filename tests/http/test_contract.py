@@ -47,10 +47,10 @@ class TestReplays:
 
 
 class TestCanonicalUuids:
-    async def test_an_uppercase_challenge_id_is_the_same_challenge(self, api: httpx.AsyncClient) -> None:
+    async def test_an_uppercase_challenge_id_is_the_same_challenge(self, api: httpx.AsyncClient, engine: Engine) -> None:
         challenge_id = await challenge(api)
         response = await api.post(f"/v1/otp/challenges/{challenge_id.upper()}/verify",
-                                  json={"code": code_for(challenge_id), "user_id": "42"})
+                                  json={"code": code_for(engine, challenge_id), "user_id": "42"})
         assert response.status_code == 200 and response.json()["challenge_id"] == challenge_id
 
     async def test_other_spellings_of_a_challenge_id_are_404_and_write_nothing(
@@ -60,7 +60,7 @@ class TestCanonicalUuids:
         written = log_size(engine)
         for form in non_canonical_forms(challenge_id):
             response = await api.post(f"/v1/otp/challenges/{quote(form, safe='')}/verify",
-                                      json={"code": wrong_code(challenge_id), "user_id": "42"})
+                                      json={"code": wrong_code(engine, challenge_id), "user_id": "42"})
             assert "UUIDs like" in assert_problem(response, 404, "not-found")["detail"], form
         assert log_size(engine) == written
 
@@ -92,7 +92,7 @@ class TestCodeLength:
             assert log_size(engine) == written
 
             right = await api.post(f"/v1/otp/challenges/{challenge_id}/verify",
-                                   json={"code": code_for(challenge_id, digits=8), "user_id": "42"})
+                                   json={"code": code_for(engine, challenge_id), "user_id": "42"})
             assert right.status_code == 200
 
     async def test_the_document_states_the_length_rule(self, api: httpx.AsyncClient) -> None:

@@ -165,7 +165,7 @@ class TestTimeline:
         reset = await create_reset(api)
         await create_challenge(api)
         deliver_all(ctx)
-        token = token_for(reset["request_id"])
+        token = token_for(ctx.engine, reset["request_id"])
         assert (await api.post("/v1/password-resets/consume", json={"token": token})).status_code == 200
         deliver_all(ctx)
 

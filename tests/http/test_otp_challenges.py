@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from uuid import uuid4
 
 import httpx
 import pytest
 from attrs import evolve
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from domain.policy import OtpPolicy
 from infra.services.unit_of_work import ServiceContext
@@ -36,12 +37,34 @@ async def test_a_challenge_is_accepted_and_its_code_verifies_once(api: httpx.Asy
     [issued] = [e for e in stream_events(engine, "otp-user:42") if type(e).__name__ == "OtpChallengeIssued"]
     assert issued.purpose == "sign-in" and issued.client == "shop"
 
-    ok = await verify(api, answer["challenge_id"], code_for(answer["challenge_id"]))
+    ok = await verify(api, answer["challenge_id"], code_for(engine, answer["challenge_id"]))
     assert ok.status_code == 200 and ok.json() == {"verified": True, "challenge_id": answer["challenge_id"]}
 
-    again = await verify(api, answer["challenge_id"], code_for(answer["challenge_id"]))
+    again = await verify(api, answer["challenge_id"], code_for(engine, answer["challenge_id"]))
     problem = assert_problem(again, 400, "code-rejected")
-    assert problem["attempts_left"] == 0 and "already used" in problem["detail"]
+    assert problem["attempts_left"] == 0 and problem["detail"] == "The code was already used."
+    assert_projections_match_log(engine)
+
+
+async def test_a_code_presented_again_after_use_is_recorded_with_the_client_and_the_request_id(
+    api: httpx.AsyncClient, engine: Engine
+) -> None:
+    challenge_id = (await challenge(api)).json()["challenge_id"]
+    code = code_for(engine, challenge_id)
+    assert (await verify(api, challenge_id, code)).status_code == 200
+    written = log_size(engine)
+
+    again = await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code},
+                           headers={"X-Request-Id": "replayed-1"})
+
+    assert assert_problem(again, 400, "code-rejected")["detail"] == "The code was already used."
+    assert log_size(engine) == written + 1
+    with engine.connect() as connection:
+        payload, metadata = connection.execute(text(
+            "SELECT payload, metadata FROM events WHERE event_type = 'OtpCodeRejected'")).one()
+    assert (payload["challenge_id"], payload["reason"]) == (challenge_id, "used")
+    assert (metadata["client"], metadata["request_id"]) == ("shop", "replayed-1")
+    assert code not in json.dumps([payload, metadata])
     assert_projections_match_log(engine)
 
 
@@ -63,15 +86,15 @@ async def test_a_replay_returns_the_first_response_and_another_body_is_422(
 
 
 async def test_a_wrong_code_says_how_many_attempts_are_left_until_the_challenge_locks(
-    api: httpx.AsyncClient,
+    api: httpx.AsyncClient, engine: Engine
 ) -> None:
     challenge_id = (await challenge(api)).json()["challenge_id"]
     left = []
     for _ in range(5):
-        problem = assert_problem(await verify(api, challenge_id, wrong_code(challenge_id)), 400, "code-rejected")
+        problem = assert_problem(await verify(api, challenge_id, wrong_code(engine, challenge_id)), 400, "code-rejected")
         left.append(problem["attempts_left"])
     assert left == [4, 3, 2, 1, 0]
-    locked = await verify(api, challenge_id, code_for(challenge_id))
+    locked = await verify(api, challenge_id, code_for(engine, challenge_id))
     assert_problem(locked, 400, "code-rejected")
 
 
@@ -80,8 +103,8 @@ async def test_a_locked_account_is_429_with_retry_after(ctx: ServiceContext, api
     async with asgi_client(strict, api_key) as api:
         challenge_id = (await challenge(api)).json()["challenge_id"]
         for _ in range(2):
-            await verify(api, challenge_id, wrong_code(challenge_id))
-        response = await verify(api, challenge_id, code_for(challenge_id))
+            await verify(api, challenge_id, wrong_code(ctx.engine, challenge_id))
+        response = await verify(api, challenge_id, code_for(ctx.engine, challenge_id))
         problem = assert_problem(response, 429, "locked-out")
         assert int(response.headers["Retry-After"]) == 15 * 60 and problem["retry_at"]
         refused = await challenge(api, key="otp-2")

@@ -129,7 +129,7 @@ async def test_past_the_hourly_limit_is_429_with_retry_after(ctx: ServiceContext
 
 async def test_a_token_verifies_without_being_used_and_is_consumed_once(api: httpx.AsyncClient, engine: Engine) -> None:
     created = (await create(api)).json()
-    token = token_for(created["request_id"])
+    token = token_for(engine, created["request_id"])
 
     for _ in range(2):
         verified = await api.post("/v1/password-resets/verify", json={"token": token})
@@ -145,7 +145,14 @@ async def test_a_token_verifies_without_being_used_and_is_consumed_once(api: htt
     problem = assert_problem(again, 400, "token-invalid")
     assert "already used" in problem["detail"] and token not in again.text
     assert_problem(await api.post("/v1/password-resets/verify", json={"token": token}), 400, "token-invalid")
-    assert log_size(engine) == written
+    # Both presentations of the used link are on its request's stream, with who presented it.
+    assert log_size(engine) == written + 2
+    with engine.connect() as connection:
+        rejected = connection.execute(text(
+            "SELECT payload, metadata FROM events WHERE event_type = 'ResetTokenRejected' ORDER BY global_position"
+        )).all()
+    assert [(p["request_id"], p["reason"]) for p, _ in rejected] == [(created["request_id"], "used")] * 2
+    assert all(m["client"] == "shop" and m["request_id"] for _, m in rejected), rejected
     assert_projections_match_log(engine)
 
 

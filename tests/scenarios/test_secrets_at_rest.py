@@ -1,8 +1,10 @@
-"""No code and no token at rest: not in a dump of the database, not in the logs.
+"""No code, no token and no nonce at rest: not in a dump of the database, not in the logs.
 
 Each test runs a whole flow (request, deliver, use) with every log line of
 authledger captured through its real formatter, then dumps the test
-database with pg_dump and searches both for the secret the email carried.
+database with pg_dump and searches both for the secret the email carried
+and for the request's nonce (known to the test: it hands the service its
+nonce generator), which is stored only sealed under the user's data key.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ import attrs
 import pytest
 from sqlalchemy import Engine
 
-from domain.errors import CodeRejected
+from domain.errors import CodeRejected, TokenInvalid
 from domain.otp import RequestOtp
 from domain.policy import OtpPolicy
 from domain.reset import RequestReset
 from infra.logs import configure_logging
 from infra.services.otp import request_otp, verify_code
 from infra.services.reset import consume_token, request_reset, verify_token
-from infra.services.unit_of_work import ServiceContext
+from infra.services.unit_of_work import ServiceContext, random_nonce
 from infra.delivery.worker import Worker
 from tests.support.dumps import dump
 from tests.support.mailers import RecordingMailer
@@ -51,7 +53,8 @@ def test_a_dump_and_the_logs_after_a_whole_otp_flow_hold_no_code(
 ) -> None:
     # Ten digits: a six-digit code could turn up by chance among the digits
     # of timestamps and ids in the dump, and the test would fail for nothing.
-    ctx = attrs.evolve(ctx, otp_policy=OtpPolicy(digits=10))
+    nonce = random_nonce()
+    ctx = attrs.evolve(ctx, otp_policy=OtpPolicy(digits=10), new_nonce=lambda: nonce)
     challenge = request_otp(ctx, RequestOtp("42", "ada@example.test", purpose="login"))
     mailer = RecordingMailer()
     assert Worker(ctx, mailer, sender=SENDER).drain() == {"sent": 1}
@@ -66,12 +69,15 @@ def test_a_dump_and_the_logs_after_a_whole_otp_flow_hold_no_code(
     assert "OtpChallengeVerified" in dumped
     assert code not in dumped
     assert code not in logged
+    assert nonce not in dumped and nonce not in logged
     assert_projections_match_log(engine)
 
 
 def test_a_dump_and_the_logs_after_a_whole_reset_flow_hold_no_token(
     ctx: ServiceContext, engine: Engine, database_url: str, logs: Callable[[], str]
 ) -> None:
+    nonce = random_nonce()
+    ctx = attrs.evolve(ctx, new_nonce=lambda: nonce)
     request = request_reset(ctx, RequestReset("42", "ada@example.test", idempotency_key="r-1", client="app"))
     mailer = RecordingMailer()
     assert Worker(ctx, mailer, sender=SENDER).drain() == {"sent": 1}
@@ -87,4 +93,8 @@ def test_a_dump_and_the_logs_after_a_whole_reset_flow_hold_no_token(
     assert "ResetCompleted" in dumped
     assert token not in dumped
     assert token not in logged
+    assert nonce not in dumped and nonce not in logged
+    with pytest.raises(TokenInvalid):  # presented again after use: recorded, still nothing secret at rest
+        consume_token(ctx, token)
+    assert "ResetTokenRejected" in dump(database_url) and token not in dump(database_url)
     assert_projections_match_log(engine)

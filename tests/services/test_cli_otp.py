@@ -7,14 +7,14 @@ import json
 import mailbox
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from uuid import UUID
 
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine, text
 
 from cli import cli
-from domain.tokens import derive_otp_code
+from domain.tokens import TokenKeys
+from tests.support.secrets import otp_code_of
 
 KEY = b"s" * 32
 KEYS = "k1:" + base64.urlsafe_b64encode(KEY).decode().rstrip("=")
@@ -41,8 +41,9 @@ def event_count(engine: Engine) -> int:
         return connection.execute(text("SELECT count(*) FROM events")).scalar_one()
 
 
-def code_of(challenge_id: str) -> str:
-    return derive_otp_code(KEY, UUID(challenge_id), 6)
+def code_of(engine: Engine, challenge_id: str) -> str:
+    """The code the challenge's email carries: derived from the key and the nonce the log holds for it."""
+    return otp_code_of(engine, TokenKeys(current_id="k1", keys={"k1": KEY}), challenge_id)
 
 
 def wrong(code: str) -> str:
@@ -55,7 +56,7 @@ def request(env: dict[str, str], *extra: str) -> dict[str, object]:
     return json.loads(output)
 
 
-def test_request_deliver_and_verify_a_code_from_the_command_line(env: dict[str, str]) -> None:
+def test_request_deliver_and_verify_a_code_from_the_command_line(env: dict[str, str], engine: Engine) -> None:
     answer = request(env, "--purpose", "login")
     assert set(answer) >= {"challenge_id", "message_id", "expires_at", "reused"} and answer["reused"] is False
 
@@ -65,7 +66,7 @@ def test_request_deliver_and_verify_a_code_from_the_command_line(env: dict[str, 
     text_part = next(part for part in message.walk() if part.get_content_type() == "text/plain")
     body = text_part.get_payload(decode=True).decode()
     sent_code = next(line for line in body.splitlines() if line.strip().isdigit()).strip()
-    assert sent_code == code_of(str(answer["challenge_id"]))
+    assert sent_code == code_of(engine, str(answer["challenge_id"]))
 
     code, output = run(env, "otp", "verify", "--user-id", "42", str(answer["challenge_id"]), sent_code, "--json")
     assert code == 0, output
@@ -83,9 +84,9 @@ def test_a_repeat_with_the_same_key_returns_the_same_challenge(env: dict[str, st
     assert again["reused"] is True
 
 
-def test_a_wrong_code_exits_non_zero_and_says_how_many_attempts_are_left(env: dict[str, str]) -> None:
+def test_a_wrong_code_exits_non_zero_and_says_how_many_attempts_are_left(env: dict[str, str], engine: Engine) -> None:
     challenge_id = str(request(env)["challenge_id"])
-    bad = wrong(code_of(challenge_id))
+    bad = wrong(code_of(engine, challenge_id))
 
     code, output = run(env, "otp", "verify", "--user-id", "42", challenge_id, bad)
     assert code == 4
@@ -149,10 +150,10 @@ def test_a_reset_key_reused_with_another_address_is_a_clear_mismatch(env: dict[s
     assert event_count(engine) == before
 
 
-def test_the_account_lock_follows_its_environment_settings(env: dict[str, str]) -> None:
+def test_the_account_lock_follows_its_environment_settings(env: dict[str, str], engine: Engine) -> None:
     env = {**env, "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES": "3", "AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS": "60"}
     challenge_id = str(request(env)["challenge_id"])
-    bad = wrong(code_of(challenge_id))
+    bad = wrong(code_of(engine, challenge_id))
 
     said = [run(env, "otp", "verify", "--user-id", "42", challenge_id, bad) for _ in range(2)]
     before = datetime.now(UTC)
@@ -163,8 +164,8 @@ def test_the_account_lock_follows_its_environment_settings(env: dict[str, str]) 
     assert code == 4 and "one-time codes for this account are locked until " in output, output
     until = datetime.fromisoformat(output.rsplit("locked until ", 1)[1].strip().rstrip("."))
     assert before + timedelta(seconds=60) <= until <= after + timedelta(seconds=60)
-    code, output = run(env, "otp", "verify", "--user-id", "42", challenge_id, code_of(challenge_id))
-    assert code != 0 and "locked until" in output and code_of(challenge_id) not in output
+    code, output = run(env, "otp", "verify", "--user-id", "42", challenge_id, code_of(engine, challenge_id))
+    assert code != 0 and "locked until" in output and code_of(engine, challenge_id) not in output
 
 
 def test_a_tenants_code_is_verified_only_for_that_tenant_and_user(env: dict[str, str], engine: Engine) -> None:
@@ -176,12 +177,12 @@ def test_a_tenants_code_is_verified_only_for_that_tenant_and_user(env: dict[str,
 
     for others in (["--user-id", "u1"], ["--tenant", "shop", "--user-id", "u1"], ["--tenant", "acme", "--user-id", "u2"],
                    ["--tenant", "acme", "--user-id", "u1", "--purpose", "login"]):
-        exit_code, output = run(env, "otp", "verify", *others, challenge_id, code_of(challenge_id))
+        exit_code, output = run(env, "otp", "verify", *others, challenge_id, code_of(engine, challenge_id))
         assert (exit_code, output) == (4, "Error: The code is not valid.\n"), others
     assert event_count(engine) == before, "no attempt was counted"
 
     exit_code, output = run(env, "otp", "verify", "--tenant", "acme", "--user-id", "u1", "--purpose", "step_up",
-                            challenge_id, code_of(challenge_id), "--json")  # fmt: skip
+                            challenge_id, code_of(engine, challenge_id), "--json")  # fmt: skip
     assert exit_code == 0 and json.loads(output)["attempts_left"] == 5, output
     exit_code, output = run(env, "history", "--tenant", "acme", "--user-id", "u1")
     assert exit_code == 0 and output.startswith("What happened to user u1 of tenant acme")

@@ -19,7 +19,7 @@ from domain.errors import CodeRejected, IdempotencyMismatch, LockedOut, TokenInv
 from domain.otp import RequestOtp, fold_otp, otp_stream
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.reset import RequestReset, fold_reset, reset_stream
-from domain.tokens import derive_otp_code, derive_reset_token
+from tests.support.secrets import otp_code_of, reset_token_of
 from infra.clock import ManualClock
 from infra.errors import RateLimited
 from infra.eventlog.postgres import PostgresEventStore
@@ -62,10 +62,10 @@ def run(ctx: ServiceContext, clock: ManualClock, user: str, steps: list[tuple]) 
                 case ("otp", key, client, recipient):
                     challenges.append(request_otp(ctx, RequestOtp(user, recipient, "login", key, client)).request_id)
                 case ("consume", n) if resets:
-                    consume_token(ctx, derive_reset_token(ctx.keys.current, resets[n % len(resets)]))
+                    consume_token(ctx, reset_token_of(ctx.engine, ctx.keys, resets[n % len(resets)]))
                 case ("verify", n, right) if challenges:
                     challenge = challenges[n % len(challenges)]
-                    code = derive_otp_code(ctx.keys.current, challenge, ctx.otp_policy.digits)
+                    code = otp_code_of(ctx.engine, ctx.keys, challenge)
                     verify_code(ctx, challenge, code if right else f"{(int(code) + 1) % 10**len(code):0{len(code)}d}",
                                 user_id=user)
                 case ("wait", seconds):

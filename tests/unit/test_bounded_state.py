@@ -18,6 +18,7 @@ from domain.otp import OtpChallengeLockedOut, OtpVerificationFailed, RequestOtp,
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.reset import RequestReset, check_token, decide_reset_request, fold_reset
 from domain.tokens import TokenKeys, derive_reset_token, hash_token
+from tests.support.secrets import nonce
 
 T0 = datetime(2025, 3, 1, 0, 0, tzinfo=UTC)
 KEYS = TokenKeys("k2", {"k2": b"current-key"})
@@ -35,7 +36,7 @@ def requested_for_days(days: int) -> tuple[list[object], list[UUID]]:
             request_id = UUID(int=len(ids) + 1)
             decision = decide_reset_request(state, RequestReset("42", "ada@example.test"), now=now,
                                             request_id=request_id, message_id=UUID(int=10**9 + len(ids)),
-                                            keys=KEYS, policy=POLICY)
+                                            nonce=nonce(request_id.int), keys=KEYS, policy=POLICY)
             ids.append(request_id)
             events += decision.events
             state = fold_reset(decision.events, state)
@@ -55,9 +56,9 @@ def test_a_forgotten_link_is_refused_as_not_valid_and_a_recent_closed_one_as_rep
     state = fold_reset(events)
     now = T0 + timedelta(days=3)
     with pytest.raises(TokenInvalid, match="not valid"):
-        check_token(state, hash_token(derive_reset_token(KEYS.current, ids[0])), now=now)
+        check_token(state, hash_token(derive_reset_token(KEYS.current, ids[0], nonce(ids[0].int))), now=now)
     with pytest.raises(TokenInvalid, match="replaced"):
-        check_token(state, hash_token(derive_reset_token(KEYS.current, ids[-2])), now=now)
+        check_token(state, hash_token(derive_reset_token(KEYS.current, ids[-2], nonce(ids[-2].int))), now=now)
 
 
 def test_the_account_lock_counters_survive_forgetting() -> None:
@@ -66,7 +67,7 @@ def test_the_account_lock_counters_survive_forgetting() -> None:
     policy = OtpPolicy()
     later = T0 + 3 * KEPT_FOR
     decision = decide_otp_request(state, RequestOtp("42", "ada@example.test"), now=later, challenge_id=UUID(int=2),
-                                  message_id=UUID(int=3), keys=KEYS, policy=policy)
+                                  message_id=UUID(int=3), nonce=nonce(2), keys=KEYS, policy=policy)
     state = fold_otp(decision.events, state)
     assert (state.consecutive_failures, state.account_lockouts) == (7, 1)
 
@@ -76,20 +77,20 @@ def test_a_refusal_after_the_first_of_its_window_is_counted_not_written() -> Non
     for n in range(POLICY.hourly_limit):
         now = T0 + timedelta(minutes=30 + 2 * n)
         decision = decide_reset_request(state, RequestReset("42", "ada@example.test"), now=now,
-                                        request_id=UUID(int=n + 1), message_id=UUID(int=100 + n), keys=KEYS,
+                                        request_id=UUID(int=n + 1), message_id=UUID(int=100 + n), nonce=nonce(n + 1), keys=KEYS,
                                         policy=POLICY)
         state = fold_reset(decision.events, state)
     now = T0 + timedelta(minutes=50)
     first = decide_reset_request(state, RequestReset("42", "ada@example.test"), now=now, request_id=UUID(int=50),
-                                 message_id=UUID(int=51), keys=KEYS, policy=POLICY)
+                                 message_id=UUID(int=51), nonce=nonce(50), keys=KEYS, policy=POLICY)
     assert isinstance(first.outcome, Refused) and len(first.events) == 1 and first.counted is None
     state = fold_reset(first.events, state)
     second = decide_reset_request(state, RequestReset("42", "ada@example.test", client="app"), now=now,
-                                  request_id=UUID(int=52), message_id=UUID(int=53), keys=KEYS, policy=POLICY)
+                                  request_id=UUID(int=52), message_id=UUID(int=53), nonce=nonce(52), keys=KEYS, policy=POLICY)
     assert second.outcome == first.outcome and second.events == ()
     assert second.counted is not None and (second.counted.answer, second.counted.client) == ("refused", "app")
     next_window = decide_reset_request(state, RequestReset("42", "ada@example.test"), now=T0 + timedelta(minutes=65),
-                                       request_id=UUID(int=54), message_id=UUID(int=55), keys=KEYS, policy=POLICY)
+                                       request_id=UUID(int=54), message_id=UUID(int=55), nonce=nonce(54), keys=KEYS, policy=POLICY)
     assert isinstance(next_window.outcome, Refused) and len(next_window.events) == 1, "a new window logs again"
 
 

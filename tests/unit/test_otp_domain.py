@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
+import attrs
 import pytest
 
-from domain.decisions import Decision, Refused, RequestOutcome, VerifyOutcome
+from domain.decisions import REJECTIONS_PER_WINDOW, Counted, Decision, Refused, Rejected, RequestOutcome, VerifyOutcome
 from domain.email import EmailQueued
 from domain.errors import (
     CodeRejected,
@@ -22,6 +23,7 @@ from domain.otp import (
     OtpChallengeLockedOut,
     OtpChallengeSuperseded,
     OtpChallengeVerified,
+    OtpCodeRejected,
     OtpRequestRefused,
     OtpVerificationFailed,
     RequestOtp,
@@ -33,7 +35,8 @@ from domain.otp import (
     otp_stream,
 )
 from domain.policy import OtpPolicy
-from domain.tokens import TokenKeys, derive_otp_code
+from domain.tokens import SecretUnavailable, TokenKeys, derive_otp_code
+from tests.support.secrets import nonce
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 KEYS = TokenKeys("k2", {"k2": b"current-key", "k1": b"previous-key"})
@@ -54,12 +57,13 @@ def issued(n: int, at: datetime, *, purpose: str = "login", recipient: str = ALI
            key_id: str = "k2", idempotency_key: str | None = None) -> OtpChallengeIssued:  # fmt: skip
     """An OtpChallengeIssued as decide_otp_request would have written it."""
     return OtpChallengeIssued(
-        cid(n), USER, recipient, key_id, POLICY.digits, purpose, at, at + POLICY.ttl, mid(n), idempotency_key, None
+        cid(n), USER, recipient, key_id, POLICY.digits, purpose, at, at + POLICY.ttl, mid(n), idempotency_key, None,
+        derivation=2, nonce=nonce(n),
     )
 
 
 def right_code(n: int, key_id: str = "k2") -> str:
-    return derive_otp_code(KEYS.key(key_id), cid(n), POLICY.digits)
+    return derive_otp_code(KEYS.key(key_id), cid(n), POLICY.digits, nonce(n))
 
 
 def wrong_code(n: int) -> str:
@@ -68,7 +72,7 @@ def wrong_code(n: int) -> str:
 
 def when_requested(given: list[object], cmd: RequestOtp, *, at: datetime, n: int) -> Decision:
     return decide_otp_request(
-        fold_otp(given), cmd, now=at, challenge_id=cid(n), message_id=mid(n), keys=KEYS,
+        fold_otp(given), cmd, now=at, challenge_id=cid(n), message_id=mid(n), nonce=nonce(n), keys=KEYS,
         policy=POLICY,
     )  # fmt: skip
 
@@ -152,11 +156,11 @@ def test_the_right_code_verifies_the_challenge() -> None:
     )
 
 
-def test_a_code_is_accepted_only_once() -> None:
+def test_a_code_is_accepted_only_once_and_its_second_presentation_is_recorded() -> None:
     given = [issued(1, T0), OtpChallengeVerified(cid(1), T0)]
-    with pytest.raises(CodeRejected, match="already used") as raised:
-        when_verified(given, 1, right_code(1), at=T0)
-    assert raised.value.attempts_left == 0
+    decision = when_verified(given, 1, right_code(1), at=T0)
+    assert decision.events == (OtpCodeRejected(cid(1), "used", T0),)
+    assert decision.outcome == Rejected("used", "The code was already used.")
 
 
 def test_a_wrong_code_is_recorded_as_a_failure() -> None:
@@ -183,29 +187,69 @@ def test_the_fifth_wrong_code_locks_the_challenge() -> None:
     assert decision.outcome == VerifyOutcome(verified=False, attempts_left=0, locked=True)
 
 
-def test_a_locked_challenge_rejects_even_the_right_code_and_writes_nothing() -> None:
+def test_a_locked_challenge_rejects_even_the_right_code_and_records_only_the_rejection() -> None:
     given = [issued(1, T0), *four_failures(1), OtpVerificationFailed(cid(1), 5, 5, T0),
              OtpChallengeLockedOut(cid(1), "challenge", T0, None)]  # fmt: skip
+    decision = when_verified(given, 1, right_code(1), at=T0)
+    assert decision.events == (OtpCodeRejected(cid(1), "locked", T0),)
+    assert decision.outcome == Rejected("locked", "Too many wrong codes; request a new one.")
+
+
+def test_an_unknown_challenge_rejects_any_code_and_writes_nothing() -> None:
     with pytest.raises(CodeRejected) as raised:
-        when_verified(given, 1, right_code(1), at=T0)
+        when_verified([], 1, right_code(1), at=T0)
     assert raised.value.attempts_left == 0
+    assert right_code(1) not in str(raised.value)
 
 
 @pytest.mark.parametrize(
-    ("given", "now"),
+    ("given", "now", "reason"),
     [
-        ([], T0),
-        ([issued(1, T0)], T0 + timedelta(minutes=10)),
-        ([issued(1, T0), OtpChallengeSuperseded(cid(1), cid(2)), issued(2, T0)], T0),
+        ([issued(1, T0)], T0 + timedelta(minutes=10), "expired"),
+        ([issued(1, T0), OtpChallengeSuperseded(cid(1), cid(2)), issued(2, T0)], T0, "superseded"),
     ],
 )
-def test_an_unknown_expired_or_superseded_challenge_rejects_the_right_code(
-    given: list[object], now: datetime
+def test_an_expired_or_superseded_challenge_rejects_the_right_code_and_records_why(
+    given: list[object], now: datetime, reason: str
 ) -> None:
-    with pytest.raises(CodeRejected) as raised:
-        when_verified(given, 1, right_code(1), at=now)
-    assert raised.value.attempts_left == 0
-    assert right_code(1) not in str(raised.value)
+    decision = when_verified(given, 1, right_code(1), at=now)
+    assert decision.events == (OtpCodeRejected(cid(1), reason, now),)
+    assert isinstance(decision.outcome, Rejected) and decision.outcome.reason == reason
+    assert right_code(1) not in decision.outcome.message
+
+
+def test_a_challenge_whose_nonce_reads_erased_accepts_no_code_and_is_answered_as_unknown() -> None:
+    erased = attrs.evolve(issued(1, T0), nonce="[erased]")
+    decision = when_verified([erased], 1, right_code(1), at=T0)
+    assert decision.events == (OtpCodeRejected(cid(1), "erased", T0),)
+    assert decision.outcome == Rejected("erased", "The code is not valid.")
+    with pytest.raises(SecretUnavailable):
+        otp_code_for(fold_otp([erased]).challenges[cid(1)], KEYS)
+
+
+def test_a_challenge_issued_before_nonces_still_verifies_with_derivation_1() -> None:
+    before = attrs.evolve(issued(1, T0), derivation=1, nonce=None)
+    code = derive_otp_code(KEYS.current, cid(1), POLICY.digits)
+    assert code != right_code(1), "derivation 2 differs from 1 for the same challenge and key"
+    assert when_verified([before], 1, code, at=T0).outcome.verified
+
+
+def test_rejected_presentations_past_the_bound_of_a_window_are_counted_not_written() -> None:
+    given: list[object] = [issued(1, T0), OtpChallengeVerified(cid(1), T0)]
+    written = 0
+    for n in range(3 * REJECTIONS_PER_WINDOW):
+        decision = decide_otp_verify(fold_otp(given), cid(1), right_code(1), now=T0 + timedelta(seconds=n),
+                                     keys=KEYS, policy=POLICY, client="app")
+        assert isinstance(decision.outcome, Rejected)
+        if decision.events:
+            written += 1
+        else:
+            assert decision.counted == Counted("otp", USER, "rejected", T0 + timedelta(seconds=n), "app")
+        given += decision.events
+    assert written == REJECTIONS_PER_WINDOW
+    next_window = decide_otp_verify(fold_otp(given), cid(1), right_code(1), now=T0 + timedelta(hours=1),
+                                    keys=KEYS, policy=POLICY)
+    assert len(next_window.events) == 1, "a new window records again"
 
 
 @pytest.mark.parametrize("code", ["12345", "1234567", "12345a", "", "१२३४५६"])
@@ -235,8 +279,8 @@ def test_a_challenge_keeps_its_length_when_the_policy_changes() -> None:
 
 def test_a_new_challenge_records_the_length_of_the_policy_of_the_day() -> None:
     decision = decide_otp_request(
-        fold_otp([]), RequestOtp(USER, ALICE), now=T0, challenge_id=cid(1), message_id=mid(1), keys=KEYS,
-        policy=EIGHT_DIGITS,
+        fold_otp([]), RequestOtp(USER, ALICE), now=T0, challenge_id=cid(1), message_id=mid(1), nonce=nonce(1),
+        keys=KEYS, policy=EIGHT_DIGITS,
     )  # fmt: skip
 
     [event] = decision.events

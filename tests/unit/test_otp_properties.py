@@ -15,11 +15,12 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from domain.decisions import Decision, RequestOutcome
+from domain.decisions import Decision, Rejected, RequestOutcome
 from domain.errors import CodeRejected, IdempotencyMismatch, LockedOut
 from domain.otp import OtpState, RequestOtp, decide_otp_request, decide_otp_verify, evolve_otp, fold_otp
 from domain.policy import OtpPolicy
 from domain.tokens import TokenKeys, derive_otp_code
+from tests.support.secrets import nonce
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 KEYS = TokenKeys("k1", {"k1": b"property-key"})
@@ -49,7 +50,7 @@ class OtpFlow(RuleBasedStateMachine):
         self.succeeded_last_step = False
 
     def _apply(self, decision: Decision) -> None:
-        codes = [derive_otp_code(KEYS.current, c, POLICY.digits) for c in self.issued]
+        codes = [derive_otp_code(KEYS.current, c, POLICY.digits, nonce(c.int)) for c in self.issued]
         for event in decision.events:
             values = attrs.astuple(event, recurse=False)
             assert not any(isinstance(v, str) and v in codes for v in values), "a code was written"
@@ -72,7 +73,7 @@ class OtpFlow(RuleBasedStateMachine):
         try:
             decision = decide_otp_request(
                 self.state, cmd, now=self.now, challenge_id=challenge_id, message_id=message_id,
-                keys=KEYS, policy=POLICY,
+                nonce=nonce(challenge_id.int), keys=KEYS, policy=POLICY,
             )  # fmt: skip
         except (LockedOut, IdempotencyMismatch) as error:
             event(f"request: {type(error).__name__}")
@@ -96,7 +97,7 @@ class OtpFlow(RuleBasedStateMachine):
             challenge_id = self.issued[0]
         else:
             challenge_id = self.issued[-1]
-        code = derive_otp_code(KEYS.current, challenge_id, POLICY.digits)
+        code = derive_otp_code(KEYS.current, challenge_id, POLICY.digits, nonce(challenge_id.int))
         if not right:
             code = str((int(code) + 1) % 10**POLICY.digits).zfill(POLICY.digits)
         try:
@@ -105,6 +106,13 @@ class OtpFlow(RuleBasedStateMachine):
             )
         except (CodeRejected, LockedOut) as error:
             event(f"verify: {type(error).__name__}")
+            return
+        if isinstance(decision.outcome, Rejected):
+            event(f"verify: rejected ({decision.outcome.reason})")
+            usable = (challenge_id == self.issued[-1] and self.now < self.expires[challenge_id]
+                      and challenge_id not in self.accepted and self.failures.get(challenge_id, 0) < POLICY.max_attempts)
+            assert not usable, "refused a code of a usable challenge unchecked"
+            self._apply(decision)
             return
         event(f"verify: verified={decision.outcome.verified} locked={decision.outcome.locked}")
         assert decision.outcome.verified == right

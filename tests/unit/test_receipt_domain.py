@@ -18,6 +18,7 @@ from domain.otp import OtpChallengeIssued, RequestOtp, decide_otp_request, fold_
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.reset import RequestReset, ResetRequested, ResetSuperseded, decide_reset_request, fold_reset
 from domain.tokens import TokenKeys
+from tests.support.secrets import nonce
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 KEYS = TokenKeys("k1", {"k1": b"key"})
@@ -41,13 +42,15 @@ def otp_issued(n: int, at: datetime, key: str | None = None, client: str | None 
 
 def when_reset(given: list[object], cmd: RequestReset, *, at: datetime, n: int) -> Decision:
     return decide_reset_request(
-        fold_reset(given), cmd, now=at, request_id=uid(n), message_id=uid(100 + n), keys=KEYS, policy=RESET
+        fold_reset(given), cmd, now=at, request_id=uid(n), message_id=uid(100 + n), nonce=nonce(n), keys=KEYS,
+        policy=RESET
     )
 
 
 def when_otp(given: list[object], cmd: RequestOtp, *, at: datetime, n: int) -> Decision:
     return decide_otp_request(
-        fold_otp(given), cmd, now=at, challenge_id=uid(n), message_id=uid(100 + n), keys=KEYS, policy=OTP
+        fold_otp(given), cmd, now=at, challenge_id=uid(n), message_id=uid(100 + n), nonce=nonce(n), keys=KEYS,
+        policy=OTP
     )
 
 

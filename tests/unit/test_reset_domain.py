@@ -8,19 +8,22 @@ from uuid import UUID
 import attrs
 import pytest
 
-from domain.decisions import ConsumeOutcome, Decision, Refused, RequestOutcome
+from domain.decisions import REJECTIONS_PER_WINDOW, ConsumeOutcome, Decision, Refused, Rejected, RequestOutcome
 from domain.email import EmailQueued
 from domain.errors import ConfigError, IdempotencyMismatch, InvalidInput, TokenInvalid, UnknownEventType
 from domain.policy import ResetPolicy
 from domain.reset import (
+    LINK_REFUSALS,
     RequestReset,
     ResetCompleted,
     ResetRequested,
     ResetRequestRefused,
     ResetState,
     ResetSuperseded,
+    ResetTokenRejected,
     check_token,
     decide_consume,
+    decide_verify_link,
     decide_reset_request,
     find_by_token_hash,
     fold_reset,
@@ -28,7 +31,8 @@ from domain.reset import (
     reset_stream,
     reset_token_for,
 )
-from domain.tokens import TokenKeys, derive_reset_token, hash_token
+from domain.tokens import SecretUnavailable, TokenKeys, derive_reset_token, hash_token
+from tests.support.secrets import nonce
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 KEYS = TokenKeys("k2", {"k2": b"current-key", "k1": b"previous-key"})
@@ -48,20 +52,20 @@ def mid(n: int) -> UUID:
 def requested(n: int, at: datetime, *, recipient: str = ALICE, key_id: str = "k2",
               idempotency_key: str | None = None, client: str | None = None) -> ResetRequested:  # fmt: skip
     """A ResetRequested as decide_reset_request would have written it."""
-    token = derive_reset_token(KEYS.key(key_id), rid(n))
+    token = derive_reset_token(KEYS.key(key_id), rid(n), nonce(n))
     return ResetRequested(
         rid(n), USER, recipient, key_id, hash_token(token), at, at + POLICY.ttl, mid(n),
-        idempotency_key, client,
+        idempotency_key, client, derivation=2, nonce=nonce(n),
     )  # fmt: skip
 
 
 def token_of(n: int) -> str:
-    return derive_reset_token(KEYS.current, rid(n))
+    return derive_reset_token(KEYS.current, rid(n), nonce(n))
 
 
 def when_requested(given: list[object], cmd: RequestReset, *, at: datetime, n: int) -> Decision:
     return decide_reset_request(
-        fold_reset(given), cmd, now=at, request_id=rid(n), message_id=mid(n), keys=KEYS,
+        fold_reset(given), cmd, now=at, request_id=rid(n), message_id=mid(n), nonce=nonce(n), keys=KEYS,
         policy=POLICY,
     )  # fmt: skip
 
@@ -246,8 +250,76 @@ def test_a_token_signed_before_a_key_rotation_still_verifies_until_it_expires() 
     state = fold_reset([requested(1, T0, key_id="k1")])
     token = reset_token_for(state.requests[rid(1)], KEYS)
 
-    assert token == derive_reset_token(b"previous-key", rid(1))
+    assert token == derive_reset_token(b"previous-key", rid(1), nonce(1))
     assert check_token(state, hash_token(token), now=T0).key_id == "k1"
+
+
+def test_a_token_of_derivation_2_differs_from_derivation_1_for_the_same_request_and_key() -> None:
+    v1, v2 = derive_reset_token(KEYS.current, rid(1)), derive_reset_token(KEYS.current, rid(1), nonce(1))
+    assert v1 != v2 and v2 != derive_reset_token(KEYS.current, rid(1), nonce(2))
+    made = when_requested([], RequestReset(USER, ALICE), at=T0, n=1).events[0]
+    assert (made.derivation, made.nonce) == (2, nonce(1))
+    assert made.token_hash == hash_token(v2) != hash_token(v1), "key plus public id no longer yields the token"
+
+
+def test_a_request_made_before_nonces_still_verifies_with_derivation_1() -> None:
+    token = derive_reset_token(KEYS.current, rid(1))
+    before = attrs.evolve(requested(1, T0), token_hash=hash_token(token), derivation=1, nonce=None)
+    state = fold_reset([before])
+    assert reset_token_for(state.requests[rid(1)], KEYS) == token
+    assert check_token(state, hash_token(token), now=T0).request_id == rid(1)
+
+
+def test_a_link_whose_nonce_reads_erased_is_refused_as_not_valid_and_the_refusal_recorded() -> None:
+    state = fold_reset([attrs.evolve(requested(1, T0), nonce="[erased]")])
+    with pytest.raises(TokenInvalid, match="^The reset link is not valid.$"):
+        check_token(state, hash_token(token_of(1)), now=T0)
+    decision = decide_consume(state, hash_token(token_of(1)), now=T0, notice_message_id=mid(50))
+    assert decision.events == (ResetTokenRejected(rid(1), "erased", T0),) and decision.emails == ()
+    assert decision.outcome == Rejected("erased", "The reset link is not valid.")
+    with pytest.raises(SecretUnavailable):
+        reset_token_for(state.requests[rid(1)], KEYS)
+
+
+@pytest.mark.parametrize(
+    ("given", "now", "reason"),
+    [
+        ([requested(1, T0), ResetCompleted(rid(1), USER, T0, mid(50))], T0, "used"),
+        ([requested(1, T0), ResetSuperseded(rid(1), rid(2), "new_request")], T0, "superseded"),
+        ([requested(1, T0)], T0 + POLICY.ttl, "expired"),
+    ],
+)
+def test_a_known_link_that_can_no_longer_be_used_is_refused_and_the_refusal_recorded(
+    given: list[object], now: datetime, reason: str
+) -> None:
+    for decide in (decide_verify_link, lambda *a, **k: decide_consume(*a, **k, notice_message_id=mid(51))):
+        decision = decide(fold_reset(given), hash_token(token_of(1)), now=now, client="app")
+        assert decision.events == (ResetTokenRejected(rid(1), reason, now),) and decision.emails == ()
+        assert decision.outcome == Rejected(reason, LINK_REFUSALS[reason])
+
+
+def test_an_unknown_link_writes_nothing() -> None:
+    with pytest.raises(TokenInvalid, match="not valid"):
+        decide_verify_link(fold_reset([requested(1, T0)]), hash_token("x" * 43), now=T0)
+
+
+def test_rejected_presentations_neither_end_nor_extend_a_run_of_refusals() -> None:
+    refused = ResetRequestRefused(USER, "rate_limited", T0, T0 + timedelta(hours=1))
+    before = fold_reset([requested(1, T0), refused])
+    after = fold_reset([ResetTokenRejected(rid(1), "used", T0)], before)
+    assert after.run == before.run and after.rejections is not None
+
+
+def test_rejected_presentations_past_the_bound_of_a_window_are_counted_not_written() -> None:
+    given: list[object] = [requested(1, T0), ResetCompleted(rid(1), USER, T0, mid(50))]
+    written = 0
+    for n in range(500):
+        decision = decide_verify_link(fold_reset(given), hash_token(token_of(1)), now=T0 + timedelta(seconds=n))
+        assert isinstance(decision.outcome, Rejected)
+        written += len(decision.events)
+        assert decision.events or decision.counted is not None
+        given += decision.events
+    assert written == REJECTIONS_PER_WINDOW
 
 
 def test_consuming_a_token_completes_the_request_and_queues_a_notice() -> None:
@@ -277,8 +349,9 @@ def test_a_token_is_single_use() -> None:
     token_hash = hash_token(token_of(1))
     first = decide_consume(fold_reset(given), token_hash, now=T0, notice_message_id=mid(50))
     after = fold_reset([*given, *first.events])
-    with pytest.raises(TokenInvalid, match="already used"):
-        decide_consume(after, token_hash, now=T0, notice_message_id=mid(51))
+    second = decide_consume(after, token_hash, now=T0, notice_message_id=mid(51))
+    assert second.outcome == Rejected("used", "The reset link was already used.")
+    assert second.events == (ResetTokenRejected(rid(1), "used", T0),) and second.emails == ()
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from uuid import UUID
 
@@ -14,8 +15,9 @@ from hypothesis import strategies as st
 from domain.errors import UnknownEventType
 from domain.otp import OtpChallengeIssued
 from infra.eventlog.tags import EVENT_TYPES
-from infra.eventlog.personal_data import MemoryKeyring
+from infra.eventlog.personal_data import MemoryKeyring, is_envelope
 from infra.eventlog.codec import EventCodec, default_codec
+from tests.support.secrets import nonce
 
 aware_datetimes = st.datetimes(timezones=st.just(UTC))
 st.register_type_strategy(datetime, aware_datetimes)
@@ -31,8 +33,6 @@ def test_every_event_class_round_trips_through_json(tag: str, data: st.DataObjec
     codec, keyring = default_codec(), MemoryKeyring()
     encoded_tag, encoded_version, payload_json = codec.encode_json(event, keyring)
     assert (encoded_tag, encoded_version) == (tag, version)
-    import json
-
     assert codec.decode(tag, version, json.loads(payload_json), keyring) == event
 
 
@@ -94,10 +94,32 @@ def test_an_otp_challenge_written_before_it_recorded_its_digits_is_read_as_six_d
     )  # fmt: skip
 
 
-def test_an_otp_challenge_is_written_with_its_digits_at_version_2() -> None:
+def test_an_otp_challenge_is_written_with_its_digits_derivation_and_sealed_nonce_at_version_3() -> None:
     event = OtpChallengeIssued(
         UUID(int=1), "42", "a@example.test", "k1", 8, "login", datetime(2026, 1, 1, tzinfo=UTC),
-        datetime(2026, 1, 1, 0, 10, tzinfo=UTC), UUID(int=2), None, None,
+        datetime(2026, 1, 1, 0, 10, tzinfo=UTC), UUID(int=2), None, None, derivation=2, nonce=nonce(7),
     )  # fmt: skip
-    tag, version, payload = default_codec().encode(event, MemoryKeyring())
-    assert (tag, version, payload["digits"]) == ("OtpChallengeIssued", 2, 8)
+    keyring = MemoryKeyring()
+    tag, version, payload = default_codec().encode(event, keyring)
+    assert (tag, version, payload["digits"], payload["derivation"]) == ("OtpChallengeIssued", 3, 8, 2)
+    assert is_envelope(payload["nonce"]) and nonce(7) not in json.dumps(payload)
+    assert default_codec().decode(tag, version, payload, keyring) == event
+
+
+@pytest.mark.parametrize("tag", ["ResetRequested", "OtpChallengeIssued"])
+def test_a_request_written_before_nonces_is_read_as_derivation_1_without_a_nonce(tag: str) -> None:
+    made_before = {
+        "user_id": "42", "recipient": "a@example.test", "key_id": "k1", "expires_at": "2026-01-01T00:10:00+00:00",
+        "message_id": "00000000-0000-0000-0000-000000000002", "idempotency_key": None, "client": None,
+    }  # fmt: skip
+    if tag == "ResetRequested":
+        made_before |= {"request_id": str(UUID(int=1)), "token_hash": "0" * 64,
+                        "requested_at": "2026-01-01T00:00:00+00:00"}
+    else:
+        made_before |= {"challenge_id": str(UUID(int=1)), "purpose": "login", "digits": 6,
+                        "issued_at": "2026-01-01T00:00:00+00:00"}
+    version = {"ResetRequested": 1, "OtpChallengeIssued": 2}[tag]
+
+    event = default_codec().decode(tag, version, made_before)
+
+    assert (event.derivation, event.nonce) == (1, None)

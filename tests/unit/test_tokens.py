@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 from uuid import UUID
 
 import pytest
 
 from domain.errors import ConfigError
 from domain.tokens import (
+    SecretUnavailable,
     TokenKeys,
+    derivation_nonce,
     derive_otp_code,
     derive_reset_token,
     hash_token,
+    nonce_readable,
+    nonce_text,
     otp_code_matches,
 )
 
@@ -115,3 +121,41 @@ def test_token_keys_do_not_change_when_the_callers_dict_does() -> None:
     assert keys.key("k1") == b"key"
     with pytest.raises(TypeError):
         keys.keys["k1"] = b"changed"  # type: ignore[index]
+
+
+NONCE = nonce_text(bytes(range(32)))
+
+
+def test_a_derivation_2_token_is_the_known_hmac_of_label_request_id_and_nonce() -> None:
+    # Known answers, as for derivation 1: links in inboxes must keep working.
+    assert NONCE == "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"
+    assert derive_reset_token(KEY, REQUEST, NONCE) == "XThJwOOEZYIMKjzFNIxboqLFkCWTVb6jdaH2M2sVhd8"
+    assert derive_otp_code(KEY, REQUEST, 6, NONCE) == "759438"
+    expected = hmac.new(KEY, f"reset:{REQUEST}:{NONCE}".encode(), hashlib.sha256).digest()
+    assert derive_reset_token(KEY, REQUEST, NONCE) == base64.urlsafe_b64encode(expected).rstrip(b"=").decode()
+
+
+def test_a_derivation_2_token_differs_from_derivation_1_and_with_every_nonce() -> None:
+    other = nonce_text(bytes(32))
+    assert len({derive_reset_token(KEY, REQUEST), derive_reset_token(KEY, REQUEST, NONCE),
+                derive_reset_token(KEY, REQUEST, other)}) == 3
+
+
+@pytest.mark.parametrize("unreadable", ["[erased]", "", "A" * 42, "A" * 44, "enc:v1:k:abc", None])
+def test_an_erased_or_unreadable_nonce_derives_nothing(unreadable: str | None) -> None:
+    assert not nonce_readable(2, unreadable)
+    with pytest.raises(SecretUnavailable):
+        derivation_nonce(2, unreadable)
+    if unreadable is not None:
+        with pytest.raises(SecretUnavailable):
+            derive_reset_token(KEY, REQUEST, unreadable)
+
+
+def test_derivation_1_needs_no_nonce_and_an_unknown_derivation_derives_nothing() -> None:
+    assert derivation_nonce(1, None) is None and derivation_nonce(2, NONCE) == NONCE
+    assert not nonce_readable(3, NONCE)
+
+
+def test_a_nonce_takes_exactly_32_random_bytes() -> None:
+    with pytest.raises(ValueError, match="32 random bytes"):
+        nonce_text(b"short")
