@@ -68,7 +68,7 @@ def test_the_reset_page_loads_with_no_csp_violation(ctx: ServiceContext, served:
     from infra.services.reset import request_reset
     from tests.http.support import token_for
 
-    token = token_for(str(request_reset(ctx, RequestReset("42", "ada@example.test")).request_id))
+    token = token_for(ctx.engine, str(request_reset(ctx, RequestReset("42", "ada@example.test")).request_id))
     dom, console = load(f"{served}/reset?token={token}", tmp_path)
     assert console == [], "the page logged to the console:\n" + "\n".join(console)
     assert 'data-state="valid"' in dom and "Development stand-in" in dom

@@ -54,7 +54,7 @@ async def test_a_code_presented_again_after_use_is_recorded_with_the_client_and_
     assert (await verify(api, challenge_id, code)).status_code == 200
     written = log_size(engine)
 
-    again = await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code},
+    again = await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code, "user_id": "42"},
                            headers={"X-Request-Id": "replayed-1"})
 
     assert assert_problem(again, 400, "code-rejected")["detail"] == "The code was already used."
@@ -135,7 +135,7 @@ async def test_verify_needs_the_user_id_and_a_body_without_it_writes_nothing(
 ) -> None:
     challenge_id = (await challenge(api)).json()["challenge_id"]
     written = log_size(engine)
-    response = await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code_for(challenge_id)})
+    response = await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code_for(engine, challenge_id)})
     assert response.status_code == 400 and "user_id" in response.text
     assert log_size(engine) == written
 
@@ -151,7 +151,7 @@ async def test_a_code_for_another_user_or_purpose_is_answered_as_an_unknown_chal
     def told(response: httpx.Response) -> tuple[int, dict[str, object]]:
         return response.status_code, response.json()
 
-    for code in (code_for(challenge_id), wrong_code(challenge_id)):
+    for code in (code_for(engine, challenge_id), wrong_code(engine, challenge_id)):
         mismatch = await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code, **named})
         unknown = await api.post(f"/v1/otp/challenges/{uuid4()}/verify", json={"code": code, **named})
         assert told(mismatch) == told(unknown)
@@ -159,6 +159,6 @@ async def test_a_code_for_another_user_or_purpose_is_answered_as_an_unknown_chal
 
     assert log_size(engine) == written, "no attempt was counted"
     right = await api.post(f"/v1/otp/challenges/{challenge_id}/verify",
-                           json={"code": code_for(challenge_id), "user_id": "42", "purpose": "sign-in"})
+                           json={"code": code_for(engine, challenge_id), "user_id": "42", "purpose": "sign-in"})
     assert right.status_code == 200
     assert_projections_match_log(engine)

@@ -75,7 +75,7 @@ def test_the_reset_page_is_on_for_the_embedded_default_and_by_setting_only() -> 
 
 
 def new_link(ctx: ServiceContext, user_id: str = "42") -> str:
-    return token_for(str(request_reset(ctx, RequestReset(user_id, "ada@example.test")).request_id))
+    return token_for(ctx.engine, str(request_reset(ctx, RequestReset(user_id, "ada@example.test")).request_id))
 
 
 def state_of(page: httpx.Response) -> str:

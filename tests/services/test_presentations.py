@@ -85,8 +85,8 @@ def test_a_new_link_and_code_are_not_what_the_key_and_the_public_id_alone_derive
     attacker = derive_otp_code(ctx.keys.current, challenge.request_id, 6)
     if attacker != code:  # one in a million they agree by chance
         with pytest.raises(CodeRejected, match="wrong"):
-            verify_code(ctx, challenge.request_id, attacker)
-    assert verify_code(ctx, challenge.request_id, code).verified
+            verify_code(ctx, challenge.request_id, attacker, user_id="42")
+    assert verify_code(ctx, challenge.request_id, code, user_id="42").verified
     assert_projections_match_log(engine)
 
 
@@ -109,14 +109,14 @@ def test_after_erasure_the_outstanding_link_and_code_no_longer_verify_or_consume
     token, code = reset_token_of(engine, ctx.keys, reset.request_id), otp_code_of(engine, ctx.keys, challenge.request_id)
     request_reset(ctx, RequestReset("43", ADA))  # another user, untouched
 
-    forget(ctx, "42")
+    forget(ctx, "42", reason="the user asked to be forgotten")
 
     for attempt in (lambda: verify_token(ctx, token, APP), lambda: consume_token(ctx, token, APP)):
         with pytest.raises(TokenInvalid) as refused:
             attempt()
         assert str(refused.value) == "The reset link is not valid.", "the answer to an unknown link"
     with pytest.raises(CodeRejected) as rejected:
-        verify_code(ctx, challenge.request_id, code, APP)
+        verify_code(ctx, challenge.request_id, code, APP, user_id="42")
     assert (str(rejected.value), rejected.value.attempts_left) == ("The code is not valid.", 0)
     with pytest.raises(SecretUnavailable):  # nobody can derive it now, the worker included
         reset_token_of(engine, ctx.keys, reset.request_id)
@@ -171,7 +171,7 @@ def test_a_code_of_a_challenge_no_longer_usable_records_one_event_with_the_calle
     code = otp_code_of(engine, ctx.keys, challenge.request_id)
     wrong = str((int(code) + 1) % 10**6).zfill(6)
     if reason == "used":
-        verify_code(ctx, challenge.request_id, code)
+        verify_code(ctx, challenge.request_id, code, user_id="42")
     elif reason == "superseded":
         clock.advance(120)
         request_otp(ctx, RequestOtp("42", ADA))
@@ -180,11 +180,11 @@ def test_a_code_of_a_challenge_no_longer_usable_records_one_event_with_the_calle
     else:
         for _ in range(ctx.otp_policy.max_attempts):
             with pytest.raises(CodeRejected):
-                verify_code(ctx, challenge.request_id, wrong)
+                verify_code(ctx, challenge.request_id, wrong, user_id="42")
     failures = len(rows(engine, "OtpVerificationFailed"))
 
     with pytest.raises(CodeRejected) as rejected:
-        verify_code(ctx, challenge.request_id, code, APP)
+        verify_code(ctx, challenge.request_id, code, APP, user_id="42")
 
     assert rejected.value.attempts_left == 0 and code not in str(rejected.value)
     [(payload, metadata)] = rows(engine, "OtpCodeRejected")
@@ -200,7 +200,7 @@ def test_an_unknown_token_or_challenge_writes_nothing(ctx: ServiceContext, engin
     with pytest.raises(TokenInvalid):
         consume_token(ctx, "A" * 43, APP)
     with pytest.raises(CodeRejected):
-        verify_code(ctx, uuid4(), "123456", APP)
+        verify_code(ctx, uuid4(), "123456", APP, user_id="42")
     with engine.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM events")).scalar_one() == before
 
@@ -239,7 +239,7 @@ def test_a_flood_of_codes_for_a_locked_challenge_is_bounded_too(
     challenge = request_otp(strict, RequestOtp("42", ADA))
     for _ in range(500):
         with pytest.raises(CodeRejected):
-            verify_code(strict, challenge.request_id, "000000", APP)
+            verify_code(strict, challenge.request_id, "000000", APP, user_id="42")
     events = stream_events(engine, otp_stream("42"))
     assert sum(isinstance(e, OtpCodeRejected) for e in events) == REJECTIONS_PER_WINDOW
     assert len(events) <= 1 + 3 + 1 + REJECTIONS_PER_WINDOW
@@ -273,7 +273,7 @@ def test_history_tells_a_code_presented_for_a_superseded_challenge(
     clock.advance(120)
     request_otp(ctx, RequestOtp("42", ADA))
     with pytest.raises(CodeRejected):
-        verify_code(ctx, first.request_id, code, APP)
+        verify_code(ctx, first.request_id, code, APP, user_id="42")
     told = history(engine, "42", now=clock.now()).render()
     assert (f"The code of OTP challenge {first.request_id} was presented again at "
             f"{clock.now().isoformat(sep=' ', timespec='milliseconds')} by client:shop after it was superseded; "
@@ -310,7 +310,7 @@ def test_requests_made_before_nonces_still_verify_and_the_projections_and_audit_
         rebuild(admin_engine, projection_named(name))
 
     assert verify_token(ctx, v1_token).request_id == reset_id
-    assert verify_code(ctx, challenge_id, v1_code).verified
+    assert verify_code(ctx, challenge_id, v1_code, user_id="42").verified
     assert consume_token(ctx, v1_token).request_id == reset_id
     with pytest.raises(TokenInvalid, match="already used"):
         consume_token(ctx, v1_token)
