@@ -172,7 +172,8 @@ def test_an_admin_re_drives_an_abandoned_message_with_a_reason_recorded_with_its
         recorded = connection.execute(text(
             "SELECT payload, metadata FROM events WHERE event_type = 'DeliveryRedriven'")).one()
     assert state == "pending"
-    assert recorded.payload["reason"] == "provider recovered, ticket 7" and recorded.payload["actor"] == "client:operator"
+    assert recorded.payload["reason"] == "provider recovered, ticket 7"
+    assert recorded.payload["actor"] == "client:operator"
     assert recorded.metadata["client"] == "operator"
     assert_projections_match_log(ctx.engine)
 
