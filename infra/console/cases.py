@@ -21,7 +21,7 @@ from uuid import UUID
 from attrs import frozen
 from sqlalchemy import Engine
 
-from domain.errors import InvalidInput, NotFound
+from domain.errors import ConfigError, InvalidInput, NotFound
 from domain.log import RecordedEvent
 from domain.tenants import scoped_user, split_scoped_user, tenant_of
 from infra.review.history import Review, explain, history
@@ -109,7 +109,7 @@ def search(engine: Engine, tenant: str, query: str, *,
     if "@" in query:
         try:
             users = address_index(tenant, query)
-        except InvalidInput:
+        except (InvalidInput, ConfigError):  # not an address; or a server without token keys has no index
             users = []
         if len(users) == 1:
             return "user", users[0]

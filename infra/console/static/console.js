@@ -41,7 +41,8 @@ document.addEventListener("DOMContentLoaded", () => {
           set(".checked", status.checked + " of " + status.total);
           set(".summary", status.summary || "");
           if (status.state === "running") window.setTimeout(poll, 500);
-        });
+        })
+        .catch(() => verification.setAttribute("data-state", "unknown"));  // the reload link still works
     };
     window.setTimeout(poll, 300);
   }
