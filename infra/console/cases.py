@@ -24,7 +24,7 @@ from sqlalchemy import Engine
 from domain.errors import ConfigError, InvalidInput, NotFound
 from domain.log import RecordedEvent
 from domain.tenants import scoped_user, split_scoped_user, tenant_of
-from infra.review.history import Review, explain, history
+from infra.review.history import Review, explain, history_and_events
 from infra.review.lookup import Story, about_message, about_request, about_user, looking_up
 
 KINDS = ("user", "request", "message")
@@ -83,14 +83,9 @@ def _story(engine: Engine, tenant: str, kind: str, found: UUID) -> Story | None:
 
 
 def _user_case(engine: Engine, tenant: str, user_id: str, now: datetime) -> Case | None:
-    scoped = scoped_user(tenant, user_id)
-    with looking_up(engine) as lookup:
-        events = about_user(lookup, scoped)
-    if not events:
-        return None
-    try:
-        review = history(engine, scoped, now=now)
-    except NotFound:
+    try:  # the CLI's `history --tenant T USER`: the same sentences, from one read of the lookup
+        review, events = history_and_events(engine, user_id, tenant=tenant, now=now)
+    except (NotFound, InvalidInput):
         return None
     return Case("user", user_id, user_id, review, events)
 
