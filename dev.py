@@ -46,8 +46,8 @@ COMMANDS = {
 def say_when_browser_tests_skip() -> None:
     missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
     if missing:
-        print(f"dev.py: {' and '.join(missing)} not found, so the review console's browser tests "
-              "(tests/console/test_browser.py) will be SKIPPED; install them with "
+        print(f"dev.py: {' and '.join(missing)} not found, so the browser tests (tests/console/test_browser*.py, "
+              "tests/http/test_docs_in_a_browser.py) will be SKIPPED; install them with "
               "`apt-get install chromium chromium-driver` (CI's .ci/run does)", file=sys.stderr)
 
 

@@ -1,8 +1,9 @@
 """The review console at ``/console``: server-rendered pages over the one lookup, for a `review` key.
 
 ``Console.routes`` is the list of pages; ``NAV`` names them in the header.
-Pages that another module builds (the outbox, the audit page) are added to
-both: until then each answers with a short page that says it is coming.
+The outbox page (``infra.console.outbox``) and the audit page
+(``infra.console.audit``) are built from the same parts as the rest: a
+session, its CSRF token, templates.
 
 Every page is rendered on the server from Jinja2 templates in this package;
 the only script is ``static/console.js`` (no inline script, no CDN), and
@@ -12,35 +13,42 @@ the only script is ``static/console.js`` (no inline script, no CDN), and
 from __future__ import annotations
 
 import io
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
+from uuid import UUID
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, Router
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from domain.clients import Caller
-from domain.errors import ConfigError, NotFound
+from domain.errors import ConfigError, InvalidInput, NotFound
 from infra.audit.export import export_case
 from infra.console import svg
-from infra.console.cases import KINDS, AddressIndex, Case, find_case, no_address_index, search
+from infra.console.cases import KINDS, AddressIndex, Case, find_case, search
 from infra.console.sessions import COOKIE, DEFAULT_IDLE, SIGN_IN_COOKIE, Session, Sessions, new_token, same_token
 from infra.eventlog.personal_data import is_envelope
+from infra.audit.background import VerificationRunner, digest_download, seal_state
+from infra.console.outbox import LISTS, message_of_tenant, outbox_view
+from infra.delivery.redrive import Selection, redrive
+from infra.errors import NothingSealed, TamperDetected
+from infra.services.address_index import users_by_address
 from infra.services.clients import authenticate
 from infra.services.unit_of_work import ServiceContext
 from projections.timeline import format_time
 
 PREFIX = "/console"
 SCOPE = "review"
+ADMIN = "admin"  # what a session's key needs to act (re-drive), beyond reading
 MAX_FORM_BYTES = 16 * 1024
 STATIC = Path(__file__).parent / "static"
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; object-src 'none'; "
@@ -62,6 +70,13 @@ ENDED = {
 NOTHING_FOUND = "Nothing found."
 Authenticate = Callable[[Any, str], Caller | None]
 SigningKey = Callable[[], Ed25519PrivateKey]
+REDRIVEN = {"redriven": "Re-driven: the message is queued again, due now, and the re-drive is recorded with "
+                        "your client's name and reason."}
+# A verification's state, in the page's words.
+OUTCOMES = {"running": "running", "ok": "intact", "tampered": "tampered", "nothing sealed": "nothing sealed yet",
+            "failed": "failed"}
+NO_DIGEST_KEY = ("This server has no audit signing key (AUTHLEDGER_SIGNING_KEY or AUTHLEDGER_SIGNING_KEY_FILE), "
+                 "so it cannot sign a digest.")
 NO_SIGNING_KEY = ("This server has no audit signing key (AUTHLEDGER_SIGNING_KEY or AUTHLEDGER_SIGNING_KEY_FILE), "
                   "so it cannot sign a download of the case.")
 
@@ -85,18 +100,21 @@ class Console:
     """The console's pages, bound to one ``ServiceContext``.
 
     ``authenticate`` answers who holds a key (``infra.services.clients.authenticate``);
-    ``address_index`` finds the user of an email address (the HMAC index; none until it is wired in).
-    ``signing_key`` loads the audit signing key that signs a case's download (none: no download).
+    ``address_index`` finds the users of an email address (default: the HMAC index over ``ctx``'s keys).
+    ``signing_key`` loads the audit signing key that signs a case's download and the audit digest
+    (none: no download). ``verification`` runs the audit page's chain verifications, one at a time.
     """
 
     def __init__(self, ctx: ServiceContext, *, idle: timedelta = DEFAULT_IDLE,
-                 authenticate: Authenticate = authenticate, address_index: AddressIndex = no_address_index,
-                 signing_key: SigningKey | None = None) -> None:
+                 authenticate: Authenticate = authenticate, address_index: AddressIndex | None = None,
+                 signing_key: SigningKey | None = None, verification: VerificationRunner | None = None) -> None:
         self.ctx = ctx
         self.signing_key = signing_key
         self.sessions = Sessions(ctx.clock, idle)
         self.authenticate = authenticate
-        self.address_index = address_index
+        self.address_index: AddressIndex = address_index or (
+            lambda tenant, address: users_by_address(ctx, tenant, address))
+        self.verification = verification or VerificationRunner(ctx.engine, clock=ctx.clock)
         self.templates = Environment(loader=PackageLoader("infra.console", "templates"),
                                      autoescape=select_autoescape(["html"]))
         self.nav: list[tuple[str, str]] = [("Search", f"{PREFIX}/"), ("Outbox", f"{PREFIX}/outbox"),
@@ -109,8 +127,12 @@ class Console:
             Route("/sign-in", self.sign_in_page, methods=["GET"]),
             Route("/sign-in", self.sign_in, methods=["POST"]),
             Route("/sign-out", self.sign_out, methods=["POST"]),
-            Route("/outbox", self.coming("Outbox", "The outbox page"), methods=["GET"]),
-            Route("/audit", self.coming("Audit", "The audit page"), methods=["GET"]),
+            Route("/outbox", self.outbox_page, methods=["GET"]),
+            Route("/outbox/redrive", self.outbox_redrive, methods=["POST"]),
+            Route("/audit", self.audit_page, methods=["GET"]),
+            Route("/audit/verify", self.audit_verify, methods=["POST"]),
+            Route("/audit/verification.json", self.audit_verification, methods=["GET"]),
+            Route("/audit/digest.json", self.audit_digest, methods=["GET"]),
             Mount("/static", StaticFiles(directory=STATIC), name="console-static"),
         ]
 
@@ -230,6 +252,8 @@ class Console:
                                         address_index=self.address_index) if len(query) <= 320 else None
         if found is None:  # the same answer for unknown ids and other tenants' ids; a search that found nothing
             return self.render("search.html", 200, session, csrf=session.csrf, nothing=NOTHING_FOUND)
+        if isinstance(found, list):  # an address several users had: the reviewer chooses
+            return self.render("search.html", 200, session, csrf=session.csrf, nothing=None, users=found)
         kind, value = found
         return RedirectResponse(f"{PREFIX}/case?{urlencode({'kind': kind, 'id': value})}", status_code=303)
 
@@ -272,16 +296,98 @@ class Console:
         return Response(out.getvalue(), media_type="application/x-ndjson", headers={
             "Content-Disposition": f'attachment; filename="authledger-{kind}-case.jsonl"'})
 
-    def coming(self, heading: str, what: str) -> Callable[[Request], Awaitable[Response]]:
-        """A page another module will provide: signed-in only, and saying so."""
 
-        async def page(request: Request) -> Response:
-            session = await self._session(request)
-            if isinstance(session, Response):
-                return session
-            return self.render("coming.html", 200, session, csrf=session.csrf, heading=heading, what=what)
+    # -- the outbox -----------------------------------------------------------------------------
 
-        return page
+    async def outbox_page(self, request: Request) -> Response:
+        session = await self._session(request)
+        if isinstance(session, Response):
+            return session
+        return await self._outbox(session, notice=REDRIVEN.get(request.query_params.get("done", "")))
+
+    async def _outbox(self, session: Session, *, status: int = 200, notice: str | None = None,
+                      error: str | None = None) -> Response:
+        view = await run_in_threadpool(outbox_view, self.ctx.engine, session.caller.tenant, now=self.ctx.clock.now())
+        return self.render("outbox.html", status, session, csrf=session.csrf, heading="Outbox",
+                           chart=Markup(view.chart), lists=[(key, title, view.lists[key]) for key, title in LISTS],
+                           admin=session.caller.may(ADMIN), notice=notice, error=error)
+
+    async def outbox_redrive(self, request: Request) -> Response:
+        """Re-drive one abandoned or failed message with a reason: an admin action, recorded with the client."""
+        session = await self._session(request)
+        if isinstance(session, Response):
+            return session
+        form = await self._form(request)
+        if form is None or not same_token(form.get("csrf"), session.csrf):
+            return self._refused("This form had expired. Reload the page and try again.", 403, session)
+        if not session.caller.may(ADMIN):
+            return self._refused("Re-driving a message needs an API key with the admin scope; this session's key "
+                                 "has only review.", 403, session)
+        message_id = _uuid(form.get("message_id", ""))
+        if message_id is None or not await run_in_threadpool(
+                message_of_tenant, self.ctx.engine, session.caller.tenant, message_id):
+            return await self._outbox(session, status=404, error="No such message in this tenant's outbox.")
+        metadata = {"client": session.caller.client, "actor": f"client:{session.caller.client}",
+                    "request_id": request.state.request_id, "correlation_id": request.state.request_id}
+        try:
+            await run_in_threadpool(redrive, self.ctx, Selection(message_id=message_id),
+                                    reason=form.get("reason", ""), metadata=metadata)
+        except (InvalidInput, NotFound) as refused:
+            return await self._outbox(session, status=400 if isinstance(refused, InvalidInput) else 404,
+                                      error=f"Not re-driven: {refused.message}.")
+        return RedirectResponse(f"{PREFIX}/outbox?done=redriven", status_code=303)
+
+    # -- the audit page -------------------------------------------------------------------------
+
+    async def audit_page(self, request: Request) -> Response:
+        session = await self._session(request)
+        if isinstance(session, Response):
+            return session
+        sealed = await run_in_threadpool(seal_state, self.ctx.engine)
+        status = self.verification.status()
+        return self.render("audit.html", 200, session, csrf=session.csrf, heading="Audit", sealed=sealed,
+                           last_sealed_at=format_time(sealed.last_sealed_at) if sealed.last_sealed_at else None,
+                           verification=status, outcome=OUTCOMES.get(status.state, status.state) if status else None,
+                           can_sign=self.signing_key is not None)
+
+    async def audit_verify(self, request: Request) -> Response:
+        """Start a chain verification in the background (or join the running one) and go back to the page."""
+        session = await self._session(request)
+        if isinstance(session, Response):
+            return session
+        form = await self._form(request)
+        if form is None or not same_token(form.get("csrf"), session.csrf):
+            return self._refused("This form had expired. Reload the page and try again.", 403, session)
+        await run_in_threadpool(self.verification.start)
+        return RedirectResponse(f"{PREFIX}/audit", status_code=303)
+
+    async def audit_verification(self, request: Request) -> Response:
+        """How the running or last verification stands, for the page's script to show progress."""
+        session = await self._session(request)
+        if isinstance(session, Response):
+            return JSONResponse({"state": "signed-out"}, status_code=401)
+        status = self.verification.status()
+        if status is None:
+            return JSONResponse({"state": "none"})
+        return JSONResponse({**status.as_dict(), "outcome": OUTCOMES.get(status.state, status.state)})
+
+    async def audit_digest(self, request: Request) -> Response:
+        """A signed digest of the chain head, checked first, as a file."""
+        session = await self._session(request)
+        if isinstance(session, Response):
+            return session
+        try:
+            key = self.signing_key() if self.signing_key else None
+        except ConfigError:
+            key = None
+        if key is None:
+            return self._refused(NO_DIGEST_KEY, 409, session)
+        try:
+            download = await run_in_threadpool(digest_download, self.ctx.engine, key)
+        except (NotFound, NothingSealed, TamperDetected) as refused:
+            return self._refused(f"No digest: {refused.message}", 409, session)
+        return Response(download.content, media_type=download.media_type, headers={
+            "Content-Disposition": f'attachment; filename="{download.filename}"'})
 
 
 def _case_context(case: Case) -> dict[str, Any]:
@@ -294,3 +400,10 @@ def _case_context(case: Case) -> dict[str, Any]:
     return {"case": case, "heading": f"{case.kind.capitalize()} {case.value}",
             "sentences": [f.sentence for f in case.review.findings], "rows": rows,
             "unindexed": case.review.unindexed_events, "picture": Markup(svg.draw(case.events))}
+
+
+def _uuid(value: str) -> UUID | None:
+    try:
+        return UUID(value)
+    except ValueError:
+        return None

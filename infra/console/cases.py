@@ -21,22 +21,24 @@ from uuid import UUID
 from attrs import frozen
 from sqlalchemy import Engine
 
-from domain.errors import NotFound
+from domain.errors import ConfigError, InvalidInput, NotFound
 from domain.log import RecordedEvent
-from domain.tenants import scoped_user, split_scoped_user, tenant_of
-from infra.review.history import Review, explain, history
+from domain.tenants import scoped_user, split_scoped_user
+from infra.review.history import Review, explain, history_and_events
 from infra.review.lookup import Story, about_message, about_request, about_user, looking_up, of_tenant
 
 KINDS = ("user", "request", "message")
 PRINTABLE = re.compile(r"[!-~]{1,200}")  # a user id as the API accepts it
-# The address search is console-parts' keyed-hash index: given the engine, the
-# caller's tenant and an address, the scoped user id it belongs to, or None.
-AddressIndex = Callable[[Engine, str, str], str | None]
+# The address search: given the caller's tenant and an address, the tenant-local
+# ids of that tenant's users whose requests went to it (the keyed-hash index,
+# ``infra.services.address_index.users_by_address``). ``InvalidInput`` for what
+# is no address.
+AddressIndex = Callable[[str, str], list[str]]
 
 
-def no_address_index(engine: Engine, tenant: str, address: str) -> str | None:
-    """Until the HMAC address index is wired in, an address finds nothing."""
-    return None
+def no_address_index(tenant: str, address: str) -> list[str]:
+    """An index that finds nobody (for consoles built without keys)."""
+    return []
 
 
 @frozen
@@ -82,32 +84,33 @@ def _story(engine: Engine, tenant: str, kind: str, found: UUID) -> Story | None:
 
 
 def _user_case(engine: Engine, tenant: str, user_id: str, now: datetime) -> Case | None:
-    scoped = scoped_user(tenant, user_id)
-    with looking_up(engine) as lookup:
-        events = about_user(lookup, scoped)
-    if not events:
-        return None
-    try:
-        review = history(engine, user_id, tenant=tenant, now=now)
-    except NotFound:
+    try:  # the CLI's `history --tenant T USER`: the same sentences, from one read of the lookup
+        review, events = history_and_events(engine, user_id, tenant=tenant, now=now)
+    except (NotFound, InvalidInput):
         return None
     return Case("user", user_id, user_id, review, events)
 
 
 def search(engine: Engine, tenant: str, query: str, *,
-           address_index: AddressIndex = no_address_index) -> tuple[str, str] | None:
+           address_index: AddressIndex = no_address_index) -> tuple[str, str] | list[str] | None:
     """Where a search lands: ``(kind, value)`` of the first case found, trying each kind of id in turn.
 
     A UUID is tried as a request, then a message, then a user id (applications use UUIDs for users too);
-    an address (it has an @) goes through ``address_index``; anything else is a user id.
+    an address (it has an @) goes through ``address_index``: one user lands on that user's case, several
+    are answered as the list of their tenant-local ids to choose from; anything else is a user id.
     """
     query = query.strip()
     if not query:
         return None
     if "@" in query:
-        scoped = address_index(engine, tenant, query)
-        if scoped is not None and tenant_of(scoped) == tenant:
-            return "user", split_scoped_user(scoped)[1]
+        try:
+            users = address_index(tenant, query)
+        except (InvalidInput, ConfigError):  # not an address; or a server without token keys has no index
+            users = []
+        if len(users) == 1:
+            return "user", users[0]
+        if users:
+            return users
     found = _uuid(query)
     kinds = ("request", "message", "user") if found is not None else ("user",)
     value = str(found) if found is not None else query

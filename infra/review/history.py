@@ -52,6 +52,12 @@ def _of(tenant: str) -> str:
 def history(engine: Engine, user_id: str, *, tenant: str = DEFAULT_TENANT, flow: str | None = None,
             as_of: datetime | None = None, now: datetime) -> Review:
     """Everything about one user of ``tenant`` (one flow, or both), as it stood at ``as_of`` if given."""
+    return history_and_events(engine, user_id, tenant=tenant, flow=flow, as_of=as_of, now=now)[0]
+
+
+def history_and_events(engine: Engine, user_id: str, *, tenant: str = DEFAULT_TENANT, flow: str | None = None,
+                       as_of: datetime | None = None, now: datetime) -> tuple[Review, list[RecordedEvent]]:
+    """``history``, and the events it was told from (the console draws them): one read of the lookup."""
     # A well-formed id holds no space, so it can never name another tenant's scoped id.
     check_text("user_id", user_id, max_length=200)
     with looking_up(engine) as lookup:
@@ -59,7 +65,7 @@ def history(engine: Engine, user_id: str, *, tenant: str = DEFAULT_TENANT, flow:
     if not events:
         raise NotFound(f"no events about user {user_id!r}{_of(tenant)}" + (f" in the {flow} flow" if flow else ""))
     findings = user_findings(events, user_id, now=as_of or now)
-    return Review(f"user {user_id}{_of(tenant)}", findings, timeline(events), lookup.unindexed)
+    return Review(f"user {user_id}{_of(tenant)}", findings, timeline(events), lookup.unindexed), events
 
 
 def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID | None = None,

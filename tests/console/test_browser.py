@@ -1,18 +1,18 @@
 """The console in a real browser: Debian's chromium, driven by chromedriver, against `authledger serve`.
 
-Nothing is downloaded: without the system's chromium and chromedriver these
-tests skip and say why (CI's .ci/run installs both). Screenshots of each page
-land in test-artifacts/console/.
+The browser is tests/support/browser.py's (the one harness): nothing is
+downloaded, and without the system's chromium and chromedriver these tests
+skip and say why. Screenshots of each page land in test-artifacts/console/.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import httpx
@@ -23,21 +23,16 @@ from infra.review.history import explain
 from infra.services.clients import create_client
 from infra.services.unit_of_work import ServiceContext
 from tests.http.test_serve import AUTHLEDGER, KEYS, free_port, wait_for
+from tests.support.browser import needs_browser, problems_in_console, shows
+from tests.support.browser import shot as save_shot
 from tests.support.incidents import duplicate_emails
 
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
-                       reason="chromium and chromedriver are not installed: `apt-get install chromium chromium-driver`"),
-]
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e .[test])")
+pytestmark = needs_browser
+pytest.importorskip("selenium", reason="selenium is not installed (pip install -e .[test])")
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
-
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
 
 
 @pytest.fixture
@@ -77,52 +72,18 @@ def base_url(database_url: str, tmp_path: Path, case: dict[str, UUID]) -> Iterat
         process.wait(timeout=30)
 
 
-@pytest.fixture
-def browser() -> Iterator[webdriver.Chrome]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1280,1000"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
-    driver.implicitly_wait(5)
-    try:
-        yield driver
-    finally:
-        driver.quit()
+def shot(browser: Any, name: str) -> None:
+    save_shot(browser, "console", name)
 
 
-def shot(browser: webdriver.Chrome, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    browser.save_screenshot(str(ARTIFACTS / f"{name}.png"))
-
-
-def problems_in_console(browser: webdriver.Chrome) -> list[str]:
-    """JavaScript errors and CSP violations: chromium logs both at SEVERE."""
-    return [entry["message"] for entry in browser.get_log("browser") if entry["level"] in ("SEVERE", "WARNING")]
-
-
-def shows(browser: webdriver.Chrome, heading: str) -> bool:
-    """Wait for the page whose h1 is ``heading`` (a submitted form navigates after send_keys returns)."""
-    def arrived(driver: webdriver.Chrome) -> bool:
-        return driver.find_element(By.TAG_NAME, "h1").text == heading
-
-    try:
-        WebDriverWait(browser, 10, ignored_exceptions=[StaleElementReferenceException]).until(arrived)
-    except TimeoutException:
-        raise AssertionError(f"expected the page {heading!r}, got {browser.title!r} at {browser.current_url}") from None
-    return True
-
-
-def search_for(browser: webdriver.Chrome, query: str) -> None:
+def search_for(browser: Any, query: str) -> None:
     field = browser.find_element(By.ID, "q")
     field.clear()
     field.send_keys(query, Keys.ENTER)
 
 
 def test_a_reviewer_signs_in_searches_reads_a_case_and_signs_out_with_the_keyboard(
-    browser: webdriver.Chrome, base_url: str, review_key: str, case: dict[str, UUID], engine: Engine
+    browser: Any, base_url: str, review_key: str, case: dict[str, UUID], engine: Engine
 ) -> None:
     browser.get(f"{base_url}/console/")
     assert shows(browser, "Sign in") and browser.current_url.endswith("/console/sign-in")
@@ -138,7 +99,8 @@ def test_a_reviewer_signs_in_searches_reads_a_case_and_signs_out_with_the_keyboa
     browser.switch_to.active_element.send_keys(review_key, Keys.ENTER)
 
     assert shows(browser, "Search")
-    assert browser.find_element(By.CSS_SELECTOR, "label[for=q]").text == "User id, request id or message id"
+    assert browser.find_element(By.CSS_SELECTOR, "label[for=q]").text == (
+        "User id, request id, message id or email address")
     assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "nav a")] == ["Search", "Outbox", "Audit"]
     shot(browser, "search")
 
@@ -182,14 +144,14 @@ def test_a_reviewer_signs_in_searches_reads_a_case_and_signs_out_with_the_keyboa
     assert problems_in_console(browser) == []
 
 
-def search_for_from_nav(browser: webdriver.Chrome, query: str) -> None:
+def search_for_from_nav(browser: Any, query: str) -> None:
     browser.find_element(By.LINK_TEXT, "Search").click()
     assert shows(browser, "Search")
     search_for(browser, query)
 
 
 def test_a_refused_key_is_told_why_and_the_page_raises_no_console_error(
-    browser: webdriver.Chrome, base_url: str
+    browser: Any, base_url: str
 ) -> None:
     browser.get(f"{base_url}/console/sign-in")
     browser.find_element(By.ID, "api_key").send_keys("alk_not_a_key", Keys.ENTER)

@@ -10,6 +10,7 @@ import pytest
 from infra.services.clients import create_client
 from infra.services.unit_of_work import ServiceContext
 from tests.http.support import asgi_client
+from tests.support.browser import browser  # noqa: F401  (the one browser fixture, shared with tests/console)
 
 
 @pytest.fixture

@@ -1,74 +1,55 @@
-"""/docs and the stand-in reset page in a real browser (Debian's chromium, headless): Swagger UI draws
-every operation, and neither page's Content-Security-Policy blocks anything (no console message at all)."""
+"""/docs and the stand-in reset page in a real browser (tests/support/browser.py's chromium, the one harness):
+Swagger UI draws every operation, and neither page's Content-Security-Policy blocks anything (no console
+message at all). Screenshots land in test-artifacts/pages/."""
 
 from __future__ import annotations
 
-import re
-import shutil
-import socket
-import subprocess
-import threading
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
-import uvicorn
 
+from domain.reset import RequestReset
 from infra.http.app import create_app
+from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
+from tests.http.support import token_for
+from tests.support.browser import needs_browser, served, shot
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine (apt-get install chromium)")]
+pytestmark = needs_browser
+pytest.importorskip("selenium", reason="selenium is not installed (pip install -e .[test])")
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
 
 @pytest.fixture
-def served(ctx: ServiceContext) -> Iterator[str]:
-    """The real app under uvicorn on a free port, in a thread."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(ctx, reset_page=True), host="127.0.0.1", port=port, log_config=None,
-                                           lifespan="off", access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    started = threading.Event()
-    for _ in range(300):
-        if server.started:
-            started.set()
-            break
-        started.wait(0.05)
-    assert started.is_set(), "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+def base_url(ctx: ServiceContext) -> Iterator[str]:
+    """The real app, with the reset page, under uvicorn on a free port."""
+    with served(create_app(ctx, reset_page=True)) as base:
+        yield base
 
 
-def load(url: str, tmp_path: Path) -> tuple[str, list[str]]:
-    """The page's DOM once scripts ran, and what it logged to the console."""
-    assert CHROMIUM is not None
-    run = subprocess.run(
-        [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-         "--virtual-time-budget=15000", "--dump-dom", url],
-        capture_output=True, text=True, timeout=90,
-    )
-    return run.stdout, [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
+def every_console_message(browser: Any) -> list[str]:
+    """Everything the page logged to the console, at any level: these pages are to log nothing."""
+    return [f"{entry['level']} {entry['message']}" for entry in browser.get_log("browser")]
 
 
-def test_swagger_ui_renders_every_operation_with_no_csp_violation(served: str, tmp_path: Path) -> None:
-    dom, console = load(f"{served}/docs", tmp_path)
-    assert console == [], "the page logged to the console:\n" + "\n".join(console)
-    paths = set(re.findall(r'data-path="([^"]+)"', dom))
-    assert "/v1/password-resets" in paths and "/v1/timeline" in paths, dom[:2000]
+def test_swagger_ui_renders_every_operation_with_no_csp_violation(browser: Any, base_url: str) -> None:
+    browser.get(f"{base_url}/docs")
+    WebDriverWait(browser, 30).until(lambda driver: driver.find_elements(By.CSS_SELECTOR, "[data-path]"))
+    paths = {element.get_attribute("data-path") for element in browser.find_elements(By.CSS_SELECTOR, "[data-path]")}
+    shot(browser, "pages", "docs")
+
+    assert every_console_message(browser) == [], "the page logged to the console"
+    assert "/v1/password-resets" in paths and "/v1/timeline" in paths, paths
 
 
-def test_the_reset_page_loads_with_no_csp_violation(ctx: ServiceContext, served: str, tmp_path: Path) -> None:
-    from domain.reset import RequestReset
-    from infra.services.reset import request_reset
-    from tests.http.support import token_for
-
+def test_the_reset_page_loads_with_no_csp_violation(ctx: ServiceContext, browser: Any, base_url: str) -> None:
     token = token_for(ctx.engine, str(request_reset(ctx, RequestReset("42", "ada@example.test")).request_id))
-    dom, console = load(f"{served}/reset?token={token}", tmp_path)
-    assert console == [], "the page logged to the console:\n" + "\n".join(console)
-    assert 'data-state="valid"' in dom and "Development stand-in" in dom
+
+    browser.get(f"{base_url}/reset?token={token}")
+    shot(browser, "pages", "reset")
+
+    assert every_console_message(browser) == [], "the page logged to the console"
+    assert browser.find_elements(By.CSS_SELECTOR, '[data-state="valid"]')
+    assert "Development stand-in" in browser.page_source

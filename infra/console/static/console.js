@@ -1,5 +1,6 @@
 // The console's one script: pointing at a shape of the case timeline highlights its row in the event
-// list, and the other way round. Everything else works without it.
+// list, and the other way round; on the audit page, a running verification's progress is polled and
+// shown. Everything else works without it (the audit page has a reload link).
 "use strict";
 document.addEventListener("DOMContentLoaded", () => {
   const shapes = document.querySelectorAll("svg.timeline [data-position]");
@@ -20,4 +21,29 @@ document.addEventListener("DOMContentLoaded", () => {
     row.addEventListener("mouseenter", () => mark(position, true));
     row.addEventListener("mouseleave", () => mark(position, false));
   });
+  const verification = document.getElementById("verification");
+  if (verification && verification.getAttribute("data-state") === "running") {
+    const poll = () => {
+      fetch(verification.getAttribute("data-status-url"), { credentials: "same-origin" })
+        .then((answer) => answer.json())
+        .then((status) => {
+          verification.setAttribute("data-state", status.state);
+          const progress = verification.querySelector("progress");
+          if (progress && status.total) {
+            progress.max = status.total;
+            progress.value = status.checked;
+          }
+          const set = (selector, text) => {
+            const element = verification.querySelector(selector);
+            if (element) element.textContent = text;
+          };
+          set(".outcome", status.outcome);
+          set(".checked", status.checked + " of " + status.total);
+          set(".summary", status.summary || "");
+          if (status.state === "running") window.setTimeout(poll, 500);
+        })
+        .catch(() => verification.setAttribute("data-state", "unknown"));  // the reload link still works
+    };
+    window.setTimeout(poll, 300);
+  }
 });

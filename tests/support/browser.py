@@ -1,0 +1,106 @@
+"""The one way the tests drive a real browser: Debian's chromium through chromedriver, with Selenium.
+
+Nothing is downloaded at test time: without the system's chromium and
+chromedriver (or without selenium) a browser test skips and says why; CI's
+.ci/run installs both. Modules mark themselves with ``needs_browser`` and
+take the ``browser`` fixture (a conftest imports it). ``shot`` saves a
+screenshot under test-artifacts/; ``problems_in_console`` is what chromium
+logged at WARNING or SEVERE, which includes every JavaScript error and every
+Content-Security-Policy violation; ``served`` runs an app under uvicorn in a
+thread, for pages that need an app the test built (a console with scoped
+callers, the reset page).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+HAS_SELENIUM = importlib.util.find_spec("selenium") is not None
+MISSING = ("chromium and chromedriver are not installed: `apt-get install chromium chromium-driver`"
+           if CHROMIUM is None or CHROMEDRIVER is None else
+           "selenium is not installed (pip install -e .[test])" if not HAS_SELENIUM else None)
+needs_browser = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless chromium, logging its console; quit after the test."""
+    if MISSING is not None:
+        pytest.skip(MISSING)
+    from selenium import webdriver
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1280,1000"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    driver.implicitly_wait(5)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def shot(browser: Any, folder: str, name: str) -> None:
+    """A screenshot of the page as it stands, kept as a test artifact."""
+    (ARTIFACTS / folder).mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / folder / f"{name}.png"))
+
+
+def problems_in_console(browser: Any) -> list[str]:
+    """JavaScript errors and CSP violations: chromium logs both at SEVERE (and some at WARNING)."""
+    return [entry["message"] for entry in browser.get_log("browser") if entry["level"] in ("SEVERE", "WARNING")]
+
+
+def shows(browser: Any, heading: str) -> bool:
+    """Wait for the page whose h1 is ``heading`` (a submitted form navigates after send_keys returns)."""
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    def arrived(driver: Any) -> bool:
+        return driver.find_element(By.TAG_NAME, "h1").text == heading
+
+    try:
+        WebDriverWait(browser, 10, ignored_exceptions=[StaleElementReferenceException]).until(arrived)
+    except TimeoutException:
+        raise AssertionError(f"expected the page {heading!r}, got {browser.title!r} at {browser.current_url}") from None
+    return True
+
+
+@contextmanager
+def served(app: Any) -> Iterator[str]:
+    """``app`` under uvicorn on a free port, in a thread; its base URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off",
+                                           access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    started = threading.Event()
+    for _ in range(300):
+        if server.started:
+            started.set()
+            break
+        started.wait(0.05)
+    assert started.is_set(), "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
