@@ -17,6 +17,7 @@ import secrets
 from collections.abc import Callable
 
 import httpx
+import pytest
 from sqlalchemy import Engine
 
 from domain.clients import SCOPES
@@ -25,6 +26,8 @@ from infra.services.unit_of_work import ServiceContext
 from tests.support.replay import assert_projections_match_log
 from tests.support.two_tenants import Tenant, TwoTenants, events_digest, two_tenants, unknown_id
 
+pytestmark = pytest.mark.slow
+ACME_ONLY = "cy-of-acme"  # a user only acme has (and an id that appears nowhere else in a body)
 RESET_VERIFY, RESET_CONSUME = "/v1/password-resets/verify", "/v1/password-resets/consume"
 
 # Each operation of the OpenAPI document, with the one scope it needs (None: open to anyone), the
@@ -70,7 +73,7 @@ def test_every_attempt_of_one_tenant_on_anothers_users_is_answered_as_about_noth
         acme, shop = world.acme, world.shop
         acme_reset, acme_token = world.request_reset(acme, "42", "ada@acme.example")
         acme_challenge, acme_code = world.request_code(acme, "42", "ada@acme.example", "login")
-        world.request_reset(acme, "7", "cy@acme.example")  # a user only acme has
+        world.request_reset(acme, ACME_ONLY, "cy@acme.example")
         shop_reset, shop_token = world.request_reset(shop, "42", "bob@shop.example")
         shop_challenge, shop_code = world.request_code(shop, "42", "bob@shop.example", "login")
 
@@ -136,10 +139,11 @@ def cross_tenant_attempts(
         (acme_challenge["challenge_id"], unknown_id(), timeline("request_id")),
         (acme_reset["message_id"], unknown_id(), timeline("message_id")),
         (acme_challenge["message_id"], unknown_id(), timeline("message_id")),
-        ("7", "nobody-" + secrets.token_hex(4), timeline("user_id")),
+        (ACME_ONLY, "nobody-" + secrets.token_hex(4), timeline("user_id")),
         (acme_reset["message_id"], unknown_id(), admin("POST", "/v1/admin/messages/{}/redrive",
                                                        {"reason": "relay fixed"})),
-        ("7", "nobody-" + secrets.token_hex(4), admin("POST", "/v1/users/{}/erasure", {"reason": "asked to"})),
+        (ACME_ONLY, "nobody-" + secrets.token_hex(4), admin("POST", "/v1/users/{}/erasure",
+                                                            {"reason": "asked to"})),
         ("acme-send", "nobody-send", admin("POST", "/v1/admin/clients/{}/rotate")),
         ("acme-send", "nobody-send", admin("POST", "/v1/admin/clients/{}/revoke", {})),
         ("acme-admin", "nobody-admin", admin("POST", "/v1/admin/clients/{}/revoke", {})),

@@ -44,6 +44,7 @@ LAST_RELEASE = "065974c"  # the last release before tenants and scoped keys: sch
 TOKEN_KEY = b"o" * 32
 TOKEN_KEYS = "old:" + base64.urlsafe_b64encode(TOKEN_KEY).decode().rstrip("=")
 RESET_URL = "https://app.test/reset"
+pytestmark = pytest.mark.slow
 OLD_REQUESTS = text("""
     SELECT event_type, payload ? 'nonce' AS has_nonce FROM events
      WHERE event_type IN ('ResetRequested', 'OtpChallengeIssued')
