@@ -5,6 +5,10 @@ authledger captured through its real formatter, then dumps the test
 database with pg_dump and searches both for the secret the email carried
 and for the request's nonce (known to the test: it hands the service its
 nonce generator), which is stored only sealed under the user's data key.
+The last test does the same after two tenants' flows over a real server:
+rotation and client creation over HTTP, an admin erasure, rejected
+presentations, and codes bound to a purpose; it also looks for every API
+key and every address.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from infra.delivery.worker import Worker
 from tests.support.dumps import dump
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
+from tests.support.two_tenants import two_tenants
 
 SENDER = "authledger <no-reply@app.test>"
 
@@ -97,4 +102,52 @@ def test_a_dump_and_the_logs_after_a_whole_reset_flow_hold_no_token(
     with pytest.raises(TokenInvalid):  # presented again after use: recorded, still nothing secret at rest
         consume_token(ctx, token)
     assert "ResetTokenRejected" in dump(database_url) and token not in dump(database_url)
+    assert_projections_match_log(engine)
+
+
+def test_a_dump_and_the_logs_after_two_tenants_flows_over_a_real_server_hold_no_secret_and_no_address(
+    ctx: ServiceContext, engine: Engine, database_url: str, logs: Callable[[], str]
+) -> None:
+    with two_tenants(ctx) as world:
+        acme, shop = world.acme, world.shop
+        _, used = world.request_reset(acme, "42", "ada@acme.example")
+        world.request_reset(shop, "42", "bob@shop.example")  # same user id, other tenant
+        challenge, code = world.request_code(acme, "42", "ada@acme.example", "mfa")
+        _, outstanding = world.request_reset(acme, "7", "cy@acme.example")
+        world.request_code(acme, "7", "cy@acme.example", "login")
+        world.request_code(shop, "8", "dee@shop.example", "verify_email")
+        verify_path = f"/v1/otp/challenges/{challenge['challenge_id']}/verify"
+
+        assert world.call(shop, "verify", "POST", "/v1/password-resets/verify", {"token": used}).status_code == 400
+        assert world.call(acme, "verify", "POST", "/v1/password-resets/consume", {"token": used}).status_code == 200
+        rejected = world.call(acme, "verify", "POST", "/v1/password-resets/consume", {"token": used})
+        assert rejected.status_code == 400, "presented again after use: a rejected presentation"
+        assert world.call(acme, "verify", "POST", verify_path,
+                          {"code": code, "user_id": "42", "purpose": "login"}).status_code == 400, "wrong purpose"
+        assert world.call(acme, "verify", "POST", verify_path,
+                          {"code": code, "user_id": "42", "purpose": "mfa"}).status_code == 200
+        assert world.call(acme, "verify", "POST", verify_path,
+                          {"code": code, "user_id": "42", "purpose": "mfa"}).status_code == 400, "used: rejected"
+        rotated = world.call(acme, "admin", "POST", "/v1/admin/clients/acme-send/rotate")
+        made = world.call(shop, "admin", "POST", "/v1/admin/clients", {"name": "shop-web", "scopes": ["send"]})
+        assert rotated.status_code == made.status_code == 201
+        world.api_keys += [rotated.json()["api_key"], made.json()["api_key"]]
+        erased = world.call(acme, "admin", "POST", "/v1/users/7/erasure", {"reason": "GDPR request 2026-14"})
+        assert erased.status_code == 200, erased.text
+        assert world.call(acme, "verify", "POST", "/v1/password-resets/verify", {"token": outstanding}
+                          ).status_code == 400, "erased: the outstanding link is dead"
+        for tenant in (acme, shop):
+            assert world.call(tenant, "review", "GET", "/v1/timeline", user_id="42").status_code == 200
+            assert world.call(tenant, "metrics", "GET", "/metrics").status_code == 200
+
+    logged, dumped = logs(), dump(database_url)
+    assert "ResetTokenRejected" in dumped and "SubjectErased" in dumped and "ClientKeyIssued" in dumped
+    assert "http request" in logged and "/v1/users/7/erasure" in logged, "the server's lines were captured"
+    secrets = {"token": world.tokens, "code": world.codes, "nonce": world.nonces,
+               "api key": world.api_keys, "address": world.addresses}
+    assert all(secrets.values()) and len(world.nonces) == len(world.tokens) + len(world.codes)
+    for kind, values in secrets.items():
+        for value in values:
+            assert value not in dumped, f"a {kind} in the dump"
+            assert value not in logged, f"a {kind} in the logs"
     assert_projections_match_log(engine)

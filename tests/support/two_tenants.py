@@ -1,0 +1,170 @@
+"""Two tenants on one real server: acme and shop, each with one key per scope, playing their users.
+
+The app runs under uvicorn on a free port in a thread of the test process, so
+its log lines go through authledger's real handler (which a test may
+capture), and the test talks to it over a real socket with httpx. Emails are
+delivered by the real worker into a recording provider, from which a test
+reads the link or code as the user would.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+from uuid import UUID, uuid4
+
+import attrs
+import httpx
+import uvicorn
+from sqlalchemy import Engine, text
+
+from domain.clients import SCOPES
+from domain.policy import OtpPolicy
+from infra.delivery.worker import Worker
+from infra.http.app import create_app
+from infra.services.clients import create_client
+from infra.services.tenants import create_tenant
+from infra.services.unit_of_work import ServiceContext, random_nonce
+from tests.support.mailers import RecordingMailer
+
+SENDER = "authledger <no-reply@app.test>"
+# Ten digits: a six-digit code could turn up by chance among the digits of
+# timestamps and ids in a dump or a log, and a secrets test would fail for nothing.
+DIGITS = 10
+EVENTS_DIGEST = text("""
+    SELECT count(*) AS n, md5(coalesce(string_agg(e::text, E'\\n' ORDER BY e.global_position), '')) AS digest
+      FROM events e
+""")
+
+
+def events_digest(engine: Engine) -> tuple[int, str]:
+    """The number of events and an md5 of every column of every row, in log order."""
+    with engine.connect() as connection:
+        row = connection.execute(EVENTS_DIGEST).one()
+    return row.n, row.digest
+
+
+@contextmanager
+def served(ctx: ServiceContext) -> Iterator[str]:
+    """``create_app(ctx)`` under uvicorn on a free port, in a thread; its base URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(ctx), host="127.0.0.1", port=port, log_config=None,
+                                           lifespan="off", access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    started = threading.Event()
+    for _ in range(400):  # waits on uvicorn's own flag, not on a guess of how long it takes
+        if server.started:
+            started.set()
+            break
+        started.wait(0.05)
+    assert started.is_set(), "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@attrs.frozen
+class Tenant:
+    """A tenant's name and one client per scope (``acme-send``, ``acme-verify``, ...) with its key."""
+
+    name: str
+    keys: dict[str, str]
+
+    def client_name(self, scope: str) -> str:
+        return f"{self.name}-{scope}"
+
+
+@attrs.define
+class TwoTenants:
+    """The server, the two tenants, and every secret the flows produced (for the secrets-at-rest checks)."""
+
+    ctx: ServiceContext
+    base: str
+    acme: Tenant
+    shop: Tenant
+    mailer: RecordingMailer = attrs.field(factory=RecordingMailer)
+    nonces: list[str] = attrs.field(factory=list)
+    tokens: list[str] = attrs.field(factory=list)
+    codes: list[str] = attrs.field(factory=list)
+    api_keys: list[str] = attrs.field(factory=list)
+    addresses: list[str] = attrs.field(factory=list)
+
+    def call(self, tenant: Tenant | None, scope: str | None, method: str, path: str,
+             body: object | None = None, **params: str) -> httpx.Response:
+        """One HTTP call to the real server with ``tenant``'s ``scope`` key (none when either is None)."""
+        headers = {"Authorization": f"Bearer {tenant.keys[scope]}"} if tenant and scope else {}
+        if method == "POST":
+            headers["Idempotency-Key"] = str(uuid4())
+        return httpx.request(method, self.base + path, json=body, headers=headers, params=params or None,
+                             timeout=30)
+
+    def deliver(self) -> None:
+        Worker(self.ctx, self.mailer, sender=SENDER).drain()
+
+    def _body_of(self, message_id: str) -> str:
+        self.deliver()
+        [email] = [e for e in self.mailer.emails if str(e.message_id) == message_id]
+        return email.text_body
+
+    def request_reset(self, tenant: Tenant, user_id: str, email: str) -> tuple[dict[str, Any], str]:
+        """A reset requested with ``tenant``'s send key, and the token its email carries."""
+        response = self.call(tenant, "send", "POST", "/v1/password-resets", {"user_id": user_id, "email": email})
+        assert response.status_code == 202, response.text
+        created = response.json()
+        link = next(line for line in self._body_of(created["message_id"]).splitlines() if "token=" in line)
+        token = parse_qs(urlsplit(link.strip()).query)["token"][0]
+        self.tokens.append(token)
+        self.addresses.append(email)
+        return created, token
+
+    def request_code(self, tenant: Tenant, user_id: str, email: str, purpose: str) -> tuple[dict[str, Any], str]:
+        """A challenge created with ``tenant``'s send key, and the code its email carries."""
+        response = self.call(tenant, "send", "POST", "/v1/otp/challenges",
+                             {"user_id": user_id, "email": email, "purpose": purpose})
+        assert response.status_code == 202, response.text
+        created = response.json()
+        body = self._body_of(created["message_id"])
+        code = next(line.strip() for line in body.splitlines() if line.strip().isdigit())
+        assert len(code) == DIGITS
+        self.codes.append(code)
+        self.addresses.append(email)
+        return created, code
+
+
+@contextmanager
+def two_tenants(ctx: ServiceContext) -> Iterator[TwoTenants]:
+    """acme and shop, each with a send, verify, review, admin and metrics client, on a real server.
+
+    Every nonce the service draws is recorded, so that a test can look for it
+    where it must not be; codes are ten digits for the same reason.
+    """
+    nonces: list[str] = []
+
+    def recorded_nonce() -> str:
+        nonces.append(random_nonce())
+        return nonces[-1]
+
+    ctx = attrs.evolve(ctx, otp_policy=OtpPolicy(digits=DIGITS), new_nonce=recorded_nonce)
+    tenants = []
+    for name in ("acme", "shop"):
+        create_tenant(ctx, name)
+        keys = {scope: create_client(ctx, f"{name}-{scope}", tenant=name, scopes=[scope]).api_key
+                for scope in SCOPES}
+        tenants.append(Tenant(name, keys))
+    with served(ctx) as base:
+        world = TwoTenants(ctx, base, tenants[0], tenants[1], nonces=nonces)
+        world.api_keys.extend(key for tenant in tenants for key in tenant.keys.values())
+        yield world
+
+
+def unknown_id() -> str:
+    return str(UUID(int=uuid4().int))
