@@ -1,8 +1,8 @@
 """A database made by the last release (065974c, schema version 3) keeps working after `db init`.
 
 The old database is made by the old code itself, not by a hand-written
-imitation: the release is exported from this repository's history with `git
-archive` and its CLI runs against a fresh database of the test's PostgreSQL
+imitation: the release's code, frozen in tests/fixtures with `git archive`,
+is unpacked and its CLI runs against a fresh database of the test's PostgreSQL
 (db init, a client, a reset link, a code, delivery into a Maildir, from which
 the test reads the link and the code as the user would). Then today's code
 upgrades it with `db init`, twice, and the old key, link and code work over
@@ -17,6 +17,7 @@ import json
 import mailbox
 import os
 import subprocess
+import tarfile
 import sys
 import uuid
 from collections.abc import Iterator
@@ -39,8 +40,9 @@ from infra.services.unit_of_work import ServiceContext
 from tests.support.replay import assert_projections_match_log
 from tests.support.two_tenants import served
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-LAST_RELEASE = "065974c"  # the last release before tenants and scoped keys: schema version 3
+TODAY = Path(__file__).resolve().parents[2]  # this checkout's code
+# The last release before tenants and scoped keys (065974c, schema version 3).
+LAST_RELEASE_CODE = Path(__file__).resolve().parents[1] / "fixtures" / "release-065974c.tar.gz"
 TOKEN_KEY = b"o" * 32
 TOKEN_KEYS = "old:" + base64.urlsafe_b64encode(TOKEN_KEY).decode().rstrip("=")
 RESET_URL = "https://app.test/reset"
@@ -53,14 +55,15 @@ OLD_REQUESTS = text("""
 
 @pytest.fixture(scope="module")
 def last_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The last release's files, exported from this repository's history."""
-    found = subprocess.run(["git", "-C", str(REPOSITORY), "cat-file", "-e", f"{LAST_RELEASE}^{{commit}}"],
-                           capture_output=True, check=False)
-    assert found.returncode == 0, f"commit {LAST_RELEASE} is not in this clone: it needs the git history"
+    """The last release's code, unpacked from its frozen copy in tests/fixtures.
+
+    A frozen copy (``git archive 065974c domain projections infra commands
+    cli.py schema.sql``) rather than the git history: a shallow clone, as CI
+    may make, holds no old commit, and the upgrade must be proven anyway.
+    """
     target = tmp_path_factory.mktemp("last-release")
-    archive = subprocess.run(["git", "-C", str(REPOSITORY), "archive", LAST_RELEASE],
-                             capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    with tarfile.open(LAST_RELEASE_CODE) as archive:
+        archive.extractall(target, filter="data")
     assert (target / "cli.py").exists()
     return target
 
@@ -123,7 +126,7 @@ def test_a_database_of_the_last_release_is_upgraded_by_db_init_and_its_key_link_
     token = parse_qs(urlsplit(link).query)["token"][0]
     code = next(line.strip() for line in code_mail.splitlines() if line.strip().isdigit())
 
-    new = partial(authledger, REPOSITORY, env)
+    new = partial(authledger, TODAY, env)
     upgraded = json.loads(new("db", "init", "--json"))
     again = json.loads(new("db", "init", "--json"))
 
