@@ -32,23 +32,24 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from domain.clients import Caller
 from domain.errors import ConfigError, InvalidInput, NotFound
+from domain.privacy import erasure_reason, subject_of
 from infra.audit.export import export_case
 from infra.console import svg
 from infra.console.cases import KINDS, AddressIndex, Case, find_case, search
 from infra.console.sessions import COOKIE, DEFAULT_IDLE, SIGN_IN_COOKIE, Session, Sessions, new_token, same_token
-from infra.eventlog.personal_data import is_envelope
 from infra.audit.background import VerificationRunner, digest_download, seal_state
 from infra.console.outbox import LISTS, message_of_tenant, outbox_view
 from infra.delivery.redrive import Selection, redrive
 from infra.errors import NothingSealed, TamperDetected
 from infra.services.address_index import users_by_address
 from infra.services.clients import authenticate
+from infra.services.privacy import erase_user, preview
 from infra.services.unit_of_work import ServiceContext
 from projections.timeline import format_time
 
 PREFIX = "/console"
 SCOPE = "review"
-ADMIN = "admin"  # what a session's key needs to act (re-drive), beyond reading
+ADMIN = "admin"  # what a session's key needs to act (re-drive, erase), beyond reading
 MAX_FORM_BYTES = 16 * 1024
 STATIC = Path(__file__).parent / "static"
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; object-src 'none'; "
@@ -70,6 +71,10 @@ ENDED = {
 NOTHING_FOUND = "Nothing found."
 Authenticate = Callable[[Any, str], Caller | None]
 SigningKey = Callable[[], Ed25519PrivateKey]
+ERASED = {"erased": "Erased: the user's data key is destroyed, so their addresses read [erased] from now on; the "
+                     "erasure is recorded with your client's name and reason."}
+NOT_ERASED_AGAIN = "Already erased at {at}, with nothing left to destroy: nothing changed."
+NEEDS_ADMIN_TO_ERASE = "Erasing a user needs an API key with the admin scope; this session's key has only review."
 REDRIVEN = {"redriven": "Re-driven: the message is queued again, due now, and the re-drive is recorded with "
                         "your client's name and reason."}
 # A verification's state, in the page's words.
@@ -124,6 +129,7 @@ class Console:
             Route("/search", self.search, methods=["POST"]),
             Route("/case", self.case_page, methods=["GET"]),
             Route("/case.jsonl", self.case_download, methods=["GET"]),
+            Route("/case/erase", self.case_erase, methods=["POST"]),
             Route("/sign-in", self.sign_in_page, methods=["GET"]),
             Route("/sign-in", self.sign_in, methods=["POST"]),
             Route("/sign-out", self.sign_out, methods=["POST"]),
@@ -268,7 +274,57 @@ class Console:
                                            now=self.ctx.clock.now())
         if case is None:
             return self.render("search.html", 404, session, csrf=session.csrf, nothing=NOTHING_FOUND)
-        return self.render("case.html", 200, session, csrf=session.csrf, **_case_context(case))
+        return self._case(session, case, notice=ERASED.get(request.query_params.get("done", "")))
+
+    def _case(self, session: Session, case: Case, *, status: int = 200, notice: str | None = None,
+              error: str | None = None) -> Response:
+        return self.render("case.html", status, session, csrf=session.csrf, admin=session.caller.may(ADMIN),
+                           notice=notice, error=error, **_case_context(case))
+
+    async def case_erase(self, request: Request) -> Response:
+        """Erase the case's user, an admin action in two steps: the reason, then a confirmation of what goes.
+
+        The erasure is ``erase_user``'s, as ``POST /v1/users/{user_id}/erasure`` does it: the caller's
+        tenant's user, recorded with the key's client in the event's metadata.
+        """
+        session = await self._session(request)
+        if isinstance(session, Response):
+            return session
+        form = await self._form(request)
+        if form is None or not same_token(form.get("csrf"), session.csrf):
+            return self._refused("This form had expired. Reload the page and try again.", 403, session)
+        if not session.caller.may(ADMIN):
+            return self._refused(NEEDS_ADMIN_TO_ERASE, 403, session)
+        user_id = form.get("user_id", "")
+        case = await run_in_threadpool(find_case, self.ctx.engine, session.caller.tenant, "user", user_id,
+                                       now=self.ctx.clock.now())
+        if case is None:
+            return self.render("search.html", 404, session, csrf=session.csrf, nothing=NOTHING_FOUND)
+        try:
+            reason = erasure_reason(form.get("reason", ""))
+        except InvalidInput as refused:
+            return self._case(session, case, status=400, error=f"Not erased: {refused.message}.")
+        if form.get("confirm") != "yes":  # the first step: say what would go, and ask
+            found = await run_in_threadpool(preview, self.ctx, subject_of(session.caller.tenant, user_id))
+            return self.render("erase.html", 200, session, csrf=session.csrf, heading=f"Erase user {user_id}?",
+                               user_id=user_id, reason=reason, preview=found,
+                               erased_at=format_time(found.erased_at) if found.erased_at else None)
+        try:
+            erasure = await run_in_threadpool(erase_user, self.ctx, session.caller, user_id, reason,
+                                              self._metadata(request, session))
+        except (InvalidInput, NotFound) as refused:
+            return self._case(session, case, status=400 if isinstance(refused, InvalidInput) else 404,
+                              error=f"Not erased: {refused.message}.")
+        if not erasure.recorded:
+            return self._case(session, case, notice=NOT_ERASED_AGAIN.format(at=format_time(erasure.erased_at)))
+        return RedirectResponse(f"{PREFIX}/case?{urlencode({'kind': 'user', 'id': user_id, 'done': 'erased'})}",
+                                status_code=303)
+
+    def _metadata(self, request: Request, session: Session) -> dict[str, str]:
+        """An action's event metadata, as the HTTP API records it: the key's client, and the request's id."""
+        client = session.caller.client
+        return {"client": client, "actor": f"client:{client}", "request_id": request.state.request_id,
+                "correlation_id": request.state.request_id}
 
     async def case_download(self, request: Request) -> Response:
         """The case as JSON Lines: its events in full, the rest of their stretch of the chain as hashes, signed."""
@@ -327,11 +383,9 @@ class Console:
         if message_id is None or not await run_in_threadpool(
                 message_of_tenant, self.ctx.engine, session.caller.tenant, message_id):
             return await self._outbox(session, status=404, error="No such message in this tenant's outbox.")
-        metadata = {"client": session.caller.client, "actor": f"client:{session.caller.client}",
-                    "request_id": request.state.request_id, "correlation_id": request.state.request_id}
         try:
             await run_in_threadpool(redrive, self.ctx, Selection(message_id=message_id),
-                                    reason=form.get("reason", ""), metadata=metadata)
+                                    reason=form.get("reason", ""), metadata=self._metadata(request, session))
         except (InvalidInput, NotFound) as refused:
             return await self._outbox(session, status=400 if isinstance(refused, InvalidInput) else 404,
                                       error=f"Not re-driven: {refused.message}.")
@@ -391,11 +445,9 @@ class Console:
 
 
 def _case_context(case: Case) -> dict[str, Any]:
-    # Addresses as the lookup gives them: plain, or [erased]; a field it left sealed is not shown as ciphertext.
-    addresses = {r.global_position: "(sealed)" if is_envelope(r.event.recipient) else r.event.recipient
-                 for r in case.events if isinstance(getattr(r.event, "recipient", None), str)}
+    # Addresses as the one lookup gives every reviewer: plain text, or [erased] once the user's key is gone.
     rows = [{"position": e.global_position, "at": format_time(e.at), "event": e.event_type, "client": e.actor or "-",
-             "request_id": str(e.request_id) if e.request_id else "-", "address": addresses.get(e.global_position, ""),
+             "request_id": str(e.request_id) if e.request_id else "-", "address": e.recipient or "",
              "what": e.summary} for e in case.review.timeline]
     return {"case": case, "heading": f"{case.kind.capitalize()} {case.value}",
             "sentences": [f.sentence for f in case.review.findings], "rows": rows,

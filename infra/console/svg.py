@@ -11,8 +11,8 @@ did it end?" without reading pixels.
 The picture, on one time axis:
 
 - a top lane of requests: each request or challenge, its verification
-  attempts (wrong codes, a verified code, a used link) and any presentation
-  the log records, and an arrow from a superseded request to the one that
+  attempts (wrong codes, a verified code, a used link, a rejected
+  presentation of a link or code that could no longer be used), and an arrow from a superseded request to the one that
   replaced it;
 - one lane per email: when it was queued, a bar per lease from claim to
   accept, failure, expiry or release (``data-worker``, ``data-attempt``,
@@ -52,12 +52,15 @@ LEASE_ENDINGS: dict[type, str] = {
 }
 REQUESTS = (reset.ResetRequested, otp.OtpChallengeIssued)
 SUPERSESSIONS = (reset.ResetSuperseded, otp.OtpChallengeSuperseded)
-# Presentations of a link or code, by outcome (a rejected presentation's event joins here as "rejected").
+# Presentations of a link or code, by outcome. A rejected presentation (a used, superseded, expired or
+# erased link or code shown again) is "rejected", its event's reason in data-reason.
 VERIFICATIONS: dict[type, str] = {
     otp.OtpVerificationFailed: "failed",
     otp.OtpChallengeVerified: "verified",
     otp.OtpChallengeLockedOut: "locked",
     reset.ResetCompleted: "consumed",
+    reset.ResetTokenRejected: "rejected",
+    otp.OtpCodeRejected: "rejected",
 }
 
 
@@ -171,10 +174,13 @@ def draw(events: list[RecordedEvent]) -> str:
         elif type(event) in VERIFICATIONS:
             outcome = VERIFICATIONS[type(event)]
             request_id = _request_id(event)
+            reason = getattr(event, "reason", None) if outcome == "rejected" else None
+            told = f"{r.event_type} ({reason})" if reason else r.event_type
             shapes.append(
                 f'<rect class="verification {outcome}" x="{x - 5}" y="{request_lane - 5}" width="10" height="10" '
                 f'data-kind="verification" data-outcome="{outcome}" data-request="{request_id or ""}" '
-                f'data-position="{position}">{_title(f"{r.event_type} at {format_time(at)}")}</rect>')
+                + (f'data-reason="{_attr(reason)}" ' if reason else "")
+                + f'data-position="{position}">{_title(f"{told} at {format_time(at)}")}</rect>')
         elif isinstance(event, privacy.SubjectErased):
             bottom = TOP + LANE * (len(lanes) + 1)
             shapes.append(

@@ -34,14 +34,15 @@ from infra.errors import DatabaseUnavailable, Forbidden, SchemaMismatch, Unautho
 from domain.decisions import RequestOutcome
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
-from infra.services import otp as otp_service, privacy as privacy_service, reset as reset_service
+from infra.services import otp as otp_service, reset as reset_service
+# What POST /v1/users/{user_id}/erasure does once the key holds admin; the console's erase form calls it too.
+from infra.services.privacy import erase_user
 from infra.db import tables
 from infra.http import schemas
 from infra.console.app import Console
 from infra.http.admin import Admin, admin_routes
 from domain.clients import Caller
 from domain.tenants import split_scoped_user
-from domain.privacy import subject_of
 from infra.services.clients import authenticate
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from infra.http.metrics import LogMetrics, render
@@ -250,12 +251,6 @@ class Api:
 def _local(scoped_user_id: str) -> str:
     """The user id as the caller's tenant knows it: responses never show the scoped id."""
     return split_scoped_user(scoped_user_id)[1]
-
-def erase_user(ctx: ServiceContext, caller: Caller, user_id: str, reason: str,
-               metadata: dict[str, str]) -> privacy_service.Erasure:
-    """What ``POST /v1/users/{user_id}/erasure`` does once the key holds ``admin``: erase the caller's tenant's user."""
-    return privacy_service.forget(ctx, subject_of(caller.tenant, user_id), reason=reason, metadata=metadata)
-
 
 def _path_user(value: str) -> str:
     if len(value) > schemas.USER_ID["maxLength"] or not USER_ID.fullmatch(value):

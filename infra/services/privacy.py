@@ -25,11 +25,13 @@ from uuid import UUID
 from attrs import frozen
 from sqlalchemy import Connection, text
 
+from domain.clients import Caller
 from domain.email import email_stream
 from domain.errors import NotFound
 from domain.otp import otp_stream
 from domain.privacy import (
-    SubjectErased, check_subject, decide_erasure, describe_user, erasure_reason, fold_subject, subject_stream,
+    SubjectErased, check_subject, decide_erasure, describe_user, erasure_reason, fold_subject, subject_of,
+    subject_stream,
 )
 from domain.reset import reset_stream
 from infra.eventlog.personal_data import envelope_key_ids
@@ -131,3 +133,13 @@ def forget(ctx: ServiceContext, user_id: str, *, reason: str, metadata: Mapping[
             return Erasure(user_id, last.erased_at, (), recorded=False, reason=last.reason)
         append_and_fold(connection, [(stream_id, len(history), events)], metadata)
     return Erasure(user_id, now, tuple(key_ids), recorded=True, reason=reason)
+
+
+def erase_user(ctx: ServiceContext, caller: Caller, user_id: str, reason: str,
+               metadata: Mapping[str, Any]) -> Erasure:
+    """An admin key's erasure of a user of its own tenant (``POST /v1/users/{user_id}/erasure`` and the console).
+
+    The caller's scopes are checked by the entry point; ``user_id`` is tenant-local and scoped with the
+    caller's tenant here, so no key reaches another tenant's user.
+    """
+    return forget(ctx, subject_of(caller.tenant, user_id), reason=reason, metadata=metadata)

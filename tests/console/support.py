@@ -1,18 +1,17 @@
-"""Helpers of the console tests: sign in through the forms, read a page's CSRF token, scoped keys."""
+"""Helpers of the console tests: sign in through the forms, read a page's CSRF token, make real scoped keys."""
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
 from typing import Any
 
 import httpx
-from attrs import evolve
-from sqlalchemy import Engine
 
-from domain.clients import Caller
-from infra.services.clients import authenticate
+from domain.tenants import DEFAULT_TENANT
+from infra.services.clients import create_client
+from infra.services.tenants import create_tenant, list_tenants
+from infra.services.unit_of_work import ServiceContext
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
@@ -29,16 +28,11 @@ def sign_in(client: Any, api_key: str) -> httpx.Response:
     return client.post("/console/sign-in", data={"csrf": csrf_of(form), "api_key": api_key}, follow_redirects=False)
 
 
-def with_callers(**callers: Caller) -> Callable[[Engine, str], Caller | None]:
-    """``authenticate``, with named clients given other scopes or tenants (until keys carry them)."""
-
-    def find(engine: Engine, api_key: str) -> Caller | None:
-        caller = authenticate(engine, api_key)
-        if caller is None or caller.client not in callers:
-            return caller
-        return evolve(callers[caller.client], client=caller.client)
-
-    return find
+def key_of(ctx: ServiceContext, client: str, *scopes: str, tenant: str = DEFAULT_TENANT) -> str:
+    """A real API key: a client of ``tenant`` (created first if need be) holding ``scopes``."""
+    if tenant not in {t.name for t in list_tenants(ctx.engine)}:
+        create_tenant(ctx, tenant)
+    return create_client(ctx, client, tenant=tenant, scopes=scopes).api_key
 
 
 class Browser:

@@ -10,22 +10,26 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import httpx
 import pytest
+from attrs import evolve
 from sqlalchemy import Engine
 
-from infra.review.history import explain
-from infra.services.clients import create_client
+from domain.errors import TokenInvalid
+from infra.clock import ManualClock
+from infra.services.reset import verify_token
 from infra.services.unit_of_work import ServiceContext
+from tests.console.support import key_of
 from tests.http.test_serve import AUTHLEDGER, KEYS, free_port, wait_for
-from tests.support.browser import needs_browser, problems_in_console, shows
+from tests.support.browser import needs_browser, problems_in_console, shows, accessibility_problems
 from tests.support.browser import shot as save_shot
-from tests.support.incidents import duplicate_emails
+from tests.support.incidents import START, WEB, duplicate_emails
+from tests.support.secrets import reset_token_of
 
 pytestmark = needs_browser
 pytest.importorskip("selenium", reason="selenium is not installed (pip install -e .[test])")
@@ -37,13 +41,18 @@ from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
 @pytest.fixture
 def case(ctx: ServiceContext, engine: Engine) -> dict[str, UUID]:
-    """A superseded link, and a worker killed mid-lease whose message a second worker then sent."""
-    return duplicate_emails(ctx, engine)
+    """A superseded link, a worker killed mid-lease whose message a second worker then sent, and the
+    superseded link presented again (at 10:05, to ``verify``): refused, and the refusal recorded."""
+    found = duplicate_emails(ctx, engine)
+    old_link = reset_token_of(engine, ctx.keys, found["first_request"])
+    with pytest.raises(TokenInvalid):
+        verify_token(evolve(ctx, clock=ManualClock(START + timedelta(minutes=5))), old_link, WEB)
+    return found
 
 
 @pytest.fixture
 def review_key(ctx: ServiceContext) -> str:
-    return create_client(ctx, "support").api_key
+    return key_of(ctx, "support", "review")
 
 
 @pytest.fixture
@@ -83,7 +92,7 @@ def search_for(browser: Any, query: str) -> None:
 
 
 def test_a_reviewer_signs_in_searches_reads_a_case_and_signs_out_with_the_keyboard(
-    browser: Any, base_url: str, review_key: str, case: dict[str, UUID], engine: Engine
+    browser: Any, base_url: str, review_key: str, case: dict[str, UUID], database_url: str
 ) -> None:
     browser.get(f"{base_url}/console/")
     assert shows(browser, "Sign in") and browser.current_url.endswith("/console/sign-in")
@@ -110,29 +119,34 @@ def test_a_reviewer_signs_in_searches_reads_a_case_and_signs_out_with_the_keyboa
 
     search_for(browser, "42")
     assert shows(browser, "User 42")
+    assert addresses(browser) <= {"ada@example.test", ""} and "ada@example.test" in addresses(browser)
+    assert browser.find_elements(By.CSS_SELECTOR, "form.erase") == [], "a review key is offered no erase form"
+    assert accessibility_problems(browser) == []
     shot(browser, "case-user")
 
     search_for_from_nav(browser, str(case["first_request"]))
     assert shows(browser, f"Request {case['first_request']}")
-    told = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "li.sentence")]
-    review = explain(engine, request_id=case["first_request"], now=datetime.now(UTC))
-    assert told == [finding.sentence for finding in review.findings]
+    assert sentences(browser) == explained(database_url, "--request-id", case["first_request"])
+    assert any("superseded" in sentence for sentence in sentences(browser))
     [link] = browser.find_elements(By.CSS_SELECTOR, "svg.timeline [data-kind=supersession]")
     assert (link.get_attribute("data-request"), link.get_attribute("data-superseded-by")) == (
         str(case["first_request"]), str(case["second_request"]))
+    [rejected] = browser.find_elements(By.CSS_SELECTOR, "svg.timeline [data-kind=verification]")
+    assert (rejected.get_attribute("data-request"), rejected.get_attribute("data-outcome"),
+            rejected.get_attribute("data-reason")) == (str(case["first_request"]), "rejected", "superseded")
+    assert "ResetTokenRejected" in [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "table.events td")]
+    assert addresses(browser) <= {"ada@example.test", ""} and "ada@example.test" in addresses(browser)
+    assert "enc:v1:" not in browser.page_source
     shot(browser, "case-request")
 
     search_for_from_nav(browser, str(case["second_message"]))
     assert shows(browser, f"Message {case['second_message']}")
-    bars = [(bar.get_attribute("data-message"), bar.get_attribute("data-worker"), bar.get_attribute("data-attempt"),
-             bar.get_attribute("data-outcome"))
-            for bar in browser.find_elements(By.CSS_SELECTOR, "svg.timeline rect[data-kind=lease]")]
     message = str(case["second_message"])
-    assert bars == [(message, "w1", "1", "expired"), (message, "w2", "2", "accepted")]
-    told = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "li.sentence")]
-    review = explain(engine, message_id=case["second_message"], now=datetime.now(UTC))
-    assert told == [finding.sentence for finding in review.findings]
+    assert shapes(browser, "lease") == [(message, "w1", "1", "expired"), (message, "w2", "2", "accepted")]
+    assert shapes(browser, "attempt") == [(message, "w2", "2", "accepted")]
+    assert sentences(browser) == explained(database_url, "--message-id", case["second_message"])
     shot(browser, "case-message")
+    assert accessibility_problems(browser) == []
 
     browser.find_element(By.XPATH, "//button[text()='Sign out']").click()
     assert shows(browser, "Sign in")
@@ -142,6 +156,31 @@ def test_a_reviewer_signs_in_searches_reads_a_case_and_signs_out_with_the_keyboa
     shot(browser, "signed-out")
 
     assert problems_in_console(browser) == []
+
+
+def explained(database_url: str, option: str, value: UUID) -> list[str]:
+    """The sentences as `authledger explain` prints them: the indented lines under "What happened to"."""
+    printed = subprocess.run([AUTHLEDGER, "explain", option, str(value)], check=True, capture_output=True,
+                             text=True, env={**os.environ, "DATABASE_URL": database_url}).stdout
+    told = printed.split("\n\n")[0].splitlines()
+    assert told[0].startswith("What happened to ")
+    return [line.removeprefix("  ") for line in told[1:]]
+
+
+def sentences(browser: Any) -> list[str]:
+    return [li.text for li in browser.find_elements(By.CSS_SELECTOR, "li.sentence")]
+
+
+def addresses(browser: Any) -> set[str]:
+    """The event list's address column."""
+    return {row.find_elements(By.TAG_NAME, "td")[4].text
+            for row in browser.find_elements(By.CSS_SELECTOR, "table.events tbody tr")}
+
+
+def shapes(browser: Any, kind: str) -> list[tuple[str | None, ...]]:
+    """The timeline's shapes of one kind, as (message, worker, attempt, outcome)."""
+    return [tuple(shape.get_attribute(f"data-{name}") for name in ("message", "worker", "attempt", "outcome"))
+            for shape in browser.find_elements(By.CSS_SELECTOR, f"svg.timeline [data-kind={kind}]")]
 
 
 def search_for_from_nav(browser: Any, query: str) -> None:

@@ -10,26 +10,19 @@ from uuid import UUID
 import httpx
 import pytest
 
-from domain.clients import Caller
 from infra.clock import ManualClock
 from infra.console.app import CSP, Console
 from infra.http.app import create_app
 from infra.review.history import explain, history
-from infra.services.clients import create_client, revoke_client
+from infra.services.clients import revoke_client
 from infra.services.unit_of_work import ServiceContext
-from tests.console.support import Browser, csrf_of, sign_in, with_callers
+from tests.console.support import Browser, csrf_of, key_of, sign_in
 from tests.support.incidents import duplicate_emails, later
 from tests.support.replay import assert_projections_match_log
 
-SCOPES = frozenset({"send", "verify", "review"})
-
-
 @pytest.fixture
 def console(ctx: ServiceContext) -> Console:
-    return Console(ctx, idle=timedelta(minutes=15), authenticate=with_callers(
-        sender=Caller("", "default", frozenset({"send"})),
-        acme=Caller("", "acme", SCOPES),
-    ))
+    return Console(ctx, idle=timedelta(minutes=15))
 
 
 @pytest.fixture
@@ -41,7 +34,7 @@ def browser(ctx: ServiceContext, console: Console) -> Iterator[Browser]:
 
 @pytest.fixture
 def review_key(ctx: ServiceContext) -> str:
-    return create_client(ctx, "support").api_key
+    return key_of(ctx, "support", "review")
 
 
 @pytest.fixture
@@ -81,7 +74,7 @@ def test_under_https_the_session_cookie_is_secure(ctx: ServiceContext, console: 
 def test_an_unknown_key_and_a_key_without_the_review_scope_are_refused_with_a_clear_message(
     ctx: ServiceContext, browser: Browser
 ) -> None:
-    sender_key = create_client(ctx, "sender").api_key
+    sender_key = key_of(ctx, "sender", "send", "verify")
 
     unknown, lacking = sign_in(browser, "alk_nothing"), sign_in(browser, sender_key)
 
@@ -150,7 +143,7 @@ def test_search_by_user_request_or_message_id_lands_on_its_case_page(
 def test_unknown_ids_and_another_tenants_ids_answer_nothing_found_the_same_way(
     ctx: ServiceContext, browser: Browser, incident: dict[str, UUID]
 ) -> None:
-    sign_in(browser, create_client(ctx, "acme").api_key)  # a review key of tenant acme; the incident is default's
+    sign_in(browser, key_of(ctx, "acme", "review", tenant="acme"))  # tenant acme's key; the incident is default's
 
     answers = [search(browser, q) for q in ("42", str(incident["first_request"]), str(UUID(int=7)), "nobody")]
     cases = [browser.get(f"/console/case?kind={k}&id={v}") for k, v in

@@ -12,7 +12,6 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import text
 
-from domain.clients import Caller
 from domain.delivery import DeliveryPolicy
 from domain.reset import RequestReset
 from infra.audit.seal import seal
@@ -21,16 +20,16 @@ from infra.console.app import Console
 from infra.delivery.worker import Worker
 from infra.http.app import create_app
 from infra.projector.catchup import catch_up
-from infra.services.clients import create_client
 from infra.services.privacy import forget
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
-from tests.console.support import Browser, csrf_of, sign_in, with_callers
+from tests.console.support import Browser, csrf_of, key_of, sign_in
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
 
-REVIEW = frozenset({"review"})
-ADMIN = frozenset({"review", "admin"})
+# The real keys the tests sign in with: each client's tenant and scopes.
+CLIENTS = {"support": ("default", ("review",)), "operator": ("default", ("review", "admin")),
+           "acme": ("acme", ("review", "admin"))}
 ADA = "ada@example.test"
 SENDER = "authledger <no-reply@app.test>"
 SIGNING_KEY = Ed25519PrivateKey.generate()
@@ -38,11 +37,7 @@ SIGNING_KEY = Ed25519PrivateKey.generate()
 
 @pytest.fixture
 def console(ctx: ServiceContext) -> Console:
-    return Console(ctx, idle=timedelta(minutes=15), signing_key=lambda: SIGNING_KEY, authenticate=with_callers(
-        support=Caller("", "default", REVIEW),
-        operator=Caller("", "default", ADMIN),
-        acme=Caller("", "acme", ADMIN),
-    ))
+    return Console(ctx, idle=timedelta(minutes=15), signing_key=lambda: SIGNING_KEY)
 
 
 @pytest.fixture
@@ -53,7 +48,8 @@ def browser(ctx: ServiceContext, console: Console) -> Iterator[Browser]:
 
 
 def signed_in(browser: Browser, ctx: ServiceContext, client: str) -> Browser:
-    sign_in(browser, create_client(ctx, client).api_key)
+    tenant, scopes = CLIENTS[client]
+    assert sign_in(browser, key_of(ctx, client, *scopes, tenant=tenant)).status_code == 303
     return browser
 
 

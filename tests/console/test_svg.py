@@ -11,7 +11,8 @@ from uuid import UUID
 from domain.email import EmailQueued, LeaseClaimed, LeaseExpired, ProviderAccepted, SendAttemptFailed
 from domain.log import RecordedEvent
 from domain.privacy import SubjectErased
-from domain.reset import ResetRequested, ResetSuperseded
+from domain.otp import OtpCodeRejected
+from domain.reset import ResetRequested, ResetSuperseded, ResetTokenRejected
 from infra.console.svg import draw
 
 T0 = datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
@@ -108,6 +109,20 @@ def test_one_lane_per_email_a_link_from_the_superseded_request_to_its_replacemen
     assert link["d"].startswith(f"M{requests[str(OLD)]['cx']},")
     assert link["d"].split()[-1].startswith(f"{requests[str(NEW)]['cx']},")
     assert len(shapes(svg, "erasure")) == 1
+
+
+def test_a_rejected_presentation_of_the_superseded_link_is_a_verification_marker_with_its_reason() -> None:
+    events = a_superseded_link_and_a_worker_killed_mid_lease()
+    svg = draw([*events,
+                RecordedEvent(90, "reset-user:42", 9, UUID(int=1090), "ResetTokenRejected", 1,
+                              ResetTokenRejected(OLD, "superseded", at(400)), transaction_id=90),
+                RecordedEvent(91, "otp-user:42", 1, UUID(int=1091), "OtpCodeRejected", 1,
+                              OtpCodeRejected(UUID(int=3), "expired", at(401)), transaction_id=91)])
+
+    marks = [(m["data-outcome"], m["data-request"], m.get("data-reason")) for m in shapes(svg, "verification")]
+
+    assert marks == [("rejected", str(OLD), "superseded"), ("rejected", str(UUID(int=3)), "expired")]
+    assert "ResetTokenRejected (superseded) at " in svg
 
 
 def test_a_lease_still_held_is_drawn_open_to_its_expiry() -> None:

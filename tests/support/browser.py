@@ -6,9 +6,10 @@ chromedriver (or without selenium) a browser test skips and says why; CI's
 take the ``browser`` fixture (a conftest imports it). ``shot`` saves a
 screenshot under test-artifacts/; ``problems_in_console`` is what chromium
 logged at WARNING or SEVERE, which includes every JavaScript error and every
-Content-Security-Policy violation; ``served`` runs an app under uvicorn in a
-thread, for pages that need an app the test built (a console with scoped
-callers, the reset page).
+Content-Security-Policy violation; ``accessibility_problems`` names a
+page's unlabelled fields, mute buttons or missing h1; ``served`` runs an app
+under uvicorn in a thread, for pages that need an app the test built (a
+console over the test's context, the reset page).
 """
 
 from __future__ import annotations
@@ -64,6 +65,22 @@ def shot(browser: Any, folder: str, name: str) -> None:
 def problems_in_console(browser: Any) -> list[str]:
     """JavaScript errors and CSP violations: chromium logs both at SEVERE (and some at WARNING)."""
     return [entry["message"] for entry in browser.get_log("browser") if entry["level"] in ("SEVERE", "WARNING")]
+
+
+def accessibility_problems(browser: Any) -> list[str]:
+    """What keeps the page from a keyboard or a screen reader: no single h1, a field with no label, a mute button."""
+    from selenium.webdriver.common.by import By
+
+    problems = [] if len(browser.find_elements(By.TAG_NAME, "h1")) == 1 else ["the page has not exactly one h1"]
+    for field in browser.find_elements(By.CSS_SELECTOR, "input:not([type=hidden]), select, textarea"):
+        name = field.get_attribute("id") or field.get_attribute("name")
+        labelled = field.get_attribute("aria-label") or (field.get_attribute("id") and browser.find_elements(
+            By.CSS_SELECTOR, f'label[for="{field.get_attribute("id")}"]'))
+        if not labelled:
+            problems.append(f"the field {name!r} has no label")
+    problems += [f"a button with no text in {button.get_attribute('outerHTML')[:80]}"
+                 for button in browser.find_elements(By.TAG_NAME, "button") if not button.text.strip()]
+    return problems
 
 
 def shows(browser: Any, heading: str) -> bool:
