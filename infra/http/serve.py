@@ -244,15 +244,19 @@ def serve_processes(plan: ApiProcess, *, host: str, port: int, processes: int,
         announce()
         while live := [child for child in started if child.exitcode is None]:
             timeout = max(0.0, stop_by[0] - time.monotonic()) if stop_by else None
-            if not multiprocessing.connection.wait([child.sentinel for child in live], timeout):
+            ready = multiprocessing.connection.wait([child.sentinel for child in live], timeout)
+            if not ready:
                 for child in live:  # the grace period is over
                     log_event(log, "api process killed", logging.WARNING, pid=child.pid,
                               after_seconds=STOP_GRACE_SECONDS)
                     child.kill()
                     child.join()
-            elif failed is None and not stop_by:
-                failed = next(child for child in live if child.exitcode is not None)
-                stop(signal.SIGTERM, None)
+            for child in (child for child in live if child.sentinel in ready):
+                # The sentinel closes a moment before the exit status can be read: wait for the status.
+                child.join()
+                if failed is None and not stop_by:
+                    failed = child
+                    stop(signal.SIGTERM, None)
     finally:
         stop(signal.SIGTERM, None)
         for child in started:
