@@ -1,32 +1,41 @@
-"""HTTP API throughput and latency beside /healthz on the same server, in the same run (issue 5).
+"""HTTP API throughput and latency beside /healthz on the same server, in the same run (issues 5 and 13).
 
-    .venv/bin/python bench/api.py [--requests 2000] [--clients 16] [--rounds 3] [--quick]
+    .venv/bin/python bench/api.py [--requests 2000] [--clients 16] [--rounds 3] [--processes 1] [--quick]
 
 Starts its own embedded PostgreSQL in a temporary directory with the
 server's default durability (the output lists the settings), initialises a
 database, registers an API client, then starts the real thing: `authledger
-serve --inflight 0` (one uvicorn process; delivery off, so that workers do
-not compete for the two cores with the API being measured) with JSON logs,
-one line per request, written to a file.
+serve --inflight 0 --processes N` (delivery off, so that workers do not
+compete for the two cores with the API being measured) with JSON logs, one
+line per request, written to a file.
 
-One asyncio client process keeps ``--clients`` requests in flight over as
-many keep-alive HTTP/1.1 connections (httpx). Each round measures, in turn:
+The load generator is one asyncio (uvloop) process speaking plain HTTP/1.1
+over ``--clients`` keep-alive connections, a request at a time on each: a
+few dozen lines over asyncio streams rather than httpx, whose own CPU per
+request was as large as the server's. Its CPU time over each measurement is
+reported beside the wall time (its share of one core), so that a reader can
+see whether it was the bottleneck; so are the server's processes' and the
+whole machine's CPU.
+
+Each round measures, in turn, with ``--clients`` requests in flight:
 
 - ``GET /healthz``: routing, middleware and the event loop, no database:
   the framework's ceiling on this machine;
 - ``POST /v1/otp/challenges``: a new user and a new Idempotency-Key each, so
   every request authenticates its key, takes the key's advisory lock, loads
-  an empty stream, appends the challenge and its email and folds three
-  inline projections, in one transaction;
+  an empty stream, appends the challenge and its email and folds the inline
+  projections, in one transaction;
 - ``POST /v1/otp/challenges/{id}/verify`` with the right code, once per
-  challenge just created: authenticate, find the user, load the stream,
-  append ``OtpChallengeVerified``.
+  challenge just created;
+- ``POST /v1/password-resets`` (new user and key each), then
+  ``POST /v1/password-resets/consume`` with each request's token.
 
-The rounds alternate the order of the three. Figures are medians over
-rounds; each ratio to /healthz is the median of the per-round ratios.
-Latency is measured by the client from send to full response, so it
-includes the client's own share of the CPU. The run fails if any answer is
-not the expected status.
+The rounds alternate the order of healthz against the rest. Before the
+rounds, a single-client pass (``--single`` requests per endpoint, one in
+flight) gives latency without queueing. Figures are medians over rounds;
+each ratio to /healthz is the median of the per-round ratios. Latency is
+measured by the client from send to full response. The run fails if any
+answer is not the expected status.
 """
 
 from __future__ import annotations
@@ -35,8 +44,10 @@ import argparse
 import asyncio
 import atexit
 import base64
+import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -47,14 +58,17 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import NamedTuple
 from uuid import uuid4
 
 import httpx
 import psycopg
-from sqlalchemy import create_engine, text
+import uvloop
+from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
-from domain.otp import fold_otp, otp_code_for
+from domain.otp import fold_otp, otp_code_for, otp_stream
+from domain.reset import fold_reset, reset_stream, reset_token_for
 from domain.tokens import TokenKeys
 from infra.eventlog.postgres import PostgresEventStore
 from infra.db.embedded import start_embedded
@@ -68,7 +82,6 @@ DATABASE = "bench_api"
 KEY = b"bench-api-key-0123456789abcdef-01"
 TOKEN_KEYS = "bench:" + base64.urlsafe_b64encode(KEY).decode().rstrip("=")
 SETTINGS = ["fsync", "synchronous_commit", "shared_buffers", "max_connections"]
-Call = Callable[[httpx.AsyncClient, int], Awaitable[httpx.Response]]
 
 
 def _url(uri: str, database: str, driver: str = "postgresql") -> str:
@@ -100,103 +113,177 @@ def _free_port() -> int:
 MASTER_KEY = "bench:" + base64.urlsafe_b64encode(b"b" * 32).decode().rstrip("=")  # a throwaway one
 
 
-def _start_server(database_url: str, data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _start_server(database_url: str, data_dir: Path, processes: int) -> tuple[subprocess.Popen[bytes], int]:
     port = _free_port()
     env = {**os.environ, "DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": TOKEN_KEYS,
            "AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_MAILDIR": str(data_dir / "maildir"),
            "AUTHLEDGER_LOG_FORMAT": "json", "AUTHLEDGER_OTP_HOURLY_LIMIT": "1000",
            "AUTHLEDGER_MASTER_KEY": os.environ.get("AUTHLEDGER_MASTER_KEY", MASTER_KEY)}
     with (data_dir / "serve.log").open("wb") as log:
-        process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), "--inflight", "0"],
+        process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), "--inflight", "0",
+                                    "--processes", str(processes)],
                                    env=env, stdout=subprocess.DEVNULL, stderr=log)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
             sys.exit(f"authledger serve exited with {process.returncode}; see {data_dir / 'serve.log'}")
         try:
-            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                return process, base
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return process, port
         except httpx.TransportError:
             time.sleep(0.1)
-    sys.exit("authledger serve did not become ready within 30 s")
+    sys.exit("authledger serve did not become ready within 60 s")
 
 
-async def _measure(client: httpx.AsyncClient, call: Call, count: int, clients: int,
-                   expected: int) -> tuple[float, list[float]]:
-    """Requests/s over ``count`` calls with ``clients`` in flight, and each call's latency in seconds."""
+def _tree_cpu_seconds(pid: int) -> float:
+    """User and system CPU of a process and its live descendants (Linux /proc)."""
+    total, pending = 0.0, [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending += [int(child) for child in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + values[4]
+    total = sum(values[:8]) / os.sysconf("SC_CLK_TCK")
+    return total - idle / os.sysconf("SC_CLK_TCK"), total
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection, one request at a time: just enough client for this bench."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, headers: str) -> None:
+        self.reader, self.writer, self.headers = reader, writer, headers
+
+    @classmethod
+    async def open(cls, port: int, api_key: str) -> Connection:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(reader, writer, f"Host: 127.0.0.1:{port}\r\nAuthorization: Bearer {api_key}\r\n")
+
+    async def request(self, method: str, path: str, body: dict | None = None,
+                      headers: str = "") -> tuple[int, bytes]:
+        payload = json.dumps(body).encode() if body is not None else b""
+        extra = f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n" if body is not None else ""
+        self.writer.write(f"{method} {path} HTTP/1.1\r\n{self.headers}{headers}{extra}\r\n".encode() + payload)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        found = CONTENT_LENGTH.search(head)
+        if found is None:
+            raise SystemExit(f"no Content-Length in {head!r}")
+        return status, await self.reader.readexactly(int(found.group(1)))
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
+Call = Callable[[Connection, int], Awaitable[tuple[int, bytes]]]
+
+
+class Measured(NamedTuple):
+    rate: float  # requests/s
+    latencies: list[float]  # seconds, each request
+    client_cpu: float  # the load generator's CPU seconds ÷ wall seconds (its share of one core)
+    server_cpu: float  # the server processes' CPU seconds ÷ wall seconds (cores)
+    machine_busy: float  # the whole machine's busy share (0-1, all cores)
+
+
+async def _measure(connections: list[Connection], call: Call, count: int, expected: int,
+                   server_pid: int) -> Measured:
+    """Requests/s over ``count`` calls with one request in flight per connection, and each call's latency."""
     latencies: list[float] = []
     next_index = 0
 
-    async def one_client() -> None:
+    async def one_client(connection: Connection) -> None:
         nonlocal next_index
         while next_index < count:
             index, next_index = next_index, next_index + 1
             started = time.perf_counter()
-            response = await call(client, index)
+            status, body = await call(connection, index)
             latencies.append(time.perf_counter() - started)
-            if response.status_code != expected:
-                raise SystemExit(f"expected {expected}, got {response.status_code}: {response.text}")
+            if status != expected:
+                raise SystemExit(f"expected {expected}, got {status}: {body[:300]!r}")
 
+    cpu, server, (busy, total) = time.process_time(), _tree_cpu_seconds(server_pid), _machine_busy()
     started = time.perf_counter()
-    await asyncio.gather(*(one_client() for _ in range(clients)))
-    return count / (time.perf_counter() - started), latencies
+    await asyncio.gather(*(one_client(c) for c in connections))
+    wall = time.perf_counter() - started
+    busy_after, total_after = _machine_busy()
+    return Measured(count / wall, latencies, (time.process_time() - cpu) / wall,
+                    (_tree_cpu_seconds(server_pid) - server) / wall,
+                    (busy_after - busy) / max(total_after - total, 1e-9))
 
 
-ISSUED_STREAMS = text("""
-    SELECT DISTINCT stream_id FROM events
-     WHERE event_type = 'OtpChallengeIssued' AND payload->>'challenge_id' = ANY(CAST(:ids AS text[]))
-""")
+def _secrets(database_url: str, users: list[str], flow: str) -> list[str]:
+    """Each user's code (otp) or link token (reset), derived from the key and its sealed nonce, read from the log.
 
-
-def _codes(database_url: str, challenge_ids: list[str]) -> list[str]:
-    """The codes the challenges' emails carry, derived from the key and each challenge's nonce, opened from the log.
-
-    Read before the verify calls are timed: key and id alone no longer yield a code.
+    Read before the verify or consume calls are timed: key and id alone no longer yield a secret.
     """
     engine = create_engine(_url(database_url, DATABASE, "postgresql+psycopg"))
     keys, found = TokenKeys("bench", {"bench": KEY}), {}
+    streams = [otp_stream(u) if flow == "otp" else reset_stream(u) for u in users]
     with engine.connect() as connection:
-        streams = connection.execute(ISSUED_STREAMS, {"ids": [i for i in challenge_ids if i]}).scalars().all()
-        for history in PostgresEventStore(connection).load_many(streams).values():
-            for challenge in fold_otp(r.event for r in history).challenges.values():
-                found[str(challenge.challenge_id)] = otp_code_for(challenge, keys)
+        for stream, history in PostgresEventStore(connection).load_many(streams).items():
+            events = (r.event for r in history)
+            if flow == "otp":
+                found[stream] = [(str(c.challenge_id), otp_code_for(c, keys)) for c in fold_otp(events).challenges.values()][0]
+            else:
+                found[stream] = reset_token_for(next(iter(fold_reset(events).requests.values())), keys)
     engine.dispose()
-    return [found.get(challenge_id, "000000") for challenge_id in challenge_ids]
+    return [found[stream] for stream in streams]
 
 
-async def _round(base: str, api_key: str, count: int, clients: int, order: list[str],
-                 codes_of: Callable[[list[str]], list[str]]) -> dict[str, tuple]:
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    headers = {"Authorization": f"Bearer {api_key}"}
-    created: list[str] = [""] * count
-    codes: list[str] = []
+async def _round(port: int, api_key: str, count: int, clients: int, order: list[str], database_url: str,
+                 server_pid: int) -> dict[str, Measured]:
     run_id = uuid4().hex[:8]
+    users = {"otp": [f"o-{run_id}-{i}" for i in range(count)], "reset": [f"r-{run_id}-{i}" for i in range(count)]}
+    secrets: dict[str, list] = {}
 
-    async def healthz(client: httpx.AsyncClient, index: int) -> httpx.Response:
-        return await client.get("/healthz")
+    async def healthz(c: Connection, index: int) -> tuple[int, bytes]:
+        return await c.request("GET", "/healthz")
 
-    async def challenge(client: httpx.AsyncClient, index: int) -> httpx.Response:
-        body = {"user_id": f"bench-{run_id}-{index}", "email": f"user{index}@example.com"}
-        response = await client.post("/v1/otp/challenges", json=body, headers={"Idempotency-Key": uuid4().hex})
-        if response.status_code == 202:
-            created[index] = response.json()["challenge_id"]
-        return response
+    async def challenge(c: Connection, index: int) -> tuple[int, bytes]:
+        return await c.request("POST", "/v1/otp/challenges", {"user_id": users["otp"][index],
+                                                              "email": f"user{index}@example.com"},
+                               f"Idempotency-Key: {uuid4().hex}\r\n")
 
-    async def verify(client: httpx.AsyncClient, index: int) -> httpx.Response:
-        challenge_id, code = created[index], codes[index]
-        return await client.post(f"/v1/otp/challenges/{challenge_id}/verify",
-                                 json={"code": code, "user_id": f"bench-{run_id}-{index}"})
+    async def verify(c: Connection, index: int) -> tuple[int, bytes]:
+        challenge_id, code = secrets["otp"][index]
+        return await c.request("POST", f"/v1/otp/challenges/{challenge_id}/verify",
+                               {"code": code, "user_id": users["otp"][index]})
 
-    calls: dict[str, tuple[Call, int]] = {"healthz": (healthz, 200), "otp": (challenge, 202), "verify": (verify, 200)}
+    async def reset(c: Connection, index: int) -> tuple[int, bytes]:
+        return await c.request("POST", "/v1/password-resets", {"user_id": users["reset"][index],
+                                                              "email": f"user{index}@example.com"},
+                               f"Idempotency-Key: {uuid4().hex}\r\n")
+
+    async def consume(c: Connection, index: int) -> tuple[int, bytes]:
+        return await c.request("POST", "/v1/password-resets/consume", {"token": secrets["reset"][index]})
+
+    calls: dict[str, tuple[Call, int]] = {"healthz": (healthz, 200), "otp": (challenge, 202), "verify": (verify, 200),
+                                         "reset": (reset, 202), "consume": (consume, 200)}
+    connections = [await Connection.open(port, api_key) for _ in range(clients)]
     results = {}
-    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=30) as client:
-        await _measure(client, healthz, clients * 4, clients, 200)  # open every connection first
+    try:
+        await _measure(connections, healthz, clients * 4, 200, server_pid)  # every connection used once first
         for name in order:
-            if name == "verify":
-                codes[:] = codes_of(created)
+            if name in ("verify", "consume"):
+                flow = "otp" if name == "verify" else "reset"
+                secrets[flow] = _secrets(database_url, users[flow], flow)
             call, expected = calls[name]
-            results[name] = await _measure(client, call, count, clients, expected)
+            results[name] = await _measure(connections, call, count, expected, server_pid)
+    finally:
+        for connection in connections:
+            connection.close()
     return results
 
 
@@ -204,51 +291,75 @@ def _ms(latencies: list[float], quantile: int) -> float:
     return statistics.quantiles(latencies, n=100, method="inclusive")[quantile - 1] * 1000
 
 
+LABELS = {"healthz": "GET /healthz", "otp": "POST /v1/otp/challenges",
+          "verify": "POST /v1/otp/challenges/{id}/verify", "reset": "POST /v1/password-resets",
+          "consume": "POST /v1/password-resets/consume"}
+ENDPOINTS = ["otp", "verify", "reset", "consume"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000, help="requests per endpoint per round (default 2000)")
     parser.add_argument("--clients", type=int, default=16, help="requests in flight (default 16)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, alternating the order (default 3)")
+    parser.add_argument("--single", type=int, default=300, help="requests per endpoint, one in flight (default 300)")
+    parser.add_argument("--processes", type=int, default=1, help="`serve --processes` (default 1)")
     parser.add_argument("--quick", action="store_true", help="200 requests, 1 round: a smoke test for CI")
     args = parser.parse_args()
-    count, rounds = (200, 1) if args.quick else (args.requests, args.rounds)
+    count, rounds, single = (200, 1, 50) if args.quick else (args.requests, args.rounds, args.single)
 
     data_dir = Path(tempfile.mkdtemp(prefix="authledger-bench-api-"))
     atexit.register(shutil.rmtree, data_dir, ignore_errors=True)  # after the embedded server's exit hook
     uri = start_embedded(data_dir / "pg")
     api_key, settings = _prepare(uri)
-    # The bench reads each challenge's sealed nonce as the server does: under the same master key.
+    # The bench reads each request's sealed nonce as the server does: under the same master key.
     os.environ.setdefault("AUTHLEDGER_MASTER_KEY", MASTER_KEY)
-    server, base = _start_server(_url(uri, DATABASE), data_dir)
+    server, port = _start_server(_url(uri, DATABASE), data_dir, args.processes)
+    loads = [os.getloadavg()[0]]
     try:
         print(f"PostgreSQL {settings.pop('server_version')} (embedded, unix socket, data in {data_dir})")
         print("durability: " + ", ".join(f"{name}={value}" for name, value in settings.items()))
-        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start, "
-              f"Python {platform.python_version()}, httpx {httpx.__version__}")
-        print(f"server: authledger serve --inflight 0 (one uvicorn process) at {base}")
-        print(f"{count} requests per endpoint per round, {args.clients} in flight, {rounds} rounds\n")
-        samples: dict[str, list[tuple[float, list[float]]]] = {"healthz": [], "otp": [], "verify": []}
+        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, load {loads[0]:.2f} at start, "
+              f"Python {platform.python_version()}")
+        print(f"server: authledger serve --inflight 0 --processes {args.processes} on port {port}")
+        print(f"{count} requests per endpoint per round, {args.clients} in flight, {rounds} rounds; "
+              f"single client: {single} per endpoint\n")
+        uvloop.install()
+        database_url = _url(uri, DATABASE)
+        alone = asyncio.run(_round(port, api_key, single, 1, ["healthz", *ENDPOINTS], database_url, server.pid))
+        for name, result in alone.items():
+            print(f"  single client: {name:<8} p50 {_ms(result.latencies, 50):6.2f} ms, "
+                  f"p99 {_ms(result.latencies, 99):6.2f} ms", flush=True)
+        samples: dict[str, list[Measured]] = {name: [] for name in ["healthz", *ENDPOINTS]}
         for round_ in range(rounds):
-            order = ["healthz", "otp", "verify"] if round_ % 2 == 0 else ["otp", "verify", "healthz"]
-            codes_of = lambda ids: _codes(uri, ids)  # noqa: E731
-            for name, result in asyncio.run(_round(base, api_key, count, args.clients, order, codes_of)).items():
+            order = ["healthz", *ENDPOINTS] if round_ % 2 == 0 else [*ENDPOINTS, "healthz"]
+            for name, result in asyncio.run(_round(port, api_key, count, args.clients, order, database_url,
+                                                   server.pid)).items():
                 samples[name].append(result)
-                print(f"  round {round_ + 1}: {name:<8} {result[0]:>8,.0f} req/s", flush=True)
+                print(f"  round {round_ + 1}: {name:<8} {result.rate:>8,.0f} req/s, p99 "
+                      f"{_ms(result.latencies, 99):6.1f} ms, load generator {result.client_cpu:.0%} of a core, "
+                      f"server {result.server_cpu:.2f} cores, machine {result.machine_busy:.0%} busy", flush=True)
+            loads.append(os.getloadavg()[0])
     finally:
         server.send_signal(signal.SIGTERM)
         code = server.wait(timeout=30)
     if code != 0:
         sys.exit(f"authledger serve exited with {code} on SIGTERM")
 
-    labels = {"healthz": "GET /healthz", "otp": "POST /v1/otp/challenges",
-              "verify": "POST /v1/otp/challenges/{id}/verify"}
-    print("\n| endpoint | req/s | p50 ms | p99 ms | req/s ÷ /healthz |\n|---|---|---|---|---|")
+    print(f"\nload average (1 min) at the start and after each round: {', '.join(f'{x:.2f}' for x in loads)}")
+    print(f"\n| endpoint | single client p50 ms | req/s ({args.clients} in flight) | p50 ms | p99 ms | "
+          "req/s ÷ /healthz | load generator, share of a core | server, cores | machine busy |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, runs in samples.items():
-        rate = statistics.median(r for r, _ in runs)
-        ratio = statistics.median(r / h for (r, _), (h, _) in zip(runs, samples["healthz"], strict=True))
-        p50 = statistics.median(_ms(lat, 50) for _, lat in runs)
-        p99 = statistics.median(_ms(lat, 99) for _, lat in runs)
-        print(f"| {labels[name]} | {rate:,.0f} | {p50:.1f} | {p99:.1f} | {ratio:.2f} |")
+        rate = statistics.median(r.rate for r in runs)
+        ratio = statistics.median(r.rate / h.rate for r, h in zip(runs, samples["healthz"], strict=True))
+        p50 = statistics.median(_ms(r.latencies, 50) for r in runs)
+        p99 = statistics.median(_ms(r.latencies, 99) for r in runs)
+        client = statistics.median(r.client_cpu for r in runs)
+        served = statistics.median(r.server_cpu for r in runs)
+        busy = statistics.median(r.machine_busy for r in runs)
+        print(f"| {LABELS[name]} | {_ms(alone[name].latencies, 50):.2f} | {rate:,.0f} | {p50:.1f} | {p99:.1f} | "
+              f"{ratio:.2f} | {client:.0%} | {served:.2f} | {busy:.0%} |")
 
 
 if __name__ == "__main__":

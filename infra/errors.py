@@ -120,3 +120,9 @@ class KeyNotTrusted(AuthledgerError):
 
     exit_code = 12
     problem_type = "key-not-trusted"
+
+
+class ApiProcessExited(AuthledgerError):
+    """An API process of `serve --processes` exited on its own; the others were stopped."""
+
+    exit_code = 70  # EX_SOFTWARE: a crash, as an internal error is; never an HTTP answer

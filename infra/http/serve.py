@@ -1,42 +1,60 @@
-"""`authledger serve`: the HTTP API and the delivery workers in one process.
+"""`authledger serve`: the HTTP API and the delivery workers in one process, or the API in several.
 
 uvicorn runs the app; the app's lifespan runs the delivery worker in a
 thread, so one SIGTERM or Ctrl-C stops both: uvicorn stops accepting,
 finishes the requests in hand, then the worker finishes its sends in flight
-and gives back what it claimed and had not started. On the embedded default the database is initialised on
+and gives back what it claimed and had not started. With ``--processes N``
+this process supervises N such API processes on one socket, the first of
+them with the worker and the catch-up runner (``serve_processes``). On the embedded default the database is initialised on
 start and a development API key (every scope, default tenant) is made (once) and printed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import multiprocessing
+import multiprocessing.connection
+import multiprocessing.process
 import os
 import signal
+import socket
+import sys
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 
+import attrs
 import uvicorn
+from attrs import frozen
 
 from domain.clients import SCOPES
 from domain.errors import NotFound
 from infra.bootstrap import App, stop_on_sigterm
 from infra.config import Settings
+from infra.db.engine import Database
+from infra.errors import ApiProcessExited
 from infra.http.app import create_app
 from infra.console.app import Console
 from infra.audit.digest import signing_key
 from infra.services.clients import authenticate, create_client, revoke_client
-from infra.logs import configure_logging
+from infra.logs import configure_logging, log_event
 from infra.db.schema import init_schema
 from infra.projector.catchup import CatchUpRunner
 from infra.delivery.worker import Worker
+
+log = logging.getLogger("authledger.serve")
 
 DEV_CLIENT = "dev"
 DEV_KEY_FILE = "dev-api-key"
 SERVE_METADATA = {"actor": "authledger serve", "client": "cli", "command": "serve"}
 # Requests run in a threadpool; each holds at most one connection at a time.
 API_POOL_SIZE = 10
+# How long ``serve --processes`` waits for its API processes after SIGTERM before it kills them: uvicorn's
+# graceful shutdown (10 s), then the worker's sends in flight.
+STOP_GRACE_SECONDS = 60.0
 
 
 def ensure_dev_key(app: App) -> tuple[str, Path]:
@@ -77,19 +95,32 @@ def _route_uvicorn_logs() -> None:
         logger.propagate = False
 
 
-def serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str], None]) -> None:
-    """Run until SIGTERM or SIGINT, then stop the API and the workers and return."""
+def serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str], None], processes: int = 1) -> None:
+    """Run until SIGTERM or SIGINT, then stop the API and the workers and return.
+
+    With ``processes`` above 1, that many API processes share one listening
+    socket (see ``serve_processes``); this process only supervises them.
+    """
     stop_on_sigterm()  # until uvicorn takes over: a SIGTERM during start-up exits cleanly
     configure_logging(app.settings.log_format)
     _route_uvicorn_logs()
     app = App(app.settings, database=app.database, pool_size=API_POOL_SIZE)
     try:
-        _serve(app, host=host, port=port, inflight=inflight, say=say)
+        lines, reset_page = _prepare(app, host=host, port=port, inflight=inflight)
+        if processes == 1:
+            say("\n".join(lines))
+            _run(app, inflight=inflight, reset_page=reset_page, host=host, port=port)
+            return
+        app.close()  # the supervisor holds no connections; each API process opens its own pool
+        lines.append(f"processes: {processes} API processes; the first also runs delivery and the catch-up runner")
+        serve_processes(ApiProcess(app.settings, app.database, inflight, reset_page), host=host, port=port,
+                        processes=processes, announce=lambda: say("\n".join(lines)))
     finally:
         app.close()
 
 
-def _serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str], None]) -> None:
+def _prepare(app: App, *, host: str, port: int, inflight: int) -> tuple[list[str], bool]:
+    """Initialise the embedded database, check the keys, make the dev key: what to print, and the reset page's flag."""
     settings, base = app.settings, f"http://{host}:{port}"
     lines = [f"authledger API on {base} (OpenAPI document at {base}/openapi.json, interactive at {base}/docs)"]
     if app.database.embedded:
@@ -98,7 +129,6 @@ def _serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str]
     else:
         lines.append(f"database: {app.database.display_url}")
     app.check_keys()  # refuse to start, rather than answer every request with an error
-    ctx = app.services
     if settings.provider == "maildir":
         lines.append(f"mail: delivered to the Maildir {settings.maildir_path.resolve()} (one file per email in new/)")
     else:
@@ -110,12 +140,22 @@ def _serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str]
     reset_page = reset_page_enabled(settings, embedded=app.database.embedded)
     if reset_page:
         lines.append(f"development reset page (a stand-in for your application's): {base}/reset")
-    say("\n".join(lines))
+    return lines, reset_page
 
-    worker = None
-    if inflight:
+
+def _run(app: App, *, inflight: int, reset_page: bool, host: str, port: int,
+         sockets: list[socket.socket] | None = None, background: bool = True) -> bool:
+    """Serve the API until told to stop; with ``background``, the catch-up runner and (when ``inflight``)
+    the delivery worker beside it.
+
+    ``sockets``: listen on these instead of binding ``host``:``port``. True if the server started.
+    """
+    settings, ctx = app.settings, app.services
+    worker = catch_up = None
+    if background and inflight:
         worker = Worker(ctx, app.mailer, sender=settings.sender, inflight=inflight, poll_seconds=settings.poll_seconds)
-    catch_up = CatchUpRunner(app.engine, poll_seconds=settings.poll_seconds)
+    if background:
+        catch_up = CatchUpRunner(app.engine, poll_seconds=settings.poll_seconds)
     config = uvicorn.Config(
         create_app(ctx, worker=worker, catch_up=catch_up, reset_page=reset_page,
                    console=Console(ctx, idle=timedelta(minutes=settings.console_idle_minutes),
@@ -133,8 +173,110 @@ def _serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str]
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        server.run()
+        server.run(sockets=sockets)
     finally:
-        catch_up.stop()  # uvicorn exits without a lifespan shutdown when it cannot bind
+        if catch_up is not None:
+            catch_up.stop()  # uvicorn exits without a lifespan shutdown when it cannot bind
         if worker is not None:
             worker.stop()
+    return server.started
+
+
+# -- several API processes ------------------------------------------------------------------------------
+
+
+@frozen
+class ApiProcess:
+    """What an API process needs, handed to it by the supervisor (pickled: settings are plain data)."""
+
+    settings: Settings
+    database: Database  # located by the supervisor: an embedded server is started once, there
+    inflight: int
+    reset_page: bool
+    background: bool = False  # the delivery worker and the catch-up runner: the first process only
+
+
+def serve_processes(plan: ApiProcess, *, host: str, port: int, processes: int,
+                    announce: Callable[[], None]) -> None:
+    """Run ``processes`` API processes on one listening socket until SIGTERM or SIGINT; stop them all.
+
+    The supervisor binds the socket once and hands it to each process (the
+    kernel gives each new connection to whichever process accepts first, so
+    a stopped or busy process leaves its share to the others; SO_REUSEPORT
+    would instead pin connections to a process by hash). Processes are
+    spawned, not forked: each builds its own engine and pool from nothing.
+    The first process also runs the delivery worker and the catch-up runner,
+    so there is one delivery window and one provider connection pool as
+    with one process (running them in every process would be safe too: leases
+    and checkpoints are claimed with SKIP LOCKED; it would only multiply the
+    window). A process that exits on its own stops the others:
+    ``ApiProcessExited``, for the service manager to restart the whole. One
+    that has not stopped ``STOP_GRACE_SECONDS`` after SIGTERM is killed.
+    """
+    listener = uvicorn.Config(app=None, host=host, port=port).bind_socket()
+    spawn = multiprocessing.get_context("spawn")
+    children = [spawn.Process(target=run_api_process, name=f"authledger-api-{index}",
+                              args=(attrs.evolve(plan, background=index == 0), listener))
+                for index in range(processes)]
+    started: list[multiprocessing.process.BaseProcess] = []
+    stop_by: list[float] = []  # when the stop began: the grace period's end
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        if not stop_by:
+            stop_by.append(time.monotonic() + STOP_GRACE_SECONDS)
+        for child in started:
+            if child.exitcode is None:  # never signal a pid already reaped
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    failed = None
+    try:
+        for index, child in enumerate(children):
+            if stop_by:
+                break
+            child.start()
+            started.append(child)
+            log_event(log, "api process started", index=index, pid=child.pid,
+                      background="delivery and catch-up" if index == 0 else None)
+        listener.close()  # the children hold it now
+        announce()
+        while live := [child for child in started if child.exitcode is None]:
+            timeout = max(0.0, stop_by[0] - time.monotonic()) if stop_by else None
+            ready = multiprocessing.connection.wait([child.sentinel for child in live], timeout)
+            if not ready:
+                for child in live:  # the grace period is over
+                    log_event(log, "api process killed", logging.WARNING, pid=child.pid,
+                              after_seconds=STOP_GRACE_SECONDS)
+                    child.kill()
+                    child.join()
+            for child in (child for child in live if child.sentinel in ready):
+                # The sentinel closes a moment before the exit status can be read: wait for the status.
+                child.join()
+                if failed is None and not stop_by:
+                    failed = child
+                    stop(signal.SIGTERM, None)
+    finally:
+        stop(signal.SIGTERM, None)
+        for child in started:
+            child.join()
+    if failed is not None:
+        raise ApiProcessExited(f"API process {children.index(failed)} (pid {failed.pid}) exited with "
+                               f"{failed.exitcode}; the others were stopped")
+
+
+def run_api_process(plan: ApiProcess, listener: socket.socket) -> None:
+    """One API process: its own engine and pool, serving on the supervisor's socket until SIGTERM."""
+    stop_on_sigterm()
+    configure_logging(plan.settings.log_format)
+    _route_uvicorn_logs()
+    app = App(plan.settings, database=plan.database, pool_size=API_POOL_SIZE)
+    try:
+        app.check_keys()
+        started = _run(app, inflight=plan.inflight, reset_page=plan.reset_page, host="", port=0,
+                       sockets=[listener], background=plan.background)
+    finally:
+        app.close()
+    if not started:
+        sys.exit(3)  # as uvicorn's own: the lifespan or the server failed to start

@@ -11,6 +11,8 @@ decided on, so nothing is read twice), and in rebuild, verify and replay.
 
 from __future__ import annotations
 
+import functools
+
 from collections import OrderedDict
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,6 +36,9 @@ from projections.snapshots import Snapshot, State, evolve_snapshot, snapshot_key
 _converter = make_converter()
 
 
+# Built once per table and kept: a decision loads its stream's snapshot on every request, and building
+# a text() parses its bind parameters anew each time (bench/api_profile.py).
+@functools.cache
 def _select(table: Table) -> Any:
     return text(f"""
         SELECT stream_id, version, state FROM {qualified_name(table)}
@@ -41,6 +46,7 @@ def _select(table: Table) -> Any:
     """)
 
 
+@functools.cache
 def _upsert(table: Table) -> Any:
     return text(f"""
         INSERT INTO {qualified_name(table)} (stream_id, version, state)

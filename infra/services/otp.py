@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from domain.decisions import Decision, Refused, Rejected, RequestOutcome, VerifyOutcome, check_optional_text, check_text
 from domain.errors import CodeRejected, InvalidInput
@@ -87,6 +87,11 @@ def parse_challenge_id(value: object) -> UUID:
         raise InvalidInput("the challenge id must be a UUID like 123e4567-e89b-12d3-a456-426614174000") from None
 
 
+# Built once: every verify looks its challenge's owner up.
+CHALLENGE_OWNER = select(tables.otp_challenges.c.user_id, tables.otp_challenges.c.purpose).where(
+    tables.otp_challenges.c.challenge_id == bindparam("challenge_id"))
+
+
 def _user_of_challenge(ctx: ServiceContext, challenge_id: UUID, code: str, user_id: str,
                        purpose: str | None) -> str:
     """The challenge's (scoped) user, if it is ``user_id``'s and (when named) for ``purpose``.
@@ -97,10 +102,8 @@ def _user_of_challenge(ctx: ServiceContext, challenge_id: UUID, code: str, user_
     wrong code, and no attempt is counted. Other words would leak which ids
     exist, and a counted attempt would let a caller lock someone else's code.
     """
-    columns = tables.otp_challenges.c
-    query = select(columns.user_id, columns.purpose).where(columns.challenge_id == challenge_id)
     with ctx.engine.connect() as connection:
-        found = connection.execute(query).first()
+        found = connection.execute(CHALLENGE_OWNER, {"challenge_id": challenge_id}).first()
     if found is None or found.user_id != user_id or purpose not in (None, found.purpose):
         check_code_shape(code, ctx.otp_policy.digits)
         raise CodeRejected("The code is not valid.", attempts_left=0)

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from domain.decisions import ConsumeOutcome, Decision, Refused, Rejected, RequestOutcome
 from domain.errors import TokenInvalid
@@ -35,6 +35,9 @@ from infra.services.unit_of_work import IdempotencyLock, InFlight, ServiceContex
 
 # A token is 32 bytes of HMAC in base64url without padding: 43 characters.
 TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")
+# Built once: verify and consume look a token up on every request.
+USER_OF_TOKEN = select(tables.reset_tokens.c.user_id).where(
+    tables.reset_tokens.c.token_hash == bindparam("token_hash"))
 
 
 def request_reset(
@@ -76,9 +79,8 @@ def _user_of_token(ctx: ServiceContext, token: str, tenant: str) -> tuple[str, s
     if not TOKEN_SHAPE.fullmatch(token):
         raise TokenInvalid("The reset link is not valid.")
     token_hash = hash_token(token)
-    query = select(tables.reset_tokens.c.user_id).where(tables.reset_tokens.c.token_hash == token_hash)
     with ctx.engine.connect() as connection:
-        user_id = connection.execute(query).scalar()
+        user_id = connection.execute(USER_OF_TOKEN, {"token_hash": token_hash}).scalar()
     if user_id is None or tenant_of(user_id) != tenant:
         raise TokenInvalid("The reset link is not valid.")
     return user_id, token_hash

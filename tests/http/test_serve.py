@@ -239,3 +239,89 @@ def test_a_development_key_from_before_scopes_is_replaced_by_one_with_every_scop
         app.close()
     assert key != old and authenticate(engine, old) is None
     assert authenticate(engine, key).scopes == frozenset(SCOPES)
+
+
+def start_processes(env: dict[str, str], tmp_path: Path, processes: int) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    with (tmp_path / "serve.out").open("wb") as out, (tmp_path / "serve.err").open("wb") as err:
+        process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), "--inflight", "8",
+                                    "--processes", str(processes)], env=env, stdout=out, stderr=err)
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool | None:
+        assert process.poll() is None, (tmp_path / "serve.err").read_text()
+        try:
+            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200 or None
+        except httpx.TransportError:
+            return None
+
+    wait_for("the server to answer", up)
+    return process, base
+
+
+def api_processes(tmp_path: Path, count: int) -> list[int] | None:
+    """The API processes' pids, in order, from the supervisor's log lines; None until all are there."""
+    lines = [json.loads(line) for line in (tmp_path / "serve.err").read_text().splitlines() if line.startswith("{")]
+    pids = [line["pid"] for line in lines if line["event"] == "api process started"]
+    return pids if len(pids) == count else None
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.slow
+def test_serve_with_two_processes_answers_from_each_delivers_from_one_and_stops_all_on_sigterm(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    process, base = start_processes(env, tmp_path, 2)
+    try:
+        first, second = wait_for("both API processes", lambda: api_processes(tmp_path, 2))
+        created = subprocess.run([AUTHLEDGER, "clients", "create", "e2e", "--scope", "send", "--json"],
+                                 env=env, capture_output=True, text=True, check=True)
+        headers = {"Authorization": f"Bearer {json.loads(created.stdout)['api_key']}"}
+        # With one process stopped, only the other can accept: each answers a create alone in turn.
+        for answering, stopped in ((first, second), (second, first)):
+            os.kill(stopped, signal.SIGSTOP)
+            try:
+                with httpx.Client(base_url=base, headers=headers, timeout=10) as api:
+                    answer = api.post("/v1/password-resets", json={"user_id": str(answering),
+                                                                  "email": "ada@example.com"},
+                                      headers={"Idempotency-Key": f"from-{answering}"})
+            finally:
+                os.kill(stopped, signal.SIGCONT)
+            assert answer.status_code == 202, answer.text
+        wait_for("both emails, sent by the first process's worker", lambda: emails(env, 2))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=90)
+    assert code == 0
+    assert gone(first) and gone(second), "the supervisor waits for its API processes"
+    log = [json.loads(line) for line in (tmp_path / "serve.err").read_text().splitlines() if line.startswith("{")]
+    assert sum(line["event"] == "Finished server process [%d]" % pid for line in log for pid in (first, second)) == 2
+    assert [line["event"] for line in log].count("worker started") == 1, "one delivery window, not one per process"
+    assert "processes: 2 API processes" in (tmp_path / "serve.out").read_text()
+
+
+@pytest.mark.slow
+def test_when_one_api_process_dies_serve_stops_the_others_and_exits_with_an_error(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    process, _ = start_processes(env, tmp_path, 2)
+    try:
+        first, second = wait_for("both API processes", lambda: api_processes(tmp_path, 2))
+        os.kill(second, signal.SIGKILL)
+        code = process.wait(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert code == 70
+    assert gone(first)
+    said = (tmp_path / "serve.err").read_text()
+    assert f"API process 1 (pid {second}) exited with -9; the others were stopped" in said
+    assert "Traceback" not in said

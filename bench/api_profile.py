@@ -1,0 +1,104 @@
+"""Where the API's service paths spend their CPU: create, verify and consume, in one thread, under cProfile.
+
+    PYTHONPATH=$PWD .venv/bin/python bench/api_profile.py [--requests 300] [--top 25] [--compile]
+
+Runs the service functions the HTTP handlers call (no HTTP, no threadpool),
+one request at a time, on a fresh embedded database: reset create, verify,
+consume; OTP create, verify; plus the API-key lookup. Prints, per step, the
+wall time per call and the functions with the most own CPU time, and (with
+``--compile``) how much of the run SQLAlchemy spent compiling statements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from uuid import uuid4
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_server import start_bench_server  # noqa: E402 - after the path set-up
+from domain.otp import RequestOtp, fold_otp, otp_code_for, otp_stream  # noqa: E402
+from domain.reset import RequestReset, fold_reset, reset_stream, reset_token_for  # noqa: E402
+from domain.tokens import TokenKeys  # noqa: E402
+from infra.db.engine import Database  # noqa: E402
+from infra.services.clients import authenticate, create_client  # noqa: E402
+from infra.services.otp import request_otp, verify_code  # noqa: E402
+from infra.services.reset import consume_token, request_reset, verify_token  # noqa: E402
+from infra.services.unit_of_work import ServiceContext, load_state  # noqa: E402
+
+CALLERS = ""
+KEYS = TokenKeys("bench", {"bench": b"k" * 32})
+
+
+def profiled(name: str, calls: list[Callable[[], object]], top: int, compile_only: bool) -> None:
+    for call in calls[:20]:  # warm the pools and caches, as a running server has
+        call()
+    profile = cProfile.Profile()
+    started = time.perf_counter()
+    profile.enable()
+    for call in calls[20:]:
+        call()
+    profile.disable()
+    per_call = (time.perf_counter() - started) / max(1, len(calls) - 20) * 1000
+    out = io.StringIO()
+    stats = pstats.Stats(profile, stream=out)
+    total = stats.total_tt  # type: ignore[attr-defined]
+    compiled = sum(tt for (file, _, func), (_, _, tt, _, _) in stats.stats.items()  # type: ignore[attr-defined]
+                   if "sqlalchemy/sql/" in file)
+    print(f"== {name}: {per_call:.2f} ms per call under the profiler; own time in sqlalchemy/sql "
+          f"(statement building and compiling) {compiled / total:.0%} of {total:.2f} s")
+    if CALLERS:
+        stats.print_callers(CALLERS)
+        print(out.getvalue()[-3000:])
+    if not compile_only:
+        stats.sort_stats("tottime").print_stats(top)
+        print("\n".join(line for line in out.getvalue().splitlines() if line.strip())[-(top + 8) * 200:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--compile", action="store_true", help="only the share of statement building")
+    parser.add_argument("--callers", default="", help="also list the callers of functions matching this")
+    args = parser.parse_args()
+    global CALLERS
+    CALLERS = args.callers
+    server = start_bench_server("authledger-bench-api-profile-")
+    engine = Database(server.create_database("bench_api_profile")).engine(pool_size=4)
+    ctx = ServiceContext(engine=engine, keys=KEYS)
+    api_key = create_client(ctx, "bench").api_key
+    run, n = uuid4().hex[:8], args.requests + 20
+    users = [f"p-{run}-{i}" for i in range(n)]
+
+    profiled("authenticate", [lambda: authenticate(engine, api_key)] * n, args.top, args.compile)
+    profiled("reset create", [lambda u=u: request_reset(ctx, RequestReset(u, f"{u}@example.com",
+                                                                           idempotency_key=uuid4().hex))
+                              for u in users], args.top, args.compile)
+    tokens = []
+    for u in users:
+        state = load_state(ctx, reset_stream(u), fold_reset)
+        tokens.append(reset_token_for(next(iter(state.requests.values())), KEYS))
+    profiled("reset verify", [lambda t=t: verify_token(ctx, t) for t in tokens], args.top, args.compile)
+    profiled("reset consume", [lambda t=t: consume_token(ctx, t) for t in tokens], args.top, args.compile)
+    profiled("otp create", [lambda u=u: request_otp(ctx, RequestOtp(u, f"{u}@example.com",
+                                                                     idempotency_key=uuid4().hex))
+                            for u in users], args.top, args.compile)
+    pairs = []
+    for u in users:
+        challenge = next(iter(load_state(ctx, otp_stream(u), fold_otp).challenges.values()))
+        pairs.append((u, challenge.challenge_id, otp_code_for(challenge, KEYS)))
+    profiled("otp verify", [lambda p=p: verify_code(ctx, p[1], p[2], user_id=p[0]) for p in pairs],
+             args.top, args.compile)
+    engine.dispose()
+
+
+if __name__ == "__main__":
+    main()
