@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from infra.clock import ManualClock
-from infra.console.app import CSP, Console
+from infra.console.app import Console
+from infra.console.shell import CSP
 from infra.http.app import create_app
 from infra.review.history import explain, history
 from infra.services.clients import revoke_client
