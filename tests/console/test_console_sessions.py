@@ -15,6 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine, text
 
+from domain.tokens import hash_token
 from infra.clock import ManualClock
 from infra.console.app import Console
 from infra.console.sessions import COOKIE
@@ -175,4 +176,16 @@ def test_the_database_holds_neither_the_key_nor_the_cookie(
     whole = dump(database_url)
 
     assert review_key not in whole and cookie not in whole
-    assert len(rows(engine)) == 1 and "console_sessions" in whole
+    assert len(rows(engine)) == 1 and hash_token(cookie) in whole, "the session's row is in the dump, by digest"
+
+
+@pytest.mark.parametrize("cookie", ["made-up", "x" * 4000, "%00' OR 1=1 --"])
+def test_a_made_up_cookie_is_not_signed_in_and_writes_nothing(
+    browser: TwoProcesses, engine: Engine, cookie: str
+) -> None:
+    browser.client.cookies.set(COOKIE, cookie, path="/console")
+
+    answer = browser.via("b").get("/console/", follow_redirects=False)
+
+    assert answer.status_code == 303 and answer.headers["location"] == "/console/sign-in"
+    assert rows(engine) == []
