@@ -386,6 +386,24 @@ CREATE INDEX IF NOT EXISTS address_index_hashes ON address_index USING gin (stri
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON address_index TO authledger_app;
 
+-- The review console's signed-in sessions (infra/console/sessions.py), shared
+-- by every `serve --processes N` process. Not an event-sourced projection:
+-- sessions are not part of the audit story, so rows are written and deleted
+-- here directly. No secret at rest: the SHA-256 of the session cookie names a
+-- row, and the key is kept only as the SHA-256 api_keys already holds, so a
+-- dump gives neither a working cookie nor a key. Rows idle past the timeout
+-- are deleted when found and swept at sign-in (by last_seen).
+CREATE TABLE IF NOT EXISTS console_sessions (
+    cookie_hash  text        PRIMARY KEY,
+    key_hash     text        NOT NULL,
+    csrf         text        NOT NULL,
+    created_at   timestamptz NOT NULL,
+    last_seen    timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS console_sessions_by_last_seen ON console_sessions (last_seen);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON console_sessions TO authledger_app;
+
 -- What each version brought; `authledger db init` takes any older database to
 -- the newest by re-applying this idempotent file.
 --   1  the log, its guards, the inline and catch-up projections, seals, subject keys
@@ -396,4 +414,5 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON address_index TO authledger_app;
 --      address_index (reviewers find users by a keyed hash of their address);
 --      indexes for the console's outbox page (24 h chart, given-up mail)
 --      request_counts also counts rejected presentations of links and codes
+--      console_sessions (console sign-ins every serve process shares)
 INSERT INTO schema_version (version) VALUES (1), (2), (3), (4) ON CONFLICT DO NOTHING;

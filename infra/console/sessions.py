@@ -1,39 +1,48 @@
-"""Console sessions: a signed-in `review` key, held on the server, named by a random cookie.
+"""Console sessions: a signed-in `review` key, named by a random cookie, kept in PostgreSQL.
 
-The browser holds only a random session id (HttpOnly, SameSite=Strict); the
-server keeps the key in memory under the id's SHA-256, so neither the cookie
-nor a dump of this table gives anyone the key or a working cookie. The key
-is kept (not just the caller it named) because every request asks
-``authenticate`` again: revoking the key ends the session at its next click.
+The browser holds only a random session id (HttpOnly, SameSite=Strict). The
+``console_sessions`` table keeps, under the id's SHA-256, the SHA-256 of the
+key (the hash ``api_keys`` already holds, never the key), the session's CSRF
+token and when it was opened and last seen: a dump of the table gives no one a
+key or a working cookie. Every ``authledger serve --processes N`` process reads
+the same rows, so a browser's next request may land in any of them.
 
-A session ends after ``idle`` without a request, at sign-out, or when its key
-stops working. Sessions live in the ``authledger serve`` process: a restart
-signs everyone out, which is the safe way round.
+The table is not an event-sourced projection: sessions are not part of the
+audit story, so signing in and out records no event and rows are written and
+deleted here directly.
+
+Every request finds its row and the shell asks ``authenticate_hash`` again with
+the key's hash: revoking the key ends the session at its next click. A session
+ends after ``idle`` without a request (its row deleted when found so, and such
+rows swept at every sign-in), at sign-out, or when its key stops working.
+
+``last_seen`` is written at most once per ``TOUCH_EVERY`` (a minute), not at
+every click, so a session may end up to that minute before ``idle`` has passed
+since its very last request; never later.
 
 Each session carries its CSRF token (a synchronizer token): every form that
-changes state sends it back and ``check_csrf`` compares it in constant time.
+changes state sends it back and ``same_token`` compares it in constant time.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
-import threading
 from datetime import datetime, timedelta
 
-from attrs import evolve, frozen
+from attrs import frozen
+from sqlalchemy import Engine, delete, insert, select, update
 
 from domain.clients import Caller
+from domain.tokens import hash_token
 from infra.clock import Clock
+from infra.db import tables
 
 COOKIE = "authledger_console"
 SIGN_IN_COOKIE = "authledger_console_sign_in"  # the sign-in form's CSRF token, before any session exists
 DEFAULT_IDLE = timedelta(minutes=15)
-
-
-def _digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
+TOUCH_EVERY = timedelta(minutes=1)  # last_seen is written no more often: not one write per click
+SWEEP_LIMIT = 1000  # idle rows deleted per sign-in, so a sign-in never waits on a huge delete
 
 
 def new_token() -> str:
@@ -46,52 +55,65 @@ def same_token(given: str | None, expected: str) -> bool:
 
 
 @frozen
+class Stored:
+    """A session as its row holds it: the key's hash, the CSRF token, when last seen."""
+
+    key_hash: str
+    csrf: str
+    last_seen: datetime
+
+
+@frozen
 class Session:
-    api_key: str
+    """A signed-in session, with what its key may do now."""
+
+    key_hash: str
     caller: Caller
     csrf: str
     last_seen: datetime
 
 
+_S = tables.console_sessions
+_c = _S.c
+
+
 class Sessions:
-    """The signed-in sessions of one server process, with an idle timeout on ``clock``."""
+    """The console's signed-in sessions in ``engine``'s ``console_sessions``, idle after ``idle`` on ``clock``."""
 
-    def __init__(self, clock: Clock, idle: timedelta = DEFAULT_IDLE) -> None:
-        self.clock, self.idle = clock, idle
-        self._by_digest: dict[str, Session] = {}
-        self._lock = threading.Lock()
+    def __init__(self, engine: Engine, clock: Clock, idle: timedelta = DEFAULT_IDLE) -> None:
+        self.engine, self.clock, self.idle = engine, clock, idle
 
-    def open(self, api_key: str, caller: Caller) -> str:
-        """A new session for ``caller``; returns the cookie value, which is stored nowhere."""
+    def open(self, api_key: str) -> str:
+        """A new session for ``api_key``; returns the cookie value, which is stored nowhere."""
         cookie, now = new_token(), self.clock.now()
-        with self._lock:
-            self._by_digest = {d: s for d, s in self._by_digest.items() if now - s.last_seen <= self.idle}
-            self._by_digest[_digest(cookie)] = Session(api_key, caller, new_token(), now)
+        idle_ones = select(_c.cookie_hash).where(_c.last_seen < now - self.idle).limit(SWEEP_LIMIT)
+        with self.engine.begin() as connection:
+            connection.execute(delete(_S).where(_c.cookie_hash.in_(idle_ones.scalar_subquery())))
+            connection.execute(insert(_S).values(cookie_hash=hash_token(cookie), key_hash=hash_token(api_key),
+                                                 csrf=new_token(), created_at=now, last_seen=now))
         return cookie
 
-    def find(self, cookie: str | None) -> tuple[Session | None, bool]:
+    def find(self, cookie: str | None) -> tuple[Stored | None, bool]:
         """The live session named by ``cookie``, touched; and whether one existed but had gone idle."""
         if not cookie:
             return None, False
-        now, digest = self.clock.now(), _digest(cookie)
-        with self._lock:
-            session = self._by_digest.get(digest)
-            if session is None:
+        now, digest = self.clock.now(), hash_token(cookie)
+        with self.engine.begin() as connection:
+            row = connection.execute(
+                select(_c.key_hash, _c.csrf, _c.last_seen).where(_c.cookie_hash == digest)).one_or_none()
+            if row is None:
                 return None, False
-            if now - session.last_seen > self.idle:
-                del self._by_digest[digest]
+            if now - row.last_seen > self.idle:
+                connection.execute(delete(_S).where(_c.cookie_hash == digest))
                 return None, True
-            self._by_digest[digest] = session = evolve(session, last_seen=now)
-            return session, False
-
-    def replace_caller(self, cookie: str, caller: Caller) -> None:
-        """What the key may do today (scopes or tenant changed since sign-in)."""
-        with self._lock:
-            digest = _digest(cookie)
-            if digest in self._by_digest:
-                self._by_digest[digest] = evolve(self._by_digest[digest], caller=caller)
+            last_seen = row.last_seen
+            if now - last_seen >= TOUCH_EVERY:
+                connection.execute(update(_S).where(_c.cookie_hash == digest, _c.last_seen < now)
+                                   .values(last_seen=now))
+                last_seen = now
+        return Stored(row.key_hash, row.csrf, last_seen), False
 
     def close(self, cookie: str | None) -> None:
         if cookie:
-            with self._lock:
-                self._by_digest.pop(_digest(cookie), None)
+            with self.engine.begin() as connection:
+                connection.execute(delete(_S).where(_c.cookie_hash == hash_token(cookie)))

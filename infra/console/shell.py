@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from domain.errors import ConfigError
 from infra.console.sessions import COOKIE, Session, Sessions, same_token
-from infra.services.clients import authenticate
+from infra.services.clients import authenticate_hash
 from infra.services.unit_of_work import ServiceContext
 
 PREFIX = "/console"
@@ -71,14 +71,14 @@ class Shell:
     """One ``ServiceContext``'s console sessions and templates, and the steps every page takes with them.
 
     ``signing_key`` loads the audit signing key that signs a case's download and the audit digest (none: no
-    signing). A session's key is checked with ``infra.services.clients.authenticate`` on every request.
+    signing). A session's key is checked with ``infra.services.clients.authenticate_hash`` on every request.
     """
 
     def __init__(self, ctx: ServiceContext, *, idle: timedelta, signing_key: SigningKey | None = None) -> None:
         self.ctx = ctx
         self.can_sign = signing_key is not None
         self._signing_key = signing_key
-        self.sessions = Sessions(ctx.clock, idle)
+        self.sessions = Sessions(ctx.engine, ctx.clock, idle)
         self.templates = Environment(loader=PackageLoader("infra.console", "templates"),
                                      autoescape=select_autoescape(["html"]))
 
@@ -97,20 +97,22 @@ class Shell:
 
     async def session(self, request: Request) -> Session | Response:
         """The signed-in session, its key checked again now; or the redirect to the sign-in page."""
-        cookie = request.cookies.get(COOKIE)
-        session, went_idle = self.sessions.find(cookie)
-        if session is None:
-            return self.to_sign_in("idle" if went_idle else None)
-        caller = await run_in_threadpool(authenticate, self.ctx.engine, session.api_key)
+        session = await run_in_threadpool(self._signed_in, request.cookies.get(COOKIE))
+        if not isinstance(session, Session):
+            return self.to_sign_in(session)
+        request.state.client = session.caller.client  # for the request's log line
+        return session
+
+    def _signed_in(self, cookie: str | None) -> Session | str | None:
+        """The session named by ``cookie`` with what its key may do now; else why it ended (None: there was none)."""
+        stored, went_idle = self.sessions.find(cookie)
+        if stored is None:
+            return "idle" if went_idle else None
+        caller = authenticate_hash(self.ctx.engine, stored.key_hash)
         if caller is None or not caller.may(SCOPE):
             self.sessions.close(cookie)
-            return self.to_sign_in("revoked" if caller is None else "scope")
-        request.state.client = caller.client  # for the request's log line
-        if caller != session.caller:
-            assert cookie is not None
-            self.sessions.replace_caller(cookie, caller)
-            session = Session(session.api_key, caller, session.csrf, session.last_seen)
-        return session
+            return "revoked" if caller is None else "scope"
+        return Session(stored.key_hash, caller, stored.csrf, stored.last_seen)
 
     def to_sign_in(self, ended: str | None) -> Response:
         target = f"{PREFIX}/sign-in" + (f"?ended={ended}" if ended else "")

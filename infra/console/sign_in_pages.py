@@ -58,12 +58,13 @@ class SignInPages:
             return self._sign_in_form(
                 request, status=403,
                 error="That API key lacks the review scope: the console needs a key with the review scope.")
+        cookie = await run_in_threadpool(self.shell.sessions.open, api_key)
         response = RedirectResponse(f"{PREFIX}/", status_code=303)
-        response.set_cookie(COOKIE, self.shell.sessions.open(api_key, caller), path=PREFIX, httponly=True,
-                            samesite="strict", secure=request.url.scheme == "https")
+        response.set_cookie(COOKIE, cookie, path=PREFIX, httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https")
         response.delete_cookie(SIGN_IN_COOKIE, path=f"{PREFIX}/sign-in")
         return response
 
     async def sign_out(self, request: Request, session: Session, form: dict[str, str]) -> Response:
-        self.shell.sessions.close(request.cookies.get(COOKIE))
+        await run_in_threadpool(self.shell.sessions.close, request.cookies.get(COOKIE))
         return self.shell.to_sign_in("signed-out")

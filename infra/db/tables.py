@@ -1,4 +1,4 @@
-"""SQLAlchemy Core descriptions of the projection tables (schema.sql is the DDL)."""
+"""SQLAlchemy Core descriptions of the projection tables and the console's sessions (schema.sql is the DDL)."""
 
 from __future__ import annotations
 
@@ -89,4 +89,10 @@ address_index = Table(
     "address_index", metadata,
     Column("user_id", Text, primary_key=True),
     Column("tenant", Text), Column("hashes", Text),
+)
+
+console_sessions = Table(
+    "console_sessions", metadata,
+    Column("cookie_hash", Text, primary_key=True),
+    Column("key_hash", Text), Column("csrf", Text), Column("created_at", _tz()), Column("last_seen", _tz()),
 )

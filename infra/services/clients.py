@@ -2,7 +2,8 @@
 
 A client's keys are issued and revoked by events on ``client:<name>``, folded
 inline into ``api_keys``; a request is authenticated by looking up the
-SHA-256 of its key there. The answer is cached in the process for at most
+SHA-256 of its key there (``authenticate``; ``authenticate_hash`` when only
+that hash is kept, as by a console session). The answer is cached in the process for at most
 ``KEY_CACHE_SECONDS`` per key, so the API does not read the database for the
 key on every request; a revocation therefore takes effect within that time
 everywhere (at once in the process that revokes).
@@ -63,7 +64,11 @@ class KeyCache:
         self._lock = threading.Lock()
 
     def authenticate(self, engine: Engine, api_key: str) -> Caller | None:
-        entry = (engine.url.render_as_string(hide_password=True), hash_token(api_key))
+        return self.authenticate_hash(engine, hash_token(api_key))
+
+    def authenticate_hash(self, engine: Engine, key_hash: str) -> Caller | None:
+        """Who holds the key whose ``hash_token`` is ``key_hash``, while it is active, or None."""
+        entry = (engine.url.render_as_string(hide_password=True), key_hash)
         now = self.clock()
         with self._lock:
             cached = self._found.get(entry)
@@ -96,6 +101,11 @@ def _caller_of(engine: Engine, key_hash: str) -> Caller | None:
 def authenticate(engine: Engine, api_key: str) -> Caller | None:
     """Who holds ``api_key`` (client, tenant, scopes) while it is active, or None; cached up to a second."""
     return KEYS.authenticate(engine, api_key)
+
+
+def authenticate_hash(engine: Engine, key_hash: str) -> Caller | None:
+    """``authenticate`` for a key known only by its ``hash_token`` (as a console session keeps it)."""
+    return KEYS.authenticate_hash(engine, key_hash)
 
 
 @frozen

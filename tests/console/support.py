@@ -36,11 +36,12 @@ def key_of(ctx: ServiceContext, client: str, *scopes: str, tenant: str = DEFAULT
 
 
 class Browser:
-    """A cookie-keeping client of an ASGI app, called synchronously (one event loop for its life)."""
+    """A cookie-keeping client of an ASGI app or a transport, called synchronously (one event loop for its life)."""
 
     def __init__(self, app: Any, base_url: str = "http://authledger.test") -> None:
         self.loop = asyncio.new_event_loop()
-        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url=base_url)
+        transport = app if isinstance(app, httpx.AsyncBaseTransport) else httpx.ASGITransport(app)
+        self.client = httpx.AsyncClient(transport=transport, base_url=base_url)
 
     def request(self, method: str, path: str, **options: Any) -> httpx.Response:
         options.setdefault("follow_redirects", True)

@@ -190,7 +190,7 @@ def test_a_database_at_an_older_schema_version_is_told_to_upgrade_and_db_init_up
     with admin_engine.begin() as connection:  # what a version-1 schema.sql left behind
         connection.execute(text("DELETE FROM schema_version WHERE version >= 2"))
         connection.execute(text("REVOKE UPDATE (master_key_id, wrapped_key) ON subject_keys FROM authledger_app"))
-        connection.execute(text("DROP TABLE address_index"))  # version 4's
+        connection.execute(text("DROP TABLE address_index, console_sessions"))  # version 4's
         connection.execute(text("DROP INDEX delivery_messages_by_queued, delivery_messages_by_finished, "
                                 "email_outbox_given_up"))
     code, output = run(database_url, "db", "check")
@@ -207,9 +207,14 @@ def test_a_database_at_an_older_schema_version_is_told_to_upgrade_and_db_init_up
     with admin_engine.connect() as connection:
         back = connection.execute(text(
             "SELECT count(*) FROM unnest(ARRAY['address_index', 'address_index_hashes', 'delivery_messages_by_queued', "
-            "'delivery_messages_by_finished', 'email_outbox_given_up']) AS name WHERE to_regclass(name) IS NOT NULL"
+            "'delivery_messages_by_finished', 'email_outbox_given_up', 'console_sessions', "
+            "'console_sessions_by_last_seen']) AS name WHERE to_regclass(name) IS NOT NULL"
         )).scalar_one()
-    assert back == 5, "db init puts version 4's table and indexes in place"
+        may_keep_sessions = connection.execute(text(
+            "SELECT bool_and(has_table_privilege('authledger_app', 'console_sessions', p)) "
+            "FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS p")).scalar_one()
+    assert back == 7, "db init puts version 4's tables and indexes in place"
+    assert may_keep_sessions, "the app role reads, opens, touches and ends console sessions"
 
 
 def test_db_init_lets_a_version_3_database_count_rejected_presentations_and_is_idempotent(

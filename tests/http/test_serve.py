@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from email.message import Message
 from pathlib import Path
 from typing import TypeVar
@@ -27,6 +28,7 @@ from infra.db.engine import Database
 from domain.clients import SCOPES
 from infra.services.clients import authenticate, create_client, revoke_client
 from infra.http.serve import ensure_dev_key
+from tests.console.support import csrf_of
 from tests.support.log_reading import stream_events
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
@@ -266,6 +268,16 @@ def api_processes(tmp_path: Path, count: int) -> list[int] | None:
     return pids if len(pids) == count else None
 
 
+@contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """``pid`` stopped meanwhile: only the other API process accepts new connections."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -285,17 +297,25 @@ def test_serve_with_two_processes_answers_from_each_delivers_from_one_and_stops_
                                  env=env, capture_output=True, text=True, check=True)
         headers = {"Authorization": f"Bearer {json.loads(created.stdout)['api_key']}"}
         # With one process stopped, only the other can accept: each answers a create alone in turn.
-        for answering, stopped in ((first, second), (second, first)):
-            os.kill(stopped, signal.SIGSTOP)
-            try:
-                with httpx.Client(base_url=base, headers=headers, timeout=10) as api:
-                    answer = api.post("/v1/password-resets", json={"user_id": str(answering),
-                                                                  "email": "ada@example.com"},
-                                      headers={"Idempotency-Key": f"from-{answering}"})
-            finally:
-                os.kill(stopped, signal.SIGCONT)
+        for answering, other in ((first, second), (second, first)):
+            with stopped(other), httpx.Client(base_url=base, headers=headers, timeout=10) as api:
+                answer = api.post("/v1/password-resets", json={"user_id": str(answering), "email": "ada@example.com"},
+                                  headers={"Idempotency-Key": f"from-{answering}"})
             assert answer.status_code == 202, answer.text
         wait_for("both emails, sent by the first process's worker", lambda: emails(env, 2))
+        # A reviewer signed in by the first process stays signed in when the second answers.
+        reviewer = subprocess.run([AUTHLEDGER, "clients", "create", "reviewer", "--scope", "review", "--json"],
+                                  env=env, capture_output=True, text=True, check=True)
+        with httpx.Client(base_url=base, timeout=10, limits=httpx.Limits(max_keepalive_connections=0)) as browser:
+            with stopped(second):
+                form = browser.get("/console/sign-in")
+                signed_in = browser.post("/console/sign-in", data={
+                    "csrf": csrf_of(form), "api_key": json.loads(reviewer.stdout)["api_key"]})
+            with stopped(first):
+                page = browser.get("/console/")
+                found = browser.post("/console/search", data={"csrf": csrf_of(page), "q": str(first)})
+        assert signed_in.headers["location"] == "/console/" and page.status_code == 200, page.text
+        assert found.headers["location"] == f"/console/case?kind=user&id={first}", found.text
     finally:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=90)
