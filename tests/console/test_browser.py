@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-import httpx
 import pytest
 from attrs import evolve
 from sqlalchemy import Engine
@@ -25,11 +24,12 @@ from infra.clock import ManualClock
 from infra.services.reset import verify_token
 from infra.services.unit_of_work import ServiceContext
 from tests.console.support import key_of
-from tests.http.test_serve import AUTHLEDGER, KEYS, free_port, wait_for
+from tests.http.test_serve import KEYS
 from tests.support.browser import needs_browser, problems_in_console, shows, accessibility_problems
 from tests.support.browser import shot as save_shot
 from tests.support.incidents import START, WEB, duplicate_emails
 from tests.support.secrets import reset_token_of
+from tests.support.servers import AUTHLEDGER, start_serve
 
 pytestmark = needs_browser
 pytest.importorskip("selenium", reason="selenium is not installed (pip install -e .[test])")
@@ -60,21 +60,8 @@ def base_url(database_url: str, tmp_path: Path, case: dict[str, UUID]) -> Iterat
     env = {**os.environ, "DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS,
            "AUTHLEDGER_DATA_DIR": str(tmp_path / "data"), "AUTHLEDGER_LOG_FORMAT": "json",
            "AUTHLEDGER_POLL_SECONDS": "1"}
-    port = free_port()
-    with (tmp_path / "serve.err").open("wb") as err:
-        process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), "--inflight", "0"], env=env,
-                                   stdout=subprocess.DEVNULL, stderr=err)
-    base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool | None:
-        assert process.poll() is None, (tmp_path / "serve.err").read_text()
-        try:
-            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200 or None
-        except httpx.TransportError:
-            return None
-
+    process, base = start_serve(env, tmp_path, "--inflight", "0")
     try:
-        wait_for("the server to answer", up)
         yield base
     finally:
         process.terminate()

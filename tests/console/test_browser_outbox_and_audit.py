@@ -24,7 +24,8 @@ from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
 from tests.console.support import key_of
 from tests.console.test_outbox_and_audit_pages import abandoned_message
-from tests.support.browser import accessibility_problems, needs_browser, problems_in_console, served, shows
+from tests.support.browser import accessibility_problems, needs_browser, problems_in_console, shows
+from tests.support.servers import served
 from tests.support.browser import shot as save_shot
 from tests.support.replay import assert_projections_match_log
 

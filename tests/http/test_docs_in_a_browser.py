@@ -14,7 +14,8 @@ from infra.http.app import create_app
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
 from tests.http.support import token_for
-from tests.support.browser import needs_browser, served, shot
+from tests.support.browser import needs_browser, shot
+from tests.support.servers import served
 
 pytestmark = needs_browser
 pytest.importorskip("selenium", reason="selenium is not installed (pip install -e .[test])")

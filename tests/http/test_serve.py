@@ -7,15 +7,11 @@ import json
 import mailbox
 import os
 import signal
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from email.message import Message
 from pathlib import Path
-from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -30,31 +26,15 @@ from infra.services.clients import authenticate, create_client, revoke_client
 from infra.http.serve import ensure_dev_key
 from tests.console.support import csrf_of
 from tests.support.log_reading import stream_events
+from tests.support.servers import AUTHLEDGER, free_port, start_serve, wait_for
 
-AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
 KEYS = "e2e:" + base64.urlsafe_b64encode(b"e" * 32).decode().rstrip("=")
-T = TypeVar("T")
 
 
 def client_of(engine: Engine, api_key: str) -> str | None:
     caller = authenticate(engine, api_key)
     return caller and caller.client
 
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (found := probe()) is not None:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -73,20 +53,7 @@ def env(database_url: str, tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture
 def server(env: dict[str, str], tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    port = free_port()
-    with (tmp_path / "serve.out").open("wb") as out, (tmp_path / "serve.err").open("wb") as err:
-        process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), "--inflight", "8"],
-                                   env=env, stdout=out, stderr=err)
-    base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool | None:
-        assert process.poll() is None, (tmp_path / "serve.err").read_text()
-        try:
-            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200 or None
-        except httpx.TransportError:
-            return None
-
-    wait_for("the server to answer", up)
+    process, base = start_serve(env, tmp_path, "--inflight", "8")
     yield process, base
     if process.poll() is None:
         process.kill()
@@ -244,21 +211,7 @@ def test_a_development_key_from_before_scopes_is_replaced_by_one_with_every_scop
 
 
 def start_processes(env: dict[str, str], tmp_path: Path, processes: int) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    with (tmp_path / "serve.out").open("wb") as out, (tmp_path / "serve.err").open("wb") as err:
-        process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), "--inflight", "8",
-                                    "--processes", str(processes)], env=env, stdout=out, stderr=err)
-    base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool | None:
-        assert process.poll() is None, (tmp_path / "serve.err").read_text()
-        try:
-            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200 or None
-        except httpx.TransportError:
-            return None
-
-    wait_for("the server to answer", up)
-    return process, base
+    return start_serve(env, tmp_path, "--inflight", "8", "--processes", str(processes))
 
 
 def api_processes(tmp_path: Path, count: int) -> list[int] | None:

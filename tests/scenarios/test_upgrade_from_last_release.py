@@ -38,7 +38,8 @@ from infra.db.schema import SCHEMA_VERSION
 from infra.services.clients import authenticate
 from infra.services.unit_of_work import ServiceContext
 from tests.support.replay import assert_projections_match_log
-from tests.support.two_tenants import served
+from infra.http.app import create_app
+from tests.support.servers import served
 
 TODAY = Path(__file__).resolve().parents[2]  # this checkout's code
 # The last release before tenants and scoped keys (065974c, schema version 3).
@@ -143,7 +144,7 @@ def test_a_database_of_the_last_release_is_upgraded_by_db_init_and_its_key_link_
         assert caller.scopes == LEGACY_SCOPES
         ctx = ServiceContext(engine=engine, keys=TokenKeys(current_id="old", keys={"old": TOKEN_KEY}),
                              clock=ManualClock(), reset_url=RESET_URL)
-        with served(ctx) as base, httpx.Client(base_url=base, timeout=30,
+        with served(create_app(ctx)) as base, httpx.Client(base_url=base, timeout=30,
                                                headers={"Authorization": f"Bearer {api_key}"}) as api:
             verify_path = f"/v1/otp/challenges/{challenge['challenge_id']}/verify"
             other_purpose = api.post(verify_path, json={"code": code, "user_id": "42", "purpose": "login"})

@@ -16,15 +16,11 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import socket
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 HAS_SELENIUM = importlib.util.find_spec("selenium") is not None
@@ -99,25 +95,3 @@ def shows(browser: Any, heading: str) -> bool:
     return True
 
 
-@contextmanager
-def served(app: Any) -> Iterator[str]:
-    """``app`` under uvicorn on a free port, in a thread; its base URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off",
-                                           access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    started = threading.Event()
-    for _ in range(300):
-        if server.started:
-            started.set()
-            break
-        started.wait(0.05)
-    assert started.is_set(), "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)

@@ -9,8 +9,6 @@ reads the link or code as the user would.
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,7 +17,6 @@ from uuid import UUID, uuid4
 
 import attrs
 import httpx
-import uvicorn
 from sqlalchemy import Engine, text
 
 from domain.clients import SCOPES
@@ -30,6 +27,7 @@ from infra.services.clients import create_client
 from infra.services.tenants import create_tenant
 from infra.services.unit_of_work import ServiceContext, random_nonce
 from tests.support.mailers import RecordingMailer
+from tests.support.servers import served
 
 SENDER = "authledger <no-reply@app.test>"
 # Ten digits: a six-digit code could turn up by chance among the digits of
@@ -48,28 +46,6 @@ def events_digest(engine: Engine) -> tuple[int, str]:
     return row.n, row.digest
 
 
-@contextmanager
-def served(ctx: ServiceContext) -> Iterator[str]:
-    """``create_app(ctx)`` under uvicorn on a free port, in a thread; its base URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(ctx), host="127.0.0.1", port=port, log_config=None,
-                                           lifespan="off", access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    started = threading.Event()
-    for _ in range(400):  # waits on uvicorn's own flag, not on a guess of how long it takes
-        if server.started:
-            started.set()
-            break
-        started.wait(0.05)
-    assert started.is_set(), "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 @attrs.frozen
@@ -160,7 +136,7 @@ def two_tenants(ctx: ServiceContext) -> Iterator[TwoTenants]:
         keys = {scope: create_client(ctx, f"{name}-{scope}", tenant=name, scopes=[scope]).api_key
                 for scope in SCOPES}
         tenants.append(Tenant(name, keys))
-    with served(ctx) as base:
+    with served(create_app(ctx)) as base:
         world = TwoTenants(ctx, base, tenants[0], tenants[1], nonces=nonces)
         world.api_keys.extend(key for tenant in tenants for key in tenant.keys.values())
         yield world

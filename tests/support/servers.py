@@ -1,0 +1,77 @@
+"""The one way tests run a real server: the app under uvicorn in a thread, or `authledger serve` as a process.
+
+Both listen on a free port of 127.0.0.1 and are handed over only once they
+answer, judged by uvicorn's own ``started`` flag or by ``/healthz``, never by
+a guess of how long starting takes.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import uvicorn
+
+AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0) -> T:
+    """``probe()``'s first answer other than None; ``AssertionError`` naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (found := probe()) is not None:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextmanager
+def served(app: Any) -> Iterator[str]:
+    """``app`` under uvicorn on a free port, in a thread; its base URL."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_config=None,
+                                           lifespan="off", access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for("uvicorn to start", lambda: server.started or None)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def start_serve(env: dict[str, str], tmp_path: Path, *options: str) -> tuple[subprocess.Popen[bytes], str]:
+    """`authledger serve` with ``options`` on a free port, answering ``/healthz``; its process and base URL.
+
+    Its output goes to ``serve.out`` and ``serve.err`` in ``tmp_path``; the caller stops the process.
+    """
+    port = free_port()
+    with (tmp_path / "serve.out").open("wb") as out, (tmp_path / "serve.err").open("wb") as err:
+        process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), *options],
+                                   env=env, stdout=out, stderr=err)
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool | None:
+        assert process.poll() is None, (tmp_path / "serve.err").read_text()
+        try:
+            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200 or None
+        except httpx.TransportError:
+            return None
+
+    wait_for("the server to answer", up)
+    return process, base
