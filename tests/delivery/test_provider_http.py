@@ -205,3 +205,11 @@ def test_refuses_a_bad_url_or_a_key_over_plain_http(url: str, api_key: str | Non
         HttpMailer(url, api_key=api_key)
 
     assert "re_secret_key" not in str(failure.value)
+
+
+def test_a_mailer_shows_its_url_without_the_credentials_it_may_carry() -> None:
+    mailer = HttpMailer("https://user:s3cret@api.example.test/send?key=k3y")
+    try:
+        assert repr(mailer) == "HttpMailer('https://***@api.example.test/send?***')"
+    finally:
+        mailer.close()

@@ -21,6 +21,7 @@ from infra.delivery.providers import (
     SendFailed,
     single_recipient,
 )
+from infra.config import mask_url
 from infra.delivery.providers.http_clients import ClientGroup
 
 # A provider's machine-readable error name ("validation_error") is worth
@@ -85,7 +86,8 @@ class HttpMailer:
         self._async_loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
-        return f"HttpMailer({self.url!r})"
+        # A provider URL may carry credentials in its userinfo or query: shown masked, as config show does.
+        return f"HttpMailer({mask_url(self.url)!r})"
 
     def close(self) -> None:
         self._client.close()
