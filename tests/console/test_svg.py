@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from domain.decisions import RequestsCounted
 from domain.email import EmailQueued, LeaseClaimed, LeaseExpired, ProviderAccepted, SendAttemptFailed
 from domain.log import RecordedEvent
 from domain.privacy import SubjectErased
@@ -123,6 +124,21 @@ def test_a_rejected_presentation_of_the_superseded_link_is_a_verification_marker
 
     assert marks == [("rejected", str(OLD), "superseded"), ("rejected", str(UUID(int=3)), "expired")]
     assert "ResetTokenRejected (superseded) at " in svg
+
+
+def test_presentations_past_the_bound_are_one_counted_rejection_marker() -> None:
+    counted = RequestsCounted("reset", "42", "rejected", at(3600), at(3700), at(3900), 490, ("shop",))
+    # The count is appended in the transaction of the stream's next event, whose time it takes.
+    svg = draw([*a_superseded_link_and_a_worker_killed_mid_lease(),
+                RecordedEvent(92, "reset-user:42", 10, UUID(int=1092), "RequestsCounted", 1, counted,
+                              transaction_id=92),
+                RecordedEvent(93, "reset-user:42", 11, UUID(int=1093), "ResetTokenRejected", 1,
+                              ResetTokenRejected(OLD, "superseded", at(7300)), transaction_id=92)])
+
+    [mark] = [m for m in shapes(svg, "verification") if "data-count" in m]
+
+    assert (mark["data-outcome"], mark["data-count"]) == ("rejected", "490")
+    assert "490 more presentations refused from " in svg
 
 
 def test_a_lease_still_held_is_drawn_open_to_its_expiry() -> None:
