@@ -88,8 +88,9 @@ class Rejected:
     ``message`` is the answer's words, those a caller got before rejections were recorded.
     """
 
-    reason: str  # "used", "superseded", "expired", "locked" or "erased"
+    reason: str  # "used", "superseded", "expired", "locked", "erased" or "account_locked"
     message: str
+    retry_at: datetime | None = None  # while the whole account is locked: when codes are accepted again
 
 
 @frozen

@@ -308,14 +308,16 @@ def account_locked_until(state: OtpState, *, now: datetime) -> datetime | None:
     return None
 
 
+
+
+def _locked_message(until: datetime) -> str:
+    return f"Too many wrong codes: one-time codes for this account are locked until {until.isoformat()}."
+
+
 def _raise_if_account_locked(state: OtpState, now: datetime) -> None:
     until = account_locked_until(state, now=now)
     if until is not None:
-        raise LockedOut(
-            f"Too many wrong codes: one-time codes for this account are locked until "
-            f"{until.isoformat()}.",
-            retry_at=until,
-        )
+        raise LockedOut(_locked_message(until), retry_at=until)
 
 
 def decide_otp_request(
@@ -441,6 +443,22 @@ def _usable_challenge(
     return count_rejections(rejected, state.rejections, flow="otp", user_id=challenge.user_id, client=client, now=now)
 
 
+def _refused_while_locked(
+    state: OtpState, challenge_id: UUID, until: datetime, now: datetime, client: str | None
+) -> Decision:
+    """A code presented while the whole account is locked: unchecked, and recorded when its challenge is known.
+
+    An unknown challenge raises ``LockedOut`` and writes nothing (nothing to tie a record to).
+    """
+    message = _locked_message(until)
+    challenge = state.challenges.get(challenge_id)
+    if challenge is None:
+        raise LockedOut(message, retry_at=until)
+    rejected = Decision(events=(OtpCodeRejected(challenge_id, "account_locked", now),), emails=(),
+                        outcome=Rejected("account_locked", message, retry_at=until))
+    return count_rejections(rejected, state.rejections, flow="otp", user_id=challenge.user_id, client=client, now=now)
+
+
 def check_code_shape(code: object, digits: int) -> None:
     """Raise ``InvalidInput`` unless ``code`` is ``digits`` ASCII digits."""
     well_formed = isinstance(code, str) and code.isascii() and code.isdigit()
@@ -461,9 +479,10 @@ def decide_otp_verify(
     """Check ``code`` against a challenge.
 
     Raises, writing nothing: ``InvalidInput`` for a code of the wrong shape,
-    ``LockedOut`` while the account is locked, ``CodeRejected`` for a challenge
-    that is unknown. For a known challenge that is expired, superseded,
-    verified, locked or erased, returns the recorded ``OtpCodeRejected`` (or
+    ``LockedOut`` for an unknown challenge while the account is locked,
+    ``CodeRejected`` for a challenge that is unknown. For a known challenge
+    that is expired, superseded, verified, locked or erased, or presented
+    while the account is locked, returns the recorded ``OtpCodeRejected`` (or
     its count, ``client`` counted) and ``Rejected``, the code unchecked.
     Otherwise returns the events of a success or of a counted failure (with
     any lockouts it triggers) and a ``VerifyOutcome``.
@@ -476,7 +495,9 @@ def decide_otp_verify(
     check_code_shape(code, known.digits if known is not None else policy.digits)
     # The lock comes before the code is compared, so that a locked account
     # answers the same for right and wrong codes.
-    _raise_if_account_locked(state, now)
+    until = account_locked_until(state, now=now)
+    if until is not None:
+        return _refused_while_locked(state, challenge_id, until, now, client)
     challenge = _usable_challenge(state, challenge_id, now, client)
     if isinstance(challenge, Decision):
         return challenge

@@ -105,6 +105,7 @@ def _actor(recorded: RecordedEvent) -> str | None:
 PRESENTED_AFTER = {
     "used": "used", "superseded": "superseded", "expired": "expired", "locked": "locked",
     "erased": "erased with its user's personal data",
+    "account_locked": "locked for the whole account",
 }
 
 

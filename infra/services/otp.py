@@ -21,7 +21,7 @@ from uuid import UUID
 from sqlalchemy import bindparam, select
 
 from domain.decisions import Decision, Refused, Rejected, RequestOutcome, VerifyOutcome, check_optional_text, check_text
-from domain.errors import CodeRejected, InvalidInput
+from domain.errors import CodeRejected, InvalidInput, LockedOut
 from infra.errors import RateLimited
 from domain.otp import (
     OtpChallengeLockedOut,
@@ -152,6 +152,8 @@ def verify_code(
     if isinstance(outcome, Rejected):
         log_event(log, "otp code refused", user_id=user_id, challenge_id=challenge_id, reason=outcome.reason,
                   counted=decision.counted is not None)
+        if outcome.retry_at is not None:  # the account is locked: recorded, and answered as before with 429
+            raise LockedOut(outcome.message, retry_at=outcome.retry_at)
         raise CodeRejected(outcome.message, attempts_left=0)
     assert isinstance(outcome, VerifyOutcome)
     log_event(log, "otp code verified" if outcome.verified else "otp code rejected", user_id=user_id,

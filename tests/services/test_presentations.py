@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 from sqlalchemy import Engine, text
 
 from domain.decisions import REJECTIONS_PER_WINDOW, RequestsCounted
-from domain.errors import CodeRejected, TokenInvalid
+from domain.errors import CodeRejected, LockedOut, TokenInvalid
 from domain.otp import OtpCodeRejected, RequestOtp, otp_stream
 from domain.policy import OtpPolicy
 from domain.reset import RequestReset, ResetTokenRejected, reset_stream
@@ -191,6 +191,32 @@ def test_a_code_of_a_challenge_no_longer_usable_records_one_event_with_the_calle
     assert (payload["challenge_id"], payload["reason"]) == (str(challenge.request_id), reason)
     assert (metadata["client"], metadata["request_id"]) == ("shop", "req-1")
     assert len(rows(engine, "OtpVerificationFailed")) == failures, "the code was not even checked"
+    assert_projections_match_log(engine)
+
+
+def test_a_code_presented_while_the_whole_account_is_locked_is_answered_429_as_before_and_recorded(
+    ctx: ServiceContext, engine: Engine, clock: ManualClock
+) -> None:
+    locking = attrs.evolve(ctx, otp_policy=OtpPolicy(account_lock_threshold=3))
+    challenge = request_otp(locking, RequestOtp("42", ADA))
+    code = otp_code_of(engine, ctx.keys, challenge.request_id)
+    wrong = str((int(code) + 1) % 10**6).zfill(6)
+    for _ in range(3):  # the third wrong code in a row locks the account's codes
+        with pytest.raises(CodeRejected):
+            verify_code(locking, challenge.request_id, wrong, user_id="42")
+    clock.advance(5)
+
+    with pytest.raises(LockedOut) as locked:
+        verify_code(locking, challenge.request_id, code, APP, user_id="42")
+
+    assert locked.value.retry_at is not None and code not in str(locked.value)
+    [(payload, metadata)] = rows(engine, "OtpCodeRejected")
+    assert (payload["challenge_id"], payload["reason"]) == (str(challenge.request_id), "account_locked")
+    assert (metadata["client"], metadata["request_id"]) == ("shop", "req-1")
+    told = history(engine, "42", now=clock.now()).render()
+    assert (f"The code of OTP challenge {challenge.request_id} was presented again at "
+            f"{clock.now().isoformat(sep=' ', timespec='milliseconds')} by client:shop after it was locked for the "
+            "whole account; it was refused.") in told
     assert_projections_match_log(engine)
 
 

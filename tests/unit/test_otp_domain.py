@@ -324,12 +324,24 @@ def test_a_locked_account_refuses_new_challenges_until_the_lock_ends() -> None:
     assert after.events[-1] == issued(2, T0 + timedelta(minutes=15))
 
 
-def test_a_locked_account_answers_the_same_for_the_right_and_the_wrong_code() -> None:
+def test_a_locked_account_answers_the_same_for_the_right_and_the_wrong_code_and_records_the_presentation() -> None:
     given = [*on_the_brink_of_an_account_lock(),
              OtpChallengeLockedOut(cid(1), "account", T0, T0 + timedelta(minutes=15))]  # fmt: skip
-    for code in (right_code(1), wrong_code(1)):
-        with pytest.raises(LockedOut):
-            when_verified(given, 1, code, at=T0 + timedelta(minutes=1))
+    at = T0 + timedelta(minutes=1)
+    answers = [when_verified(given, 1, code, at=at) for code in (right_code(1), wrong_code(1))]
+
+    assert answers[0] == answers[1]
+    assert answers[0].events == (OtpCodeRejected(cid(1), "account_locked", at),)
+    assert answers[0].outcome == Rejected(
+        "account_locked", "Too many wrong codes: one-time codes for this account are locked until "
+        f"{(T0 + timedelta(minutes=15)).isoformat()}.", retry_at=T0 + timedelta(minutes=15))
+
+
+def test_an_unknown_challenge_while_the_account_is_locked_writes_nothing() -> None:
+    given = [*on_the_brink_of_an_account_lock(),
+             OtpChallengeLockedOut(cid(1), "account", T0, T0 + timedelta(minutes=15))]  # fmt: skip
+    with pytest.raises(LockedOut):
+        when_verified(given, 9, "123456", at=T0 + timedelta(minutes=1))
 
 
 def test_a_new_challenge_does_not_reset_the_consecutive_failures() -> None:

@@ -17,7 +17,15 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from domain.decisions import Decision, Rejected, RequestOutcome
 from domain.errors import CodeRejected, IdempotencyMismatch, LockedOut
-from domain.otp import OtpState, RequestOtp, decide_otp_request, decide_otp_verify, evolve_otp, fold_otp
+from domain.otp import (
+    OtpState,
+    RequestOtp,
+    account_locked_until,
+    decide_otp_request,
+    decide_otp_verify,
+    evolve_otp,
+    fold_otp,
+)
 from domain.policy import OtpPolicy
 from domain.tokens import TokenKeys, derive_otp_code
 from tests.support.secrets import nonce
@@ -111,7 +119,10 @@ class OtpFlow(RuleBasedStateMachine):
             event(f"verify: rejected ({decision.outcome.reason})")
             usable = (challenge_id == self.issued[-1] and self.now < self.expires[challenge_id]
                       and challenge_id not in self.accepted and self.failures.get(challenge_id, 0) < POLICY.max_attempts)
-            assert not usable, "refused a code of a usable challenge unchecked"
+            if decision.outcome.reason == "account_locked":
+                assert account_locked_until(self.state, now=self.now) is not None, "refused as locked while unlocked"
+            else:
+                assert not usable, "refused a code of a usable challenge unchecked"
             self._apply(decision)
             return
         event(f"verify: verified={decision.outcome.verified} locked={decision.outcome.locked}")
