@@ -29,21 +29,19 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from domain.errors import AuthledgerError, InvalidInput, NotFound
-from infra.errors import DatabaseUnavailable, Forbidden, SchemaMismatch, Unauthorized
+from domain.clients import Caller
 from domain.decisions import RequestOutcome
+from domain.errors import AuthledgerError, InvalidInput, NotFound
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
-from infra.services import otp as otp_service, reset as reset_service
-# What POST /v1/users/{user_id}/erasure does once the key holds admin; the console's erase form calls it too.
-from infra.services.privacy import erase_user
-from infra.db import tables
-from infra.http import schemas
-from infra.console.app import Console
-from infra.http.admin import Admin, admin_routes
-from domain.clients import Caller
 from domain.tenants import split_scoped_user
-from infra.services.clients import authenticate
+from infra.console.app import Console
+from infra.db import tables
+from infra.db.schema import SCHEMA_VERSION, current_version
+from infra.delivery.worker import Worker
+from infra.errors import DatabaseUnavailable, Forbidden, SchemaMismatch, Unauthorized
+from infra.http import schemas
+from infra.http.admin import Admin, admin_routes
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from infra.http.metrics import LogMetrics, render
 from infra.http.openapi import openapi_document
@@ -57,7 +55,6 @@ from infra.http.problems import (
     problem_response,
     safe_json,
 )
-from infra.review.timeline import message_timeline, request_timeline, user_timeline
 from infra.http.validation import (
     MAX_BODY_BYTES,
     bearer_key,
@@ -67,10 +64,13 @@ from infra.http.validation import (
     single_query,
 )
 from infra.logs import FIELDS, log_event
-from infra.db.schema import SCHEMA_VERSION, current_version
-from infra.services.unit_of_work import ServiceContext
 from infra.projector.catchup import CatchUpRunner
-from infra.delivery.worker import Worker
+from infra.review.timeline import message_timeline, request_timeline, user_timeline
+from infra.services import otp as otp_service, reset as reset_service
+from infra.services.clients import authenticate
+# What POST /v1/users/{user_id}/erasure does once the key holds admin; the console's erase form calls it too.
+from infra.services.privacy import erase_user
+from infra.services.unit_of_work import ServiceContext
 
 log = logging.getLogger("authledger.http")
 REQUEST_ID = re.compile(schemas.REQUEST_ID_PATTERN.strip("^$"))
