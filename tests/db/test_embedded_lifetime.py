@@ -5,30 +5,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import httpx
 import psutil
 import pytest
 
 from tests.support.embedded import fresh_data_dir
-
-AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (found := probe()) is not None:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
+from tests.support.servers import AUTHLEDGER, wait_for
 
 def postgres_serving(pgdata: Path) -> list[psutil.Process]:
     """The postmaster processes whose data directory is ``pgdata``."""

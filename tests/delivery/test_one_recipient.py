@@ -28,7 +28,7 @@ from infra.delivery.providers.http import HttpMailer
 from infra.delivery.providers.maildir import MaildirMailer
 from infra.delivery.providers.smtp import SmtpMailer
 from infra.delivery.worker import Worker
-from infra.services.reset import request_reset, verify_token
+from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
 from tests.support.addresses import ACCEPTED, HOSTILE, LEGACY, assert_mentions_no_address, old_rule
 from tests.support.http_provider import FakeHttpProvider

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 
 import attrs
-from sqlalchemy import Engine, text
+from sqlalchemy import text
 
 from domain.delivery import DeliveryPolicy
 from domain.reset import RequestReset

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -12,7 +11,6 @@ import pytest
 from domain.errors import ConfigError
 from infra.delivery.providers import (
     Mailer,
-    OutboundEmail,
     OutcomeUnknown,
     PermanentSendError,
     ProviderReceipt,
@@ -20,20 +18,10 @@ from infra.delivery.providers import (
 )
 from infra.delivery.providers.http import HttpMailer
 from tests.support.http_provider import FakeHttpProvider
+from tests.support.emails import a_code_email
 
 CODE = "815274"  # stands for the secret a real email carries
 API_KEY = "re_test_key_5f2b"
-
-
-def an_email() -> OutboundEmail:
-    return OutboundEmail(
-        message_id=uuid.uuid4(),
-        sender="Authledger <no-reply@example.com>",
-        recipient="alice@example.com",
-        subject="Your sign-in code",
-        text_body=f"Your code is {CODE}.",
-        html_body=f"<p>Your code is <b>{CODE}</b>.</p>",
-    )
 
 
 @pytest.fixture
@@ -57,7 +45,7 @@ def test_http_mailer_is_a_mailer(mailer: HttpMailer) -> None:
 def test_posts_the_email_as_json_with_its_message_id_as_idempotency_key(
     provider: FakeHttpProvider, mailer: HttpMailer
 ) -> None:
-    email = an_email()
+    email = a_code_email(CODE)
 
     receipt = mailer.send(email)
 
@@ -78,7 +66,7 @@ def test_posts_the_email_as_json_with_its_message_id_as_idempotency_key(
 def test_sending_the_same_message_twice_is_one_send_with_one_id(
     provider: FakeHttpProvider, mailer: HttpMailer
 ) -> None:
-    email = an_email()
+    email = a_code_email(CODE)
 
     first = mailer.send(email)
     second = mailer.send(email)
@@ -89,7 +77,7 @@ def test_sending_the_same_message_twice_is_one_send_with_one_id(
 
 
 def test_a_replay_answered_409_with_an_id_counts_as_already_sent() -> None:
-    email = an_email()
+    email = a_code_email(CODE)
     with FakeHttpProvider(replay_status=409) as provider, HttpMailer(provider.url) as mailer:
         first = mailer.send(email)
 
@@ -98,7 +86,7 @@ def test_a_replay_answered_409_with_an_id_counts_as_already_sent() -> None:
 
 
 def test_a_503_is_retryable_and_the_retry_sends_once(provider: FakeHttpProvider, mailer: HttpMailer) -> None:
-    email = an_email()
+    email = a_code_email(CODE)
     provider.fail_next(1, 503)
 
     with pytest.raises(RetryableSendError) as failure:
@@ -118,7 +106,7 @@ def test_rate_limits_and_server_errors_are_retryable(
     provider.fail_next(1, status)
 
     with pytest.raises(RetryableSendError) as failure:
-        mailer.send(an_email())
+        mailer.send(a_code_email(CODE))
 
     assert failure.value.provider_down
 
@@ -127,7 +115,7 @@ def test_a_400_is_permanent_and_does_not_quote_the_email(provider: FakeHttpProvi
     provider.fail_next(1, 400)
 
     with pytest.raises(PermanentSendError) as failure:
-        mailer.send(an_email())
+        mailer.send(a_code_email(CODE))
 
     assert not failure.value.retryable and not failure.value.provider_down
     assert str(failure.value) == "http 400 (injected_failure)"
@@ -137,7 +125,7 @@ def test_a_400_is_permanent_and_does_not_quote_the_email(provider: FakeHttpProvi
 def test_a_wrong_api_key_is_retryable_because_an_operator_can_fix_it(provider: FakeHttpProvider) -> None:
     with HttpMailer(provider.url, api_key="re_revoked", timeout=0.5) as mailer:
         with pytest.raises(RetryableSendError, match="refused the API key") as failure:
-            mailer.send(an_email())
+            mailer.send(a_code_email(CODE))
 
     # Every email would be refused alike: the account, not this email.
     assert failure.value.provider_down
@@ -147,7 +135,7 @@ def test_a_wrong_api_key_is_retryable_because_an_operator_can_fix_it(provider: F
 def test_a_response_slower_than_the_timeout_is_an_unknown_outcome_that_a_retry_settles(
     provider: FakeHttpProvider, mailer: HttpMailer
 ) -> None:
-    email = an_email()
+    email = a_code_email(CODE)
     provider.delay(2.0)
 
     started = time.monotonic()
@@ -169,7 +157,7 @@ def test_a_response_slower_than_the_timeout_is_an_unknown_outcome_that_a_retry_s
 def test_an_error_after_the_provider_sent_is_settled_by_the_retry(
     provider: FakeHttpProvider, mailer: HttpMailer
 ) -> None:
-    email = an_email()
+    email = a_code_email(CODE)
     provider.fail_next(1, 500, after_sending=True)
 
     with pytest.raises(RetryableSendError):
@@ -186,7 +174,7 @@ def test_a_refused_connection_is_retryable_with_nothing_sent() -> None:
     # Nothing listens on the port any more.
     with HttpMailer(f"http://127.0.0.1:{port}/emails", timeout=0.5) as mailer:
         with pytest.raises(RetryableSendError, match="connect failed") as failure:
-            mailer.send(an_email())
+            mailer.send(a_code_email(CODE))
 
     assert not failure.value.outcome_unknown
     assert failure.value.provider_down

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -12,7 +11,6 @@ import pytest
 
 from infra.delivery.providers import (
     AsyncMailer,
-    OutboundEmail,
     OutcomeUnknown,
     PermanentSendError,
     ProviderReceipt,
@@ -21,19 +19,9 @@ from infra.delivery.providers import (
 )
 from infra.delivery.providers.http import HttpMailer
 from tests.support.http_provider import FakeHttpProvider
+from tests.support.emails import a_code_email
 
 T = TypeVar("T")
-
-
-def an_email() -> OutboundEmail:
-    return OutboundEmail(
-        message_id=uuid.uuid4(),
-        sender="Authledger <no-reply@example.com>",
-        recipient="alice@example.com",
-        subject="Your sign-in code",
-        text_body="Your code is 731904.",
-        html_body="<p>Your code is <b>731904</b>.</p>",
-    )
 
 
 def in_a_loop(mailer: HttpMailer, work: Callable[[HttpMailer], Awaitable[T]]) -> T:
@@ -54,7 +42,7 @@ def in_a_loop(mailer: HttpMailer, work: Callable[[HttpMailer], Awaitable[T]]) ->
 def failure_of(mailer: HttpMailer) -> SendFailed:
     async def send(mailer: HttpMailer) -> SendFailed:
         with pytest.raises(SendFailed) as failure:
-            await mailer.send_async(an_email())
+            await mailer.send_async(a_code_email())
         return failure.value
 
     return in_a_loop(mailer, send)
@@ -68,7 +56,7 @@ def test_http_mailer_is_an_async_mailer() -> None:
 
 
 def test_a_window_of_64_sends_is_in_flight_at_the_provider_at_once_and_each_is_sent_once() -> None:
-    rounds = [[an_email() for _ in range(64)] for _ in range(2)]
+    rounds = [[a_code_email() for _ in range(64)] for _ in range(2)]
     with FakeHttpProvider(keep_alive=True) as provider:
         provider.delay(0.1)
 
@@ -92,7 +80,7 @@ def test_the_async_client_reuses_its_connections_across_sends() -> None:
 
         async def send_in_turn(mailer: HttpMailer) -> None:
             for _ in range(20):
-                await mailer.send_async(an_email())
+                await mailer.send_async(a_code_email())
 
         in_a_loop(HttpMailer(provider.url, window=4), send_in_turn)
 
@@ -140,7 +128,7 @@ def test_a_second_event_loop_gets_a_client_of_its_own_once_the_first_is_closed()
         mailer = HttpMailer(provider.url)
 
         async def send_one(mailer: HttpMailer) -> None:
-            await mailer.send_async(an_email())
+            await mailer.send_async(a_code_email())
             await mailer.aclose()
 
         asyncio.run(send_one(mailer))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +14,6 @@ import pytest
 
 from infra.delivery.providers import (
     AsyncMailer,
-    OutboundEmail,
     OutcomeUnknown,
     PermanentSendError,
     RetryableSendError,
@@ -23,6 +21,7 @@ from infra.delivery.providers import (
 )
 from infra.delivery.providers.smtp import SmtpMailer
 from tests.support.smtp_relay import LocalController, Relay, start_relay
+from tests.support.emails import a_code_email
 
 
 @pytest.fixture
@@ -44,17 +43,6 @@ def a_mailer(port: int, **options: Any) -> SmtpMailer:
                       local_hostname="worker.test", **options)
 
 
-def an_email() -> OutboundEmail:
-    return OutboundEmail(
-        message_id=uuid.uuid4(),
-        sender="Authledger <no-reply@example.com>",
-        recipient="alice@example.com",
-        subject="Your sign-in code",
-        text_body="Your code is 731904.",
-        html_body="<p>Your code is <b>731904</b>.</p>",
-    )
-
-
 def arrivals(relay: Relay) -> Counter[str]:
     """Deliveries per Message-ID: 1 each when every message arrived once."""
     return Counter(str(message["Message-ID"]) for message in relay.messages())
@@ -72,7 +60,7 @@ def test_smtp_mailer_is_an_async_mailer(relay: Relay) -> None:
 
 
 def test_200_messages_from_16_threads_arrive_once_each_over_at_most_16_connections(relay: Relay) -> None:
-    emails = [an_email() for _ in range(200)]
+    emails = [a_code_email() for _ in range(200)]
     mailer = a_mailer(relay.port, window=16)
 
     with ThreadPoolExecutor(16) as threads:
@@ -86,7 +74,7 @@ def test_200_messages_from_16_threads_arrive_once_each_over_at_most_16_connectio
 
 def test_a_421_mid_session_reconnects_and_the_message_arrives_once(relay: Relay) -> None:
     relay.hang_up_at_mail = 3  # the relay ends each session at its third MAIL FROM
-    emails = [an_email() for _ in range(5)]
+    emails = [a_code_email() for _ in range(5)]
     mailer = a_mailer(relay.port)
 
     for email in emails:
@@ -103,7 +91,7 @@ def test_a_relay_that_ends_every_session_at_once_is_tried_on_one_fresh_session_o
     relay.hang_up_at_mail = 1
 
     with pytest.raises(RetryableSendError, match="421") as failure:
-        a_mailer(relay.port).send(an_email())
+        a_mailer(relay.port).send(a_code_email())
 
     assert failure.value.provider_down
     assert relay.connections == 2
@@ -112,10 +100,10 @@ def test_a_relay_that_ends_every_session_at_once_is_tried_on_one_fresh_session_o
 
 def test_a_session_the_relay_dropped_while_idle_is_replaced_and_the_message_arrives(relay: Relay) -> None:
     mailer = a_mailer(relay.port)
-    mailer.send(an_email())
+    mailer.send(a_code_email())
     controller_of(relay).hang_up_all()
 
-    email = an_email()
+    email = a_code_email()
     mailer.send(email)
     mailer.close()
 
@@ -128,8 +116,8 @@ def test_a_550_fails_the_email_for_good_without_calling_the_provider_down(relay:
     mailer = a_mailer(relay.port)
 
     with pytest.raises(PermanentSendError) as failure:
-        mailer.send(an_email())
-    mailer.send(an_email())  # the session survives a refusal, after RSET
+        mailer.send(a_code_email())
+    mailer.send(a_code_email())  # the session survives a refusal, after RSET
     mailer.close()
 
     assert not failure.value.retryable and not failure.value.provider_down
@@ -142,7 +130,7 @@ def test_a_temporary_refusal_of_the_recipient_is_about_this_email_only(relay: Re
     relay.refusals["RCPT"].append(reply)
 
     with pytest.raises(RetryableSendError) as failure:
-        a_mailer(relay.port).send(an_email())
+        a_mailer(relay.port).send(a_code_email())
 
     assert not failure.value.provider_down
 
@@ -153,7 +141,7 @@ def test_a_refused_connection_says_the_provider_is_down() -> None:
         port = probe.getsockname()[1]
 
     with pytest.raises(RetryableSendError, match="connection refused") as failure:
-        a_mailer(port, timeout=2.0).send(an_email())
+        a_mailer(port, timeout=2.0).send(a_code_email())
 
     assert failure.value.provider_down
 
@@ -162,7 +150,7 @@ def test_a_lost_answer_to_data_is_never_sent_again_on_a_fresh_session(relay: Rel
     relay.stall["DATA"] = 3.0
 
     with pytest.raises(OutcomeUnknown) as failure:
-        a_mailer(relay.port, timeout=0.5).send(an_email())
+        a_mailer(relay.port, timeout=0.5).send(a_code_email())
 
     assert failure.value.provider_down
     assert relay.connections == 1
@@ -170,10 +158,10 @@ def test_a_lost_answer_to_data_is_never_sent_again_on_a_fresh_session(relay: Rel
 
 def test_idle_sessions_are_closed_after_a_while(relay: Relay) -> None:
     mailer = a_mailer(relay.port, idle_seconds=0.2)
-    mailer.send(an_email())
+    mailer.send(a_code_email())
 
     wait_until(lambda: not controller_of(relay).open_sessions)
-    mailer.send(an_email())
+    mailer.send(a_code_email())
     mailer.close()
 
     assert relay.connections == 2
@@ -182,7 +170,7 @@ def test_idle_sessions_are_closed_after_a_while(relay: Relay) -> None:
 def test_close_ends_the_idle_sessions(relay: Relay) -> None:
     mailer = a_mailer(relay.port, window=4)
     with ThreadPoolExecutor(4) as threads:
-        list(threads.map(mailer.send, [an_email() for _ in range(8)]))
+        list(threads.map(mailer.send, [a_code_email() for _ in range(8)]))
     assert controller_of(relay).open_sessions
 
     mailer.close()
@@ -192,7 +180,7 @@ def test_close_ends_the_idle_sessions(relay: Relay) -> None:
 
 def test_send_async_keeps_a_window_of_sends_in_flight_on_threads_of_its_own(relay: Relay) -> None:
     relay.stall["DATA"] = 0.05
-    emails = [an_email() for _ in range(48)]
+    emails = [a_code_email() for _ in range(48)]
     mailer = a_mailer(relay.port, window=16)
 
     async def send_all() -> None:
