@@ -25,7 +25,7 @@ from infra.services.reset import verify_token
 from infra.services.unit_of_work import ServiceContext
 from tests.console.support import key_of
 from tests.http.test_serve import KEYS
-from tests.support.browser import needs_browser, problems_in_console, shows, accessibility_problems
+from tests.support.browser import accessibility_problems, navigates, needs_browser, problems_in_console, shows
 from tests.support.browser import shot as save_shot
 from tests.support.incidents import START, WEB, duplicate_emails
 from tests.support.secrets import reset_token_of
@@ -75,7 +75,8 @@ def shot(browser: Any, name: str) -> None:
 def search_for(browser: Any, query: str) -> None:
     field = browser.find_element(By.ID, "q")
     field.clear()
-    field.send_keys(query, Keys.ENTER)
+    with navigates(browser):
+        field.send_keys(query, Keys.ENTER)
 
 
 def test_a_reviewer_signs_in_searches_reads_a_case_and_signs_out_with_the_keyboard(

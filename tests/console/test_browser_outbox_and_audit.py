@@ -24,7 +24,7 @@ from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
 from tests.console.support import key_of
 from tests.console.test_outbox_and_audit_pages import abandoned_message
-from tests.support.browser import accessibility_problems, needs_browser, problems_in_console, shows
+from tests.support.browser import accessibility_problems, navigates, needs_browser, problems_in_console, shows
 from tests.support.servers import served
 from tests.support.browser import shot as save_shot
 from tests.support.replay import assert_projections_match_log
@@ -120,7 +120,8 @@ def test_an_admin_re_drives_an_abandoned_message_and_a_review_keys_forged_re_dri
     assert accessibility_problems(browser) == []
     shot(browser, "outbox-admin")
 
-    browser.find_element(By.ID, f"reason-{first}").send_keys("provider recovered, ticket 7", Keys.ENTER)
+    with navigates(browser):
+        browser.find_element(By.ID, f"reason-{first}").send_keys("provider recovered, ticket 7", Keys.ENTER)
     wait_until(browser, lambda driver: driver.find_elements(By.CSS_SELECTOR, "p.notice[role=status]"))
     assert browser.find_element(By.CSS_SELECTOR, "p.notice").text.startswith("Re-driven")
     assert not browser.find_elements(By.CSS_SELECTOR, f'section[data-list="abandoned"] tr[data-message="{first}"]')
@@ -219,7 +220,8 @@ def test_another_tenants_review_key_finds_nothing_by_any_id_or_address(
     for query in ("7", str(outcome.request_id), str(outcome.message_id), "user7@example.test"):
         field = browser.find_element(By.ID, "q")
         field.clear()
-        field.send_keys(query, Keys.ENTER)
+        with navigates(browser):
+            field.send_keys(query, Keys.ENTER)
         wait_until(browser, lambda driver: driver.find_element(By.CLASS_NAME, "nothing").text == "Nothing found.")
         assert shows(browser, "Search")
     shot(browser, "search-other-tenant")

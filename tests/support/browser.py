@@ -7,9 +7,9 @@ take the ``browser`` fixture (a conftest imports it). ``shot`` saves a
 screenshot under test-artifacts/; ``problems_in_console`` is what chromium
 logged at WARNING or SEVERE, which includes every JavaScript error and every
 Content-Security-Policy violation; ``accessibility_problems`` names a
-page's unlabelled fields, mute buttons or missing h1; ``served`` runs an app
-under uvicorn in a thread, for pages that need an app the test built (a
-console over the test's context, the reset page).
+page's unlabelled fields, mute buttons or missing h1; ``shows`` waits for
+the page with a given heading and ``navigates`` for the browser to leave the
+page it is on.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -80,18 +81,41 @@ def accessibility_problems(browser: Any) -> list[str]:
 
 
 def shows(browser: Any, heading: str) -> bool:
-    """Wait for the page whose h1 is ``heading`` (a submitted form navigates after send_keys returns)."""
-    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
-    from selenium.webdriver.common.by import By
+    """Wait for the page whose h1 is ``heading`` (a submitted form navigates after send_keys returns).
+
+    The heading is read in one script call: finding the h1 and then asking for
+    its text are two round trips, and a navigation landing between them makes
+    chromium answer "Node with given id does not belong to the document".
+    """
+    from selenium.common.exceptions import TimeoutException, WebDriverException
     from selenium.webdriver.support.wait import WebDriverWait
 
     def arrived(driver: Any) -> bool:
-        return driver.find_element(By.TAG_NAME, "h1").text == heading
+        return driver.execute_script(
+            "const h1 = document.querySelector('h1'); return h1 ? h1.innerText.trim() : null;") == heading
 
     try:
-        WebDriverWait(browser, 10, ignored_exceptions=[StaleElementReferenceException]).until(arrived)
+        WebDriverWait(browser, 10, ignored_exceptions=[WebDriverException]).until(arrived)
     except TimeoutException:
         raise AssertionError(f"expected the page {heading!r}, got {browser.title!r} at {browser.current_url}") from None
     return True
 
 
+@contextmanager
+def navigates(browser: Any) -> Iterator[None]:
+    """Wait, on leaving the block, until the browser has loaded another page.
+
+    For a form that lands on a page with the same heading (a search that finds
+    nothing, a re-drive): without it the next lookup may still find the old
+    page's elements. The old page is marked with a window property, which a
+    new page does not have; Selenium's ``staleness_of`` won't do, because this
+    chromedriver reports an element of a departed page as an "unhandled
+    inspector error" rather than as stale.
+    """
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    browser.execute_script("window.authledgerOldPage = true;")
+    yield
+    WebDriverWait(browser, 10, ignored_exceptions=[WebDriverException]).until(lambda driver: driver.execute_script(
+        "return window.authledgerOldPage !== true && document.readyState === 'complete';"))
