@@ -67,8 +67,12 @@ import uvloop
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
-from domain.otp import fold_otp, otp_code_for, otp_stream
-from domain.reset import fold_reset, reset_stream, reset_token_for
+from domain.otp import otp_code_for
+from domain.otp_events import otp_stream
+from domain.otp_state import fold_otp
+from domain.reset import reset_token_for
+from domain.reset_events import reset_stream
+from domain.reset_state import fold_reset
 from domain.tokens import TokenKeys
 from infra.eventlog.postgres import PostgresEventStore
 from infra.db.embedded import start_embedded

@@ -24,8 +24,12 @@ from uuid import uuid4
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_server import start_bench_server  # noqa: E402 - after the path set-up
-from domain.otp import RequestOtp, fold_otp, otp_code_for, otp_stream  # noqa: E402
-from domain.reset import RequestReset, fold_reset, reset_stream, reset_token_for  # noqa: E402
+from domain.otp import RequestOtp, otp_code_for  # noqa: E402
+from domain.otp_events import otp_stream  # noqa: E402
+from domain.otp_state import fold_otp  # noqa: E402
+from domain.reset import RequestReset, reset_token_for  # noqa: E402
+from domain.reset_events import reset_stream  # noqa: E402
+from domain.reset_state import fold_reset  # noqa: E402
 from domain.tokens import TokenKeys  # noqa: E402
 from infra.db.engine import Database  # noqa: E402
 from infra.services.clients import authenticate, create_client  # noqa: E402

@@ -76,7 +76,9 @@ from sqlalchemy.engine import make_url
 
 from domain.email import email_stream
 from domain.policy import ResetPolicy
-from domain.reset import RequestReset, decide_reset_request, initial_reset_state, reset_stream
+from domain.reset import RequestReset, decide_reset_request
+from domain.reset_events import reset_stream
+from domain.reset_state import initial_reset_state
 from domain.tokens import TokenKeys
 from infra.db.engine import Database, ping
 from infra.db.embedded import start_embedded

@@ -57,8 +57,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_server import start_bench_server  # noqa: E402 - after the path set-up
 from domain.errors import ConcurrencyConflict  # noqa: E402
 from domain.policy import OtpPolicy, ResetPolicy  # noqa: E402
-from domain.otp import OtpRequestRefused, RequestOtp, otp_stream  # noqa: E402
-from domain.reset import RequestReset, ResetRequestRefused, reset_stream  # noqa: E402
+from domain.otp import RequestOtp  # noqa: E402
+from domain.otp_events import OtpRequestRefused, otp_stream  # noqa: E402
+from domain.reset import RequestReset  # noqa: E402
+from domain.reset_events import ResetRequestRefused, reset_stream  # noqa: E402
 from domain.tokens import TokenKeys  # noqa: E402
 from infra.clock import ManualClock  # noqa: E402
 from infra.db.engine import Database  # noqa: E402

@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from domain.email import EmailQueued, LeaseClaimed, ProviderAccepted  # noqa: E402 - after the path set-up
-from domain.reset import ResetRequested  # noqa: E402
+from domain.reset_events import ResetRequested  # noqa: E402
 from bench.bench_server import start_bench_server  # noqa: E402
 from infra.eventlog.personal_data import DataKeyring  # noqa: E402
 from infra.eventlog.subject_keys import MASTER_KEY_VARIABLE, MasterKeys  # noqa: E402

@@ -6,41 +6,33 @@ challenge after ``max_attempts`` and lock the whole flow, with a doubling
 backoff, every ``account_lock_threshold`` consecutive failures. Only a
 correct code resets that count; a new challenge does not, or an attacker
 would request a fresh challenge every few guesses.
+
+The events are in ``domain.otp_events``, the fold in ``domain.otp_state``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from uuid import UUID
 
-from attrs import evolve, field, frozen
+from attrs import frozen
 
 from domain.decisions import (
-    CountingRun,
-    KEPT_FOR,
     Decision,
-    IdempotencyKeyBound,
-    PastRequest,
-    Receipt,
     Rejected,
     RequestOutcome,
     VerifyOutcome,
-    RequestsCounted,
     bind_key_to_reuse,
     check_request_input,
     check_text,
     count_floods,
     count_rejections,
-    kept_receipts,
-    rejections_after,
     replay_receipt,
     require_utc,
     reuse_or_refuse,
-    run_after,
 )
 from domain.email import EmailQueued
-from domain.errors import CodeRejected, InvalidInput, LockedOut, UnknownEventType
+from domain.errors import CodeRejected, InvalidInput, LockedOut
 from domain.policy import OtpPolicy
 from domain.tenants import DEFAULT_TENANT, check_tenant_name, scoped_user
 from domain.tokens import (
@@ -51,86 +43,17 @@ from domain.tokens import (
     nonce_readable,
     otp_code_matches,
 )
-
-OTP_CODE = "otp_code"
-
-
-def otp_stream(user_id: str) -> str:
-    """The stream id holding this user's OTP challenges."""
-    return f"otp-user:{user_id}"
-
-
-@frozen
-class OtpChallengeIssued:
-    challenge_id: UUID
-    user_id: str
-    recipient: str
-    key_id: str  # the key that derives the code; the code itself is never stored
-    # The code's length, fixed at issue: changing the policy must not change
-    # the code of a challenge already sent.
-    digits: int
-    purpose: str
-    issued_at: datetime
-    expires_at: datetime
-    message_id: UUID
-    idempotency_key: str | None
-    client: str | None
-    # "<key id>:<hex HMAC>" of the normalised recipient (infra/services/address_index.py);
-    # a personal field, erased with the recipient. None on events from before it existed.
-    address_hmac: str | None = None
-    # How the code is derived (domain.tokens): 1 from key and challenge id alone,
-    # 2 also from ``nonce``, a secret sealed under the user's data key (a personal field).
-    derivation: int = 1
-    nonce: str | None = field(default=None, repr=False)
-
-
-@frozen
-class OtpChallengeSuperseded:
-    challenge_id: UUID
-    superseded_by: UUID
-
-
-@frozen
-class OtpVerificationFailed:
-    challenge_id: UUID
-    attempt: int  # failures on this challenge so far, this one included
-    consecutive_failures: int  # across challenges since the last success
-    failed_at: datetime
-
-
-@frozen
-class OtpChallengeVerified:
-    challenge_id: UUID
-    verified_at: datetime
-
-
-@frozen
-class OtpChallengeLockedOut:
-    challenge_id: UUID | None
-    scope: str  # "challenge" or "account"
-    locked_at: datetime
-    until: datetime | None  # None: for good (a locked challenge never reopens)
-
-
-@frozen
-class OtpRequestRefused:
-    user_id: str
-    reason: str  # "rate_limited"
-    refused_at: datetime
-    retry_at: datetime
-
-
-@frozen
-class OtpCodeRejected:
-    """A code was presented for a known challenge that could no longer be used; it was refused unchecked.
-
-    ``reason``: "used", "superseded", "expired", "locked" or "erased". Bounded per
-    window (``domain.decisions.count_rejections``); the caller is in the event's metadata.
-    """
-
-    challenge_id: UUID
-    reason: str
-    rejected_at: datetime
+from domain.otp_events import (
+    OtpChallengeIssued,
+    OtpChallengeLockedOut,
+    OtpChallengeSuperseded,
+    OtpChallengeVerified,
+    OtpCodeRejected,
+    OtpRequestRefused,
+    OtpVerificationFailed,
+)
+from domain.otp_state import OtpChallenge, OtpState, account_locked_until, receipt_request
+from domain.otp_events import OTP_CODE
 
 
 @frozen
@@ -153,161 +76,6 @@ class RequestOtp:
     def scoped_user_id(self) -> str:
         """The user as streams and events name them: two tenants' ``u1`` are two users."""
         return scoped_user(self.tenant, self.user_id)
-
-
-@frozen
-class OtpChallenge:
-    """One challenge's facts and where it stands: "open", "superseded",
-    "verified" or "locked"."""
-
-    challenge_id: UUID
-    user_id: str
-    recipient: str
-    key_id: str
-    digits: int
-    purpose: str
-    issued_at: datetime
-    expires_at: datetime
-    message_id: UUID
-    idempotency_key: str | None
-    client: str | None
-    status: str = "open"
-    failures: int = 0
-    derivation: int = 1
-    nonce: str | None = field(default=None, repr=False)
-
-    def past(self) -> PastRequest:
-        """This challenge as the shared request rules see it."""
-        outcome = RequestOutcome(self.challenge_id, self.message_id, self.expires_at, reused=False)
-        params = (self.recipient, self.purpose)
-        return PastRequest(outcome, self.issued_at, params, self.status == "open")
-
-
-@frozen
-class OtpState:
-    """Everything the OTP rules need from one user's stream."""
-
-    challenges: Mapping[UUID, OtpChallenge]  # in issue order
-    # (client, idempotency_key) -> the challenge it last created or was bound to.
-    receipts: Mapping[tuple[str | None, str], Receipt]
-    consecutive_failures: int
-    account_lockouts: int
-    locked_until: datetime | None
-    # The run of alike answers (refusals, bound repeats) the last events belong to: floods are counted.
-    run: CountingRun | None = None
-    # Rejected presentations written in the latest window they were written in: past a bound they are counted.
-    rejections: CountingRun | None = None
-
-
-def initial_otp_state() -> OtpState:
-    """The state of a stream with no events."""
-    return OtpState(
-        challenges={}, receipts={}, consecutive_failures=0, account_lockouts=0, locked_until=None
-    )
-
-
-def _with_challenge(state: OtpState, challenge: OtpChallenge) -> OtpState:
-    return evolve(state, challenges={**state.challenges, challenge.challenge_id: challenge})
-
-
-def evolve_otp(state: OtpState, event: object) -> OtpState:
-    """The state after ``event``. Events about unknown challenges change the
-    challenge map not at all, so a replay never fails half-way."""
-    if isinstance(event, OtpCodeRejected):
-        # Neither ends nor extends a run of refusals: presentations are bounded on their own.
-        return evolve(state, rejections=rejections_after(state.rejections, event.rejected_at))
-    run = run_after(state.run, event, OtpRequestRefused)
-    if run != state.run:
-        state = evolve(state, run=run)
-    return _evolve_challenges(state, event)
-
-
-def _evolve_challenges(state: OtpState, event: object) -> OtpState:
-    if isinstance(event, OtpChallengeIssued):
-        challenge = OtpChallenge(
-            event.challenge_id, event.user_id, event.recipient, event.key_id, event.digits,
-            event.purpose, event.issued_at, event.expires_at, event.message_id, event.idempotency_key,
-            event.client, derivation=event.derivation, nonce=event.nonce,
-        )  # fmt: skip
-        state = _with_challenge(state, challenge)
-        if event.idempotency_key is not None:
-            receipt = Receipt(event.challenge_id, event.issued_at)
-            state = _with_receipt(state, event.client, event.idempotency_key, receipt)
-        return _forget_before(state, event.issued_at - KEPT_FOR)
-    if isinstance(event, IdempotencyKeyBound):
-        receipt = Receipt(event.request_id, event.bound_at)
-        return _with_receipt(state, event.client, event.idempotency_key, receipt)
-    if isinstance(event, OtpVerificationFailed):
-        state = evolve(state, consecutive_failures=event.consecutive_failures)
-        challenge = state.challenges.get(event.challenge_id)
-        if challenge is None:
-            return state
-        return _with_challenge(state, evolve(challenge, failures=event.attempt))
-    if isinstance(event, OtpChallengeVerified):
-        state = evolve(state, consecutive_failures=0)
-        return _set_status(state, event.challenge_id, "verified")
-    if isinstance(event, OtpChallengeSuperseded):
-        return _set_status(state, event.challenge_id, "superseded")
-    if isinstance(event, OtpChallengeLockedOut):
-        if event.scope == "challenge":
-            return _set_status(state, event.challenge_id, "locked")
-        # An account lockout without an end would be for good.
-        until = event.until or datetime.max.replace(tzinfo=UTC)
-        return evolve(state, account_lockouts=state.account_lockouts + 1, locked_until=until)
-    if isinstance(event, (OtpRequestRefused, RequestsCounted)):
-        return state
-    raise UnknownEventType(f"{type(event).__name__} is not an event of an OTP stream")
-
-
-def _forget_before(state: OtpState, horizon: datetime) -> OtpState:
-    """Forget closed challenges issued before ``horizon`` and receipts created before it (see ``KEPT_FOR``).
-
-    Done when a challenge is issued, so that a fold and a snapshot forget
-    alike. The account-lock counters are never forgotten.
-    """
-    receipts = kept_receipts(state.receipts, horizon)
-    named = {receipt.request_id for receipt in receipts.values()}
-    challenges = {challenge_id: c for challenge_id, c in state.challenges.items()
-                  if c.status == "open" or c.issued_at >= horizon or challenge_id in named}
-    if len(challenges) == len(state.challenges) and len(receipts) == len(state.receipts):
-        return state
-    return evolve(state, challenges=challenges, receipts=receipts)
-
-
-def _with_receipt(state: OtpState, client: str | None, key: str, receipt: Receipt) -> OtpState:
-    return evolve(state, receipts={**state.receipts, (client, key): receipt})
-
-
-def _set_status(state: OtpState, challenge_id: UUID | None, status: str) -> OtpState:
-    challenge = state.challenges.get(challenge_id) if challenge_id is not None else None
-    if challenge is None or challenge.status != "open":
-        return state
-    return _with_challenge(state, evolve(challenge, status=status))
-
-
-def _receipt(state: OtpState, client: str | None, key: str | None) -> PastRequest | None:
-    receipt = state.receipts.get((client, key)) if key is not None else None
-    challenge = state.challenges.get(receipt.request_id) if receipt is not None else None
-    if receipt is None or challenge is None:
-        return None
-    return evolve(challenge.past(), created_at=receipt.created_at)
-
-
-def fold_otp(events: Iterable[object], state: OtpState | None = None) -> OtpState:
-    """The state after all ``events``, oldest first, from ``state`` (a snapshot) or the start."""
-    state = state if state is not None else initial_otp_state()
-    for event in events:
-        state = evolve_otp(state, event)
-    return state
-
-
-def account_locked_until(state: OtpState, *, now: datetime) -> datetime | None:
-    """When the account's OTP lockout ends, or None when it is not locked."""
-    if state.locked_until is not None and now < state.locked_until:
-        return state.locked_until
-    return None
-
-
 
 
 def _locked_message(until: datetime) -> str:
@@ -343,7 +111,7 @@ def decide_otp_request(
     """
     require_utc(now)
     params = (cmd.recipient, cmd.purpose)
-    first = _receipt(state, cmd.client, cmd.idempotency_key)
+    first = receipt_request(state, cmd.client, cmd.idempotency_key)
     replay = replay_receipt(first, params, now=now, receipt_ttl=policy.receipt_ttl)
     if replay is not None:
         return replay

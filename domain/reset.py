@@ -3,40 +3,32 @@
 The stream is the consistency boundary for supersession, the cooldown, the
 hourly limit and idempotency receipts, so every rule here reads one folded
 ``ResetState`` and returns a ``Decision``; nothing is written by this module.
+
+The events are in ``domain.reset_events``, the fold in ``domain.reset_state``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from datetime import datetime
 from uuid import UUID
 
-from attrs import evolve, field, frozen
+from attrs import frozen
 
 from domain.decisions import (
     ConsumeOutcome,
-    CountingRun,
     Decision,
-    KEPT_FOR,
-    IdempotencyKeyBound,
     Rejected,
-    PastRequest,
-    Receipt,
     RequestOutcome,
-    RequestsCounted,
     bind_key_to_reuse,
     check_request_input,
     count_floods,
     count_rejections,
-    kept_receipts,
     replay_receipt,
     require_utc,
-    rejections_after,
     reuse_or_refuse,
-    run_after,
 )
 from domain.email import EmailQueued
-from domain.errors import TokenInvalid, UnknownEventType
+from domain.errors import TokenInvalid
 from domain.policy import ResetPolicy
 from domain.tenants import DEFAULT_TENANT, check_tenant_name, scoped_user
 from domain.tokens import (
@@ -47,72 +39,9 @@ from domain.tokens import (
     hash_token,
     nonce_readable,
 )
-
-RESET_LINK = "reset_link"
-PASSWORD_CHANGED = "password_changed"
-
-
-def reset_stream(user_id: str) -> str:
-    """The stream id holding this user's reset requests."""
-    return f"reset-user:{user_id}"
-
-
-@frozen
-class ResetRequested:
-    request_id: UUID
-    user_id: str
-    recipient: str
-    key_id: str  # the key that derives the token; the token itself is never stored
-    token_hash: str
-    requested_at: datetime
-    expires_at: datetime
-    message_id: UUID
-    idempotency_key: str | None
-    client: str | None
-    # "<key id>:<hex HMAC>" of the normalised recipient, so a reviewer can find
-    # the user by address (infra/services/address_index.py); a personal field,
-    # erased with the recipient. None on events from before it existed.
-    address_hmac: str | None = None
-    # How the token is derived (domain.tokens): 1 from key and request id alone,
-    # 2 also from ``nonce``, a secret sealed under the user's data key (a personal field).
-    derivation: int = 1
-    nonce: str | None = field(default=None, repr=False)
-
-
-@frozen
-class ResetSuperseded:
-    request_id: UUID
-    superseded_by: UUID | None
-    reason: str  # "new_request" or "password_changed"
-
-
-@frozen
-class ResetRequestRefused:
-    user_id: str
-    reason: str  # "rate_limited"
-    refused_at: datetime
-    retry_at: datetime
-
-
-@frozen
-class ResetCompleted:
-    request_id: UUID
-    user_id: str
-    completed_at: datetime
-    notice_message_id: UUID
-
-
-@frozen
-class ResetTokenRejected:
-    """A known reset link was presented when it could no longer be used; it was refused.
-
-    ``reason``: "used", "superseded", "expired" or "erased". Bounded per window
-    (``domain.decisions.count_rejections``); the caller is in the event's metadata.
-    """
-
-    request_id: UUID
-    reason: str
-    rejected_at: datetime
+from domain.reset_events import ResetCompleted, ResetRequestRefused, ResetRequested, ResetSuperseded, ResetTokenRejected
+from domain.reset_state import ResetRequest, ResetState, open_requests, receipt_request
+from domain.reset_events import PASSWORD_CHANGED, RESET_LINK
 
 
 @frozen
@@ -133,144 +62,6 @@ class RequestReset:
     def scoped_user_id(self) -> str:
         """The user as streams and events name them: two tenants' ``u1`` are two users."""
         return scoped_user(self.tenant, self.user_id)
-
-
-@frozen
-class ResetRequest:
-    """One request's facts and where it stands: "open", "superseded" or "completed"."""
-
-    request_id: UUID
-    user_id: str
-    recipient: str
-    key_id: str
-    token_hash: str
-    requested_at: datetime
-    expires_at: datetime
-    message_id: UUID
-    idempotency_key: str | None
-    client: str | None
-    status: str = "open"
-    superseded_by: UUID | None = None
-    completed_at: datetime | None = None
-    derivation: int = 1
-    nonce: str | None = field(default=None, repr=False)
-
-    def past(self) -> PastRequest:
-        """This request as the shared request rules see it."""
-        outcome = RequestOutcome(self.request_id, self.message_id, self.expires_at, reused=False)
-        return PastRequest(outcome, self.requested_at, (self.recipient,), self.status == "open")
-
-
-@frozen
-class ResetState:
-    """Everything the reset rules need from one user's stream."""
-
-    requests: Mapping[UUID, ResetRequest]  # in request order
-    by_token_hash: Mapping[str, UUID]
-    # (client, idempotency_key) -> the request it last created or was bound to.
-    receipts: Mapping[tuple[str | None, str], Receipt]
-    # The run of alike answers (refusals, bound repeats) the last events belong to: floods are counted.
-    run: CountingRun | None = None
-    # Rejected presentations written in the latest window they were written in: past a bound they are counted.
-    rejections: CountingRun | None = None
-
-
-def initial_reset_state() -> ResetState:
-    """The state of a stream with no events."""
-    return ResetState(requests={}, by_token_hash={}, receipts={})
-
-
-def _with_request(state: ResetState, request: ResetRequest) -> ResetState:
-    return evolve(state, requests={**state.requests, request.request_id: request})
-
-
-def evolve_reset(state: ResetState, event: object) -> ResetState:
-    """The state after ``event``. Events about unknown requests change nothing,
-    so a replay never fails half-way."""
-    if isinstance(event, ResetTokenRejected):
-        # Neither ends nor extends a run of refusals: presentations are bounded on their own.
-        return evolve(state, rejections=rejections_after(state.rejections, event.rejected_at))
-    run = run_after(state.run, event, ResetRequestRefused)
-    if run != state.run:
-        state = evolve(state, run=run)
-    return _evolve_requests(state, event)
-
-
-def _evolve_requests(state: ResetState, event: object) -> ResetState:
-    if isinstance(event, ResetRequested):
-        request = ResetRequest(
-            event.request_id, event.user_id, event.recipient, event.key_id, event.token_hash,
-            event.requested_at, event.expires_at, event.message_id, event.idempotency_key,
-            event.client, derivation=event.derivation, nonce=event.nonce,
-        )  # fmt: skip
-        state = evolve(
-            _with_request(state, request),
-            by_token_hash={**state.by_token_hash, event.token_hash: event.request_id},
-        )
-        if event.idempotency_key is not None:
-            receipt = Receipt(event.request_id, event.requested_at)
-            state = _with_receipt(state, event.client, event.idempotency_key, receipt)
-        return _forget_before(state, event.requested_at - KEPT_FOR)
-    if isinstance(event, IdempotencyKeyBound):
-        receipt = Receipt(event.request_id, event.bound_at)
-        return _with_receipt(state, event.client, event.idempotency_key, receipt)
-    if isinstance(event, ResetSuperseded):
-        request = state.requests.get(event.request_id)
-        if request is None or request.status != "open":
-            return state
-        return _with_request(
-            state, evolve(request, status="superseded", superseded_by=event.superseded_by)
-        )
-    if isinstance(event, ResetCompleted):
-        request = state.requests.get(event.request_id)
-        if request is None:
-            return state
-        return _with_request(
-            state, evolve(request, status="completed", completed_at=event.completed_at)
-        )
-    if isinstance(event, (ResetRequestRefused, RequestsCounted)):
-        return state
-    raise UnknownEventType(f"{type(event).__name__} is not an event of a reset stream")
-
-
-def _forget_before(state: ResetState, horizon: datetime) -> ResetState:
-    """Forget closed requests made before ``horizon`` and receipts created before it (see ``KEPT_FOR``).
-
-    Done when a request is made, so that a fold and a snapshot forget alike.
-    A request an unlapsed receipt names, or one still open, is kept.
-    """
-    receipts = kept_receipts(state.receipts, horizon)
-    named = {receipt.request_id for receipt in receipts.values()}
-    requests = {request_id: r for request_id, r in state.requests.items()
-                if r.status == "open" or r.requested_at >= horizon or request_id in named}
-    if len(requests) == len(state.requests) and len(receipts) == len(state.receipts):
-        return state
-    by_token_hash = {token_hash: i for token_hash, i in state.by_token_hash.items() if i in requests}
-    return evolve(state, requests=requests, by_token_hash=by_token_hash, receipts=receipts)
-
-
-def _with_receipt(state: ResetState, client: str | None, key: str, receipt: Receipt) -> ResetState:
-    return evolve(state, receipts={**state.receipts, (client, key): receipt})
-
-
-def fold_reset(events: Iterable[object], state: ResetState | None = None) -> ResetState:
-    """The state after all ``events``, oldest first, from ``state`` (a snapshot) or the start."""
-    state = state if state is not None else initial_reset_state()
-    for event in events:
-        state = evolve_reset(state, event)
-    return state
-
-
-def _open_requests(state: ResetState) -> list[ResetRequest]:
-    return [r for r in state.requests.values() if r.status == "open"]
-
-
-def _receipt(state: ResetState, client: str | None, key: str | None) -> PastRequest | None:
-    receipt = state.receipts.get((client, key)) if key is not None else None
-    request = state.requests.get(receipt.request_id) if receipt is not None else None
-    if receipt is None or request is None:
-        return None
-    return evolve(request.past(), created_at=receipt.created_at)
 
 
 def decide_reset_request(
@@ -294,7 +85,7 @@ def decide_reset_request(
     is derived from the key, the request id and the nonce."""
     require_utc(now)
     params = (cmd.recipient,)
-    first = _receipt(state, cmd.client, cmd.idempotency_key)
+    first = receipt_request(state, cmd.client, cmd.idempotency_key)
     replay = replay_receipt(first, params, now=now, receipt_ttl=policy.receipt_ttl)
     if replay is not None:
         return replay
@@ -331,7 +122,7 @@ def decide_reset_request(
     )
     superseded = tuple(
         ResetSuperseded(r.request_id, superseded_by=request_id, reason="new_request")
-        for r in _open_requests(state)
+        for r in open_requests(state)
     )
     email = EmailQueued(
         message_id, "reset", RESET_LINK, cmd.scoped_user_id, request_id, cmd.recipient, available_at=now
@@ -445,7 +236,7 @@ def decide_consume(
     request = found
     others = tuple(
         ResetSuperseded(r.request_id, superseded_by=None, reason="password_changed")
-        for r in _open_requests(state)
+        for r in open_requests(state)
         if r.request_id != request.request_id
     )
     completed = ResetCompleted(request.request_id, request.user_id, now, notice_message_id)

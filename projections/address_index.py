@@ -14,9 +14,9 @@ import re
 
 from attrs import frozen
 
-from domain.otp import OtpChallengeIssued
+from domain.otp_events import OtpChallengeIssued
 from domain.privacy import SubjectErased
-from domain.reset import ResetRequested
+from domain.reset_events import ResetRequested
 from domain.tenants import tenant_of
 
 # Anything else (None on old events, "[erased]") is not a hash to index.

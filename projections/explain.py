@@ -25,7 +25,7 @@ from uuid import UUID
 
 from attrs import define, field, frozen
 
-from domain import decisions, email, otp, outage, privacy, reset
+from domain import decisions, email, otp_events, outage, privacy, reset_events
 from domain.log import RecordedEvent
 from domain.tenants import split_scoped_user
 from projections.timeline import (
@@ -134,17 +134,17 @@ def _label(story: Story, message_id: UUID) -> str:
 def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
     e, pos = r.event, r.global_position
     match e:
-        case reset.ResetRequested() | otp.OtpChallengeIssued():
-            rid = e.request_id if isinstance(e, reset.ResetRequested) else e.challenge_id
-            kind = "Reset request" if isinstance(e, reset.ResetRequested) else "OTP challenge"
+        case reset_events.ResetRequested() | otp_events.OtpChallengeIssued():
+            rid = e.request_id if isinstance(e, reset_events.ResetRequested) else e.challenge_id
+            kind = "Reset request" if isinstance(e, reset_events.ResetRequested) else "OTP challenge"
             user_id = split_scoped_user(e.user_id)[1]  # as the tenant knows them
             made = (f"{kind} {rid} for user {user_id} was made at {T(at)} by {_who(r)}, valid until "
                     f"{T(e.expires_at)} (key {e.key_id}).")
             found = Finding(made, r.event_type, pos, at, _ids(request_id=rid, user_id=user_id,
                             message_id=e.message_id), {"expires_at": e.expires_at})
             story.requests[rid] = Request(rid, kind, [found], e.expires_at, [e.message_id])
-        case reset.ResetSuperseded() | otp.OtpChallengeSuperseded():
-            rid = e.request_id if isinstance(e, reset.ResetSuperseded) else e.challenge_id
+        case reset_events.ResetSuperseded() | otp_events.OtpChallengeSuperseded():
+            rid = e.request_id if isinstance(e, reset_events.ResetSuperseded) else e.challenge_id
             request = story.requests.get(rid)
             if request is None:
                 return
@@ -154,7 +154,7 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             request.said.append(Finding(f"{request.kind} {rid} was superseded {why} at {T(at)}; its link or code "
                                         "stopped working then.", r.event_type, pos, at,
                                         _ids(request_id=rid, superseded_by=e.superseded_by)))
-        case reset.ResetCompleted() if e.request_id in story.requests:
+        case reset_events.ResetCompleted() if e.request_id in story.requests:
             request = story.requests[e.request_id]
             request.status = "completed"
             request.messages.append(e.notice_message_id)
@@ -162,33 +162,33 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
                                         "the password was changed, and a password-changed notice was queued.",
                                         r.event_type, pos, at,
                                         _ids(request_id=e.request_id, notice_message_id=e.notice_message_id)))
-        case otp.OtpChallengeVerified() | otp.OtpChallengeLockedOut() if e.challenge_id in story.requests:
+        case otp_events.OtpChallengeVerified() | otp_events.OtpChallengeLockedOut() if e.challenge_id in story.requests:
             request = story.requests[e.challenge_id]
-            request.status = "verified" if isinstance(e, otp.OtpChallengeVerified) else "locked"
+            request.status = "verified" if isinstance(e, otp_events.OtpChallengeVerified) else "locked"
             what = "its code was verified" if request.status == "verified" else f"it was locked ({e.scope})"
             request.said.append(Finding(f"OTP challenge {e.challenge_id}: {what} at {T(at)}.",
                                         r.event_type, pos, at, _ids(request_id=e.challenge_id)))
-        case reset.ResetTokenRejected() | otp.OtpCodeRejected():
-            rid = e.request_id if isinstance(e, reset.ResetTokenRejected) else e.challenge_id
-            what = "link" if isinstance(e, reset.ResetTokenRejected) else "code"
+        case reset_events.ResetTokenRejected() | otp_events.OtpCodeRejected():
+            rid = e.request_id if isinstance(e, reset_events.ResetTokenRejected) else e.challenge_id
+            what = "link" if isinstance(e, reset_events.ResetTokenRejected) else "code"
             request = story.requests.get(rid)
             kind = "reset request" if what == "link" else "OTP challenge"
             said = Finding(f"The {what} of {kind} {rid} was presented again at {T(at)} by {_who(r)} after "
                            f"it was {presented_after(e.reason)}; it was refused.", r.event_type, pos, at,
                            _ids(request_id=rid), {})
             (request.said if request is not None else story.user_notes).append(said)
-        case otp.OtpVerificationFailed() if e.challenge_id in story.requests:
+        case otp_events.OtpVerificationFailed() if e.challenge_id in story.requests:
             request = story.requests[e.challenge_id]
             wrong = (f"OTP challenge {e.challenge_id}: a wrong code was entered at {T(at)} by {_who(r)} (wrong code "
                      f"{e.attempt} on this challenge, {e.consecutive_failures} in a row for the account).")
             request.said.append(Finding(wrong, r.event_type, pos, at, _ids(request_id=e.challenge_id)))
-        case otp.OtpChallengeLockedOut():
+        case otp_events.OtpChallengeLockedOut():
             until = f" until {T(e.until)}" if e.until else ""
             story.user_notes.append(Finding(f"One-time codes were locked for the whole account at {T(at)}{until}.",
                                             r.event_type, pos, at, _ids(request_id=e.challenge_id),
                                             {"until": e.until} if e.until else {}))
-        case reset.ResetRequestRefused() | otp.OtpRequestRefused():
-            flow = "reset" if isinstance(e, reset.ResetRequestRefused) else "one-time code"
+        case reset_events.ResetRequestRefused() | otp_events.OtpRequestRefused():
+            flow = "reset" if isinstance(e, reset_events.ResetRequestRefused) else "one-time code"
             story.user_notes.append(Finding(f"A {flow} request by {_who(r)} was refused at {T(at)} ({e.reason}): no "
                                             f"email was queued; a new request is accepted from {T(e.retry_at)}.",
                                             r.event_type, pos, at, {}, {"retry_at": e.retry_at}))

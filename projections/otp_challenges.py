@@ -13,7 +13,7 @@ from uuid import UUID
 
 from attrs import evolve, frozen
 
-from domain.otp import (
+from domain.otp_events import (
     OtpChallengeIssued,
     OtpChallengeLockedOut,
     OtpChallengeSuperseded,

@@ -21,8 +21,8 @@ from uuid import UUID
 from attrs import frozen
 
 from domain.decisions import IdempotencyKeyBound
-from domain.otp import OtpChallengeIssued
-from domain.reset import ResetRequested
+from domain.otp_events import OtpChallengeIssued
+from domain.reset_events import ResetRequested
 
 
 def receipt_id(flow: str, client: str | None, user_id: str, idempotency_key: str) -> UUID:

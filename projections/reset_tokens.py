@@ -11,7 +11,7 @@ from uuid import UUID
 
 from attrs import evolve, frozen
 
-from domain.reset import ResetCompleted, ResetRequested, ResetSuperseded
+from domain.reset_events import ResetCompleted, ResetRequested, ResetSuperseded
 
 
 @frozen

@@ -29,8 +29,10 @@ from uuid import UUID
 from attrs import evolve, frozen
 
 from domain.log import RecordedEvent
-from domain.otp import OtpChallengeIssued, OtpState, fold_otp, otp_stream
-from domain.reset import ResetRequested, ResetState, fold_reset, reset_stream
+from domain.otp_events import OtpChallengeIssued, otp_stream
+from domain.otp_state import OtpState, fold_otp
+from domain.reset_events import ResetRequested, reset_stream
+from domain.reset_state import ResetState, fold_reset
 
 State = ResetState | OtpState
 # stream id prefix -> the flow's fold; the prefixes come from the stream-naming functions themselves.

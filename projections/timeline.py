@@ -19,7 +19,7 @@ from uuid import UUID
 
 from attrs import asdict, frozen
 
-from domain import clients, decisions, email, otp, outage, privacy, reset, tenants
+from domain import clients, decisions, email, otp_events, outage, privacy, reset_events, tenants
 from domain.log import RecordedEvent
 
 TIME_FIELDS = (
@@ -132,30 +132,30 @@ def counted_clients(event: decisions.RequestsCounted) -> str:
 def summary(event: object) -> str:
     """What happened, in a few words."""
     match event:
-        case reset.ResetRequested():
+        case reset_events.ResetRequested():
             return (f"reset link requested for {event.recipient}, valid until {format_time(event.expires_at)}, "
                     f"email {event.message_id}")
-        case reset.ResetSuperseded(superseded_by=None):
+        case reset_events.ResetSuperseded(superseded_by=None):
             return f"superseded ({event.reason})"
-        case reset.ResetSuperseded() | otp.OtpChallengeSuperseded():
+        case reset_events.ResetSuperseded() | otp_events.OtpChallengeSuperseded():
             return f"superseded by {event.superseded_by}"
-        case reset.ResetRequestRefused() | otp.OtpRequestRefused():
+        case reset_events.ResetRequestRefused() | otp_events.OtpRequestRefused():
             return f"request refused ({event.reason}), retry after {format_time(event.retry_at)}"
-        case reset.ResetCompleted():
+        case reset_events.ResetCompleted():
             return f"link used, password changed; notice {event.notice_message_id} queued"
-        case otp.OtpChallengeIssued():
+        case otp_events.OtpChallengeIssued():
             return (f"one-time code requested ({event.purpose}) for {event.recipient}, valid until "
                     f"{format_time(event.expires_at)}, "
                     f"email {event.message_id}")
-        case reset.ResetTokenRejected():
+        case reset_events.ResetTokenRejected():
             return f"link presented again after it was {presented_after(event.reason)}; refused"
-        case otp.OtpCodeRejected():
+        case otp_events.OtpCodeRejected():
             return f"code presented after the challenge was {presented_after(event.reason)}; refused unchecked"
-        case otp.OtpVerificationFailed():
+        case otp_events.OtpVerificationFailed():
             return f"wrong code (attempt {event.attempt}, {event.consecutive_failures} in a row)"
-        case otp.OtpChallengeVerified():
+        case otp_events.OtpChallengeVerified():
             return "code verified"
-        case otp.OtpChallengeLockedOut():
+        case otp_events.OtpChallengeLockedOut():
             until = f" until {format_time(event.until)}" if event.until else ""
             return f"locked ({event.scope}){until}"
         case decisions.RequestsCounted():

@@ -30,7 +30,7 @@ from uuid import UUID
 
 from attrs import define, field
 
-from domain import decisions, email, otp, privacy, reset
+from domain import decisions, email, otp_events, privacy, reset_events
 from domain.log import RecordedEvent
 from projections.timeline import event_times, format_time
 
@@ -50,17 +50,17 @@ LEASE_ENDINGS: dict[type, str] = {
     email.DeliverySkipped: "skipped",
     email.DeliveryAbandoned: "abandoned",
 }
-REQUESTS = (reset.ResetRequested, otp.OtpChallengeIssued)
-SUPERSESSIONS = (reset.ResetSuperseded, otp.OtpChallengeSuperseded)
+REQUESTS = (reset_events.ResetRequested, otp_events.OtpChallengeIssued)
+SUPERSESSIONS = (reset_events.ResetSuperseded, otp_events.OtpChallengeSuperseded)
 # Presentations of a link or code, by outcome. A rejected presentation (a used, superseded, expired or
 # erased link or code shown again) is "rejected", its event's reason in data-reason.
 VERIFICATIONS: dict[type, str] = {
-    otp.OtpVerificationFailed: "failed",
-    otp.OtpChallengeVerified: "verified",
-    otp.OtpChallengeLockedOut: "locked",
-    reset.ResetCompleted: "consumed",
-    reset.ResetTokenRejected: "rejected",
-    otp.OtpCodeRejected: "rejected",
+    otp_events.OtpVerificationFailed: "failed",
+    otp_events.OtpChallengeVerified: "verified",
+    otp_events.OtpChallengeLockedOut: "locked",
+    reset_events.ResetCompleted: "consumed",
+    reset_events.ResetTokenRejected: "rejected",
+    otp_events.OtpCodeRejected: "rejected",
 }
 
 

@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 from attrs import frozen
 from sqlalchemy import Connection
 
-from domain import otp, reset, templates
+from domain import otp, otp_events, otp_state, reset, reset_events, reset_state, templates
 from domain.tokens import SecretUnavailable
 from infra.delivery.leases import Claim
 from infra.delivery.providers import OutboundEmail
@@ -61,9 +61,9 @@ def prepare_all(
 def _request_stream(row: OutboxRow) -> tuple[str | None, Callable[[Iterable[object]], Any] | None]:
     """The stream holding the request of this message, and its fold; (None, None) for an unknown flow."""
     if row.flow == "reset":
-        return reset.reset_stream(row.user_id), reset.fold_reset
+        return reset_events.reset_stream(row.user_id), reset_state.fold_reset
     if row.flow == "otp":
-        return otp.otp_stream(row.user_id), otp.fold_otp
+        return otp_events.otp_stream(row.user_id), otp_state.fold_otp
     return None, None
 
 
@@ -84,7 +84,7 @@ def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sen
         request = state.requests[row.request_id]
         if request.recipient == ERASED:
             return Prepared(None, "erased")
-        if row.template == reset.PASSWORD_CHANGED:
+        if row.template == reset_events.PASSWORD_CHANGED:
             assert request.completed_at is not None
             content, key_id = templates.password_changed(ctx.email_templates.password_changed, changed_at=request.completed_at), None
             useful_until = request.completed_at + ctx.delivery_policy.notice_useful_for

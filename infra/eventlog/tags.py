@@ -7,23 +7,23 @@ version here and registering an upcaster in ``infra.eventlog.upcasters``.
 
 from __future__ import annotations
 
-from domain import decisions, email, otp, privacy, reset
+from domain import decisions, email, otp_events, privacy, reset_events
 from domain import clients, outage, tenants
 
 # tag -> (class, current schema version)
 EVENT_TYPES: dict[str, tuple[type, int]] = {
-    "ResetRequested": (reset.ResetRequested, 2),  # 2: the token's derivation and its sealed nonce
-    "ResetSuperseded": (reset.ResetSuperseded, 1),
-    "ResetRequestRefused": (reset.ResetRequestRefused, 1),
-    "ResetCompleted": (reset.ResetCompleted, 1),
-    "ResetTokenRejected": (reset.ResetTokenRejected, 1),
-    "OtpChallengeIssued": (otp.OtpChallengeIssued, 3),  # 2: records the code's digits; 3: derivation, nonce
-    "OtpChallengeSuperseded": (otp.OtpChallengeSuperseded, 1),
-    "OtpVerificationFailed": (otp.OtpVerificationFailed, 1),
-    "OtpChallengeVerified": (otp.OtpChallengeVerified, 1),
-    "OtpChallengeLockedOut": (otp.OtpChallengeLockedOut, 1),
-    "OtpRequestRefused": (otp.OtpRequestRefused, 1),
-    "OtpCodeRejected": (otp.OtpCodeRejected, 1),
+    "ResetRequested": (reset_events.ResetRequested, 2),  # 2: the token's derivation and its sealed nonce
+    "ResetSuperseded": (reset_events.ResetSuperseded, 1),
+    "ResetRequestRefused": (reset_events.ResetRequestRefused, 1),
+    "ResetCompleted": (reset_events.ResetCompleted, 1),
+    "ResetTokenRejected": (reset_events.ResetTokenRejected, 1),
+    "OtpChallengeIssued": (otp_events.OtpChallengeIssued, 3),  # 2: records the code's digits; 3: derivation, nonce
+    "OtpChallengeSuperseded": (otp_events.OtpChallengeSuperseded, 1),
+    "OtpVerificationFailed": (otp_events.OtpVerificationFailed, 1),
+    "OtpChallengeVerified": (otp_events.OtpChallengeVerified, 1),
+    "OtpChallengeLockedOut": (otp_events.OtpChallengeLockedOut, 1),
+    "OtpRequestRefused": (otp_events.OtpRequestRefused, 1),
+    "OtpCodeRejected": (otp_events.OtpCodeRejected, 1),
     "IdempotencyKeyBound": (decisions.IdempotencyKeyBound, 1),
     "RequestsCounted": (decisions.RequestsCounted, 1),
     "EmailQueued": (email.EmailQueued, 1),

@@ -18,7 +18,7 @@ import sys
 from attrs import frozen
 from sqlalchemy import Table
 
-from domain import clients, decisions, otp, privacy, reset, tenants
+from domain import clients, decisions, otp_events, privacy, reset_events, tenants
 from domain.errors import NotFound
 from infra.db import tables
 from infra.eventlog.tags import EVENT_TYPES
@@ -41,19 +41,19 @@ CATCH_UP_KIND = "catch-up"
 # named here reads every event.
 FOLDED_EVENTS: dict[str, tuple[type, ...]] = {
     "email_outbox": EMAIL_EVENTS,
-    "reset_tokens": (reset.ResetRequested, reset.ResetSuperseded, reset.ResetCompleted),
-    "otp_challenges": (otp.OtpChallengeIssued, otp.OtpChallengeSuperseded, otp.OtpVerificationFailed,
-                       otp.OtpChallengeVerified, otp.OtpChallengeLockedOut),
-    "receipts": (reset.ResetRequested, otp.OtpChallengeIssued, decisions.IdempotencyKeyBound),
+    "reset_tokens": (reset_events.ResetRequested, reset_events.ResetSuperseded, reset_events.ResetCompleted),
+    "otp_challenges": (otp_events.OtpChallengeIssued, otp_events.OtpChallengeSuperseded, otp_events.OtpVerificationFailed,
+                       otp_events.OtpChallengeVerified, otp_events.OtpChallengeLockedOut),
+    "receipts": (reset_events.ResetRequested, otp_events.OtpChallengeIssued, decisions.IdempotencyKeyBound),
     "api_keys": clients.CLIENT_EVENTS,
     "tenants": (tenants.TenantCreated,),
-    "address_index": (reset.ResetRequested, otp.OtpChallengeIssued, privacy.SubjectErased),
+    "address_index": (reset_events.ResetRequested, otp_events.OtpChallengeIssued, privacy.SubjectErased),
     # Every event of a reset or OTP stream: the two folds refuse any other (UnknownEventType).
-    "stream_snapshots": (reset.ResetRequested, reset.ResetSuperseded, reset.ResetRequestRefused, reset.ResetCompleted,
-                         reset.ResetTokenRejected,
-                         otp.OtpChallengeIssued, otp.OtpChallengeSuperseded, otp.OtpVerificationFailed,
-                         otp.OtpChallengeVerified, otp.OtpChallengeLockedOut, otp.OtpRequestRefused,
-                         otp.OtpCodeRejected,
+    "stream_snapshots": (reset_events.ResetRequested, reset_events.ResetSuperseded, reset_events.ResetRequestRefused, reset_events.ResetCompleted,
+                         reset_events.ResetTokenRejected,
+                         otp_events.OtpChallengeIssued, otp_events.OtpChallengeSuperseded, otp_events.OtpVerificationFailed,
+                         otp_events.OtpChallengeVerified, otp_events.OtpChallengeLockedOut, otp_events.OtpRequestRefused,
+                         otp_events.OtpCodeRejected,
                          decisions.IdempotencyKeyBound, decisions.RequestsCounted),
 }
 

@@ -24,8 +24,8 @@ from sqlalchemy import Connection, Table, text
 
 from domain.decisions import CountingRun, Receipt
 from domain.log import RecordedEvent
-from domain.otp import OtpChallenge, OtpState
-from domain.reset import ResetRequest, ResetState
+from domain.otp_state import OtpChallenge, OtpState
+from domain.reset_state import ResetRequest, ResetState
 from infra.db import tables
 from infra.eventlog.codec import make_converter
 from infra.eventlog.personal_data import FieldContext, Keyring, is_envelope

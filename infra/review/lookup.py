@@ -43,9 +43,9 @@ from sqlalchemy import Connection, Engine, text
 
 from domain.email import EmailQueued
 from domain.log import RecordedEvent
-from domain.otp import OtpChallengeSuperseded
+from domain.otp_events import OtpChallengeSuperseded
 from domain.privacy import subject_stream
-from domain.reset import ResetSuperseded
+from domain.reset_events import ResetSuperseded
 from domain.tenants import DEFAULT_TENANT, tenant_of
 from infra.errors import PersonalDataUnreadable
 from infra.eventlog.codec import default_codec

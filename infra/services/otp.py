@@ -23,15 +23,9 @@ from sqlalchemy import bindparam, select
 from domain.decisions import Decision, Refused, Rejected, RequestOutcome, VerifyOutcome, check_optional_text, check_text
 from domain.errors import CodeRejected, InvalidInput, LockedOut
 from infra.errors import RateLimited
-from domain.otp import (
-    OtpChallengeLockedOut,
-    RequestOtp,
-    check_code_shape,
-    decide_otp_request,
-    decide_otp_verify,
-    fold_otp,
-    otp_stream,
-)
+from domain.otp import RequestOtp, check_code_shape, decide_otp_request, decide_otp_verify
+from domain.otp_events import OtpChallengeLockedOut, otp_stream
+from domain.otp_state import fold_otp
 from domain.tenants import DEFAULT_TENANT, scoped_user
 from infra.db import tables
 from infra.services.address_index import address_hmac

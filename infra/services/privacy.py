@@ -28,12 +28,12 @@ from sqlalchemy import Connection, text
 from domain.clients import Caller
 from domain.email import email_stream
 from domain.errors import NotFound
-from domain.otp import otp_stream
+from domain.otp_events import otp_stream
 from domain.privacy import (
     SubjectErased, check_subject, decide_erasure, describe_user, erasure_reason, fold_subject, subject_of,
     subject_stream,
 )
-from domain.reset import reset_stream
+from domain.reset_events import reset_stream
 from infra.eventlog.personal_data import envelope_key_ids
 from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.queries import stream_payloads

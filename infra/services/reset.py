@@ -17,16 +17,9 @@ from sqlalchemy import bindparam, select
 from domain.decisions import ConsumeOutcome, Decision, Refused, Rejected, RequestOutcome
 from domain.errors import TokenInvalid
 from infra.errors import RateLimited
-from domain.reset import (
-    LinkValid,
-    RequestReset,
-    ResetRequest,
-    decide_consume,
-    decide_reset_request,
-    fold_reset,
-    decide_verify_link,
-    reset_stream,
-)
+from domain.reset import LinkValid, RequestReset, decide_consume, decide_reset_request, decide_verify_link
+from domain.reset_events import reset_stream
+from domain.reset_state import ResetRequest, fold_reset
 from domain.tenants import DEFAULT_TENANT, tenant_of
 from domain.tokens import hash_token
 from infra.db import tables

@@ -12,8 +12,8 @@ from domain.decisions import RequestsCounted
 from domain.email import EmailQueued, LeaseClaimed, LeaseExpired, ProviderAccepted, SendAttemptFailed
 from domain.log import RecordedEvent
 from domain.privacy import SubjectErased
-from domain.otp import OtpCodeRejected
-from domain.reset import ResetRequested, ResetSuperseded, ResetTokenRejected
+from domain.otp_events import OtpCodeRejected
+from domain.reset_events import ResetRequested, ResetSuperseded, ResetTokenRejected
 from infra.console.svg import draw
 
 T0 = datetime(2024, 5, 1, 10, 0, tzinfo=UTC)

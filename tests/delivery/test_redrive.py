@@ -14,7 +14,8 @@ from domain.delivery import DeliveryPolicy
 from domain.email import DeliveryRedriven, DeliverySkipped, email_stream
 from domain.errors import InvalidInput, NotFound
 from domain.log import RecordedEvent
-from domain.reset import RequestReset, reset_stream
+from domain.reset import RequestReset
+from domain.reset_events import reset_stream
 from infra.clock import ManualClock
 from infra.delivery.redrive import Selection, redrive, redrive_preview
 from infra.delivery.worker import Worker

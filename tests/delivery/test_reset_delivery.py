@@ -14,7 +14,8 @@ from domain.email import LeaseClaimed, LeaseExpired, ProviderAccepted
 from domain.errors import TokenInvalid
 from infra.errors import RateLimited
 from domain.policy import ResetPolicy
-from domain.reset import RequestReset, ResetRequestRefused, reset_stream
+from domain.reset import RequestReset
+from domain.reset_events import ResetRequestRefused, reset_stream
 from infra.clock import ManualClock
 from infra.logs import FIELDS
 from infra.delivery.fresh import prepare

@@ -25,9 +25,11 @@ from sqlalchemy import Engine, text
 
 from domain.errors import ConcurrencyConflict
 from domain.log import RecordedEvent
-from domain.otp import OtpChallengeIssued, OtpChallengeVerified, OtpVerificationFailed, fold_otp, otp_stream
+from domain.otp_events import OtpChallengeIssued, OtpChallengeVerified, OtpVerificationFailed, otp_stream
+from domain.otp_state import fold_otp
 from domain.policy import OtpPolicy, ResetPolicy
-from domain.reset import ResetCompleted, ResetRequested, fold_reset, reset_stream
+from domain.reset_events import ResetCompleted, ResetRequested, reset_stream
+from domain.reset_state import fold_reset
 from infra.clock import SystemClock
 from infra.eventlog.postgres import PostgresEventStore
 from infra.http.openapi import openapi_document

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain.errors import UnknownEventType
-from domain.otp import fold_otp
-from domain.reset import fold_reset
+from domain.otp_state import fold_otp
+from domain.reset_state import fold_reset
 from infra.eventlog.tags import EVENT_TYPES
 from infra.projector.inline import INLINE
 from infra.projector.appliers import KeyedApplier

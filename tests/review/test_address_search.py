@@ -9,7 +9,8 @@ from sqlalchemy import Engine, text
 
 from domain.errors import InvalidInput
 from domain.otp import RequestOtp
-from domain.reset import RequestReset, ResetRequested, reset_stream
+from domain.reset import RequestReset
+from domain.reset_events import ResetRequested, reset_stream
 from domain.tokens import TokenKeys
 from infra.projector.registry import projection_named
 from infra.projector.verify import verify

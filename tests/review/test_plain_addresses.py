@@ -7,7 +7,6 @@ another user's address stays readable and the log itself stays sealed.
 
 from __future__ import annotations
 
-import json
 import logging
 from uuid import UUID
 

@@ -15,8 +15,12 @@ import pytest
 from sqlalchemy import Engine, text
 
 from domain.decisions import BOUND_KEYS_PER_WINDOW, IdempotencyKeyBound, RequestsCounted
-from domain.otp import OtpRequestRefused, RequestOtp, fold_otp, otp_stream
-from domain.reset import RequestReset, ResetRequestRefused, ResetRequested, fold_reset, reset_stream
+from domain.otp import RequestOtp
+from domain.otp_events import OtpRequestRefused, otp_stream
+from domain.otp_state import fold_otp
+from domain.reset import RequestReset
+from domain.reset_events import ResetRequestRefused, ResetRequested, reset_stream
+from domain.reset_state import fold_reset
 from infra.clock import ManualClock
 from infra.errors import RateLimited
 from infra.eventlog.personal_data import ERASED

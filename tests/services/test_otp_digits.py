@@ -16,7 +16,8 @@ from attrs import frozen
 from sqlalchemy import Engine, text
 
 from domain.errors import InvalidInput
-from domain.otp import OtpChallengeIssued, RequestOtp, otp_stream
+from domain.otp import RequestOtp
+from domain.otp_events import OtpChallengeIssued, otp_stream
 from domain.policy import OtpPolicy
 from domain.tokens import derive_otp_code
 from infra.clock import ManualClock

@@ -14,16 +14,15 @@ from sqlalchemy import Engine, text
 
 from domain.decisions import RequestOutcome, VerifyOutcome
 from domain.errors import CodeRejected, IdempotencyMismatch, InvalidInput, LockedOut
-from domain.otp import (
+from domain.otp import RequestOtp, otp_code_for
+from domain.otp_events import (
     OtpChallengeIssued,
     OtpChallengeLockedOut,
     OtpChallengeVerified,
     OtpVerificationFailed,
-    RequestOtp,
-    fold_otp,
-    otp_code_for,
     otp_stream,
 )
+from domain.otp_state import fold_otp
 from infra.clock import ManualClock
 from infra.services.otp import request_otp, verify_code
 from infra.services.unit_of_work import ServiceContext, load_state

@@ -21,9 +21,11 @@ from sqlalchemy import Engine, text
 
 from domain.decisions import REJECTIONS_PER_WINDOW, RequestsCounted
 from domain.errors import CodeRejected, LockedOut, TokenInvalid
-from domain.otp import OtpCodeRejected, RequestOtp, otp_stream
+from domain.otp import RequestOtp
+from domain.otp_events import OtpCodeRejected, otp_stream
 from domain.policy import OtpPolicy
-from domain.reset import RequestReset, ResetTokenRejected, reset_stream
+from domain.reset import RequestReset
+from domain.reset_events import ResetTokenRejected, reset_stream
 from domain.tokens import SecretUnavailable, derive_otp_code, derive_reset_token, hash_token
 from infra.clock import ManualClock
 from infra.delivery.worker import Worker

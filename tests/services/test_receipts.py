@@ -13,8 +13,10 @@ from sqlalchemy import Engine, text
 from domain.decisions import IdempotencyKeyBound, RequestOutcome
 from domain.errors import IdempotencyMismatch
 from infra.errors import RateLimited, RequestInFlight
-from domain.otp import RequestOtp, otp_stream
-from domain.reset import RequestReset, ResetRequested, reset_stream
+from domain.otp import RequestOtp
+from domain.otp_events import otp_stream
+from domain.reset import RequestReset
+from domain.reset_events import ResetRequested, reset_stream
 from infra.clock import ManualClock
 from infra.services.otp import request_otp
 from tests.support.receipts import find_receipt

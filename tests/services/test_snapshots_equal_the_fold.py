@@ -16,9 +16,13 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine
 
 from domain.errors import CodeRejected, IdempotencyMismatch, LockedOut, TokenInvalid
-from domain.otp import RequestOtp, fold_otp, otp_stream
+from domain.otp import RequestOtp
+from domain.otp_events import otp_stream
+from domain.otp_state import fold_otp
 from domain.policy import OtpPolicy, ResetPolicy
-from domain.reset import RequestReset, fold_reset, reset_stream
+from domain.reset import RequestReset
+from domain.reset_events import reset_stream
+from domain.reset_state import fold_reset
 from tests.support.secrets import otp_code_of, reset_token_of
 from infra.clock import ManualClock
 from infra.errors import RateLimited

@@ -18,9 +18,11 @@ from sqlalchemy import Engine, text
 
 from domain.decisions import RequestOutcome
 from domain.errors import CodeRejected, InvalidInput, NotFound, TokenInvalid
-from domain.otp import OtpChallengeIssued, RequestOtp, otp_stream
+from domain.otp import RequestOtp
+from domain.otp_events import OtpChallengeIssued, otp_stream
 from domain.policy import OtpPolicy
-from domain.reset import RequestReset, ResetRequested, ResetSuperseded, reset_stream
+from domain.reset import RequestReset
+from domain.reset_events import ResetRequested, ResetSuperseded, reset_stream
 from infra.clock import ManualClock
 from infra.delivery.worker import Worker
 from infra.errors import RateLimited

@@ -12,8 +12,10 @@ from uuid import UUID
 
 from sqlalchemy import Engine, text
 
-from domain.otp import OtpChallenge, fold_otp, otp_code_for
-from domain.reset import ResetRequest, fold_reset, reset_token_for
+from domain.otp import otp_code_for
+from domain.otp_state import OtpChallenge, fold_otp
+from domain.reset import reset_token_for
+from domain.reset_state import ResetRequest, fold_reset
 from domain.tokens import NONCE_BYTES, TokenKeys, nonce_text
 from infra.eventlog.postgres import PostgresEventStore
 

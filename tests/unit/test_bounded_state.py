@@ -14,9 +14,12 @@ import pytest
 
 from domain.decisions import KEPT_FOR, Refused
 from domain.errors import ConfigError, TokenInvalid
-from domain.otp import OtpChallengeLockedOut, OtpVerificationFailed, RequestOtp, decide_otp_request, fold_otp
+from domain.otp import RequestOtp, decide_otp_request
+from domain.otp_events import OtpChallengeLockedOut, OtpVerificationFailed
+from domain.otp_state import fold_otp
 from domain.policy import OtpPolicy, ResetPolicy
-from domain.reset import RequestReset, check_token, decide_reset_request, fold_reset
+from domain.reset import RequestReset, check_token, decide_reset_request
+from domain.reset_state import fold_reset
 from domain.tokens import TokenKeys, derive_reset_token, hash_token
 from tests.support.secrets import nonce
 

@@ -9,7 +9,7 @@ from uuid import UUID
 from domain.email import EmailQueued, LeaseClaimed, LeaseReleased, ProviderAccepted
 from domain.log import RecordedEvent
 from domain.outage import ProviderOutageBegan, ProviderOutageEnded
-from domain.reset import ResetRequested
+from domain.reset_events import ResetRequested
 from infra.eventlog.codec import default_codec
 from projections.explain import explain_request
 from projections.outbox import fold_outbox

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from domain.email import DeliverySkipped, EmailQueued
 from domain.log import RecordedEvent
 from domain.privacy import SubjectErased, subject_stream
-from domain.reset import ResetRequested
+from domain.reset_events import ResetRequested
 from infra.eventlog.personal_data import ERASED
 from infra.eventlog.tags import EVENT_TYPES, PERSONAL_FIELDS
 from projections.explain import explain_user, user_findings

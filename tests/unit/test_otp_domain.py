@@ -18,7 +18,8 @@ from domain.errors import (
     LockedOut,
     UnknownEventType,
 )
-from domain.otp import (
+from domain.otp import RequestOtp, decide_otp_request, decide_otp_verify, otp_code_for, otp_delivery_verdict
+from domain.otp_events import (
     OtpChallengeIssued,
     OtpChallengeLockedOut,
     OtpChallengeSuperseded,
@@ -26,14 +27,9 @@ from domain.otp import (
     OtpCodeRejected,
     OtpRequestRefused,
     OtpVerificationFailed,
-    RequestOtp,
-    decide_otp_request,
-    decide_otp_verify,
-    fold_otp,
-    otp_code_for,
-    otp_delivery_verdict,
     otp_stream,
 )
+from domain.otp_state import fold_otp
 from domain.policy import OtpPolicy
 from domain.tokens import SecretUnavailable, TokenKeys, derive_otp_code
 from tests.support.secrets import nonce

@@ -17,15 +17,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from domain.decisions import Decision, Rejected, RequestOutcome
 from domain.errors import CodeRejected, IdempotencyMismatch, LockedOut
-from domain.otp import (
-    OtpState,
-    RequestOtp,
-    account_locked_until,
-    decide_otp_request,
-    decide_otp_verify,
-    evolve_otp,
-    fold_otp,
-)
+from domain.otp import RequestOtp, decide_otp_request, decide_otp_verify
+from domain.otp_state import OtpState, account_locked_until, evolve_otp, fold_otp
 from domain.policy import OtpPolicy
 from domain.tokens import TokenKeys, derive_otp_code
 from tests.support.secrets import nonce

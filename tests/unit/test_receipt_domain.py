@@ -14,9 +14,13 @@ import pytest
 
 from domain.decisions import Decision, IdempotencyKeyBound, Refused, RequestOutcome
 from domain.errors import IdempotencyMismatch
-from domain.otp import OtpChallengeIssued, RequestOtp, decide_otp_request, fold_otp
+from domain.otp import RequestOtp, decide_otp_request
+from domain.otp_events import OtpChallengeIssued
+from domain.otp_state import fold_otp
 from domain.policy import OtpPolicy, ResetPolicy
-from domain.reset import RequestReset, ResetRequested, ResetSuperseded, decide_reset_request, fold_reset
+from domain.reset import RequestReset, decide_reset_request
+from domain.reset_events import ResetRequested, ResetSuperseded
+from domain.reset_state import fold_reset
 from domain.tokens import TokenKeys
 from tests.support.secrets import nonce
 

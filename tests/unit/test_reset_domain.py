@@ -15,22 +15,23 @@ from domain.policy import ResetPolicy
 from domain.reset import (
     LINK_REFUSALS,
     RequestReset,
-    ResetCompleted,
-    ResetRequested,
-    ResetRequestRefused,
-    ResetState,
-    ResetSuperseded,
-    ResetTokenRejected,
     check_token,
     decide_consume,
     decide_verify_link,
     decide_reset_request,
     find_by_token_hash,
-    fold_reset,
     reset_delivery_verdict,
-    reset_stream,
     reset_token_for,
 )
+from domain.reset_events import (
+    ResetCompleted,
+    ResetRequested,
+    ResetRequestRefused,
+    ResetSuperseded,
+    ResetTokenRejected,
+    reset_stream,
+)
+from domain.reset_state import ResetState, fold_reset
 from domain.tokens import SecretUnavailable, TokenKeys, derive_reset_token, hash_token
 from tests.support.secrets import nonce
 

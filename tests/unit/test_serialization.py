@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain.errors import UnknownEventType
-from domain.otp import OtpChallengeIssued
+from domain.otp_events import OtpChallengeIssued
 from infra.eventlog.tags import EVENT_TYPES
 from infra.eventlog.personal_data import MemoryKeyring, is_envelope
 from infra.eventlog.codec import EventCodec, default_codec

@@ -1,0 +1,166 @@
+"""One user's reset stream folded: ``ResetState``, the facts of each request and where it stands.
+
+A pure fold: ``evolve_reset`` takes one event, ``fold_reset`` many, from the
+start or from a snapshot. ``domain.reset`` decides over what it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from uuid import UUID
+
+from attrs import evolve, field, frozen
+
+from domain.decisions import (
+    CountingRun,
+    KEPT_FOR,
+    IdempotencyKeyBound,
+    PastRequest,
+    Receipt,
+    RequestOutcome,
+    RequestsCounted,
+    kept_receipts,
+    rejections_after,
+    run_after,
+)
+from domain.errors import UnknownEventType
+from domain.reset_events import ResetCompleted, ResetRequestRefused, ResetRequested, ResetSuperseded, ResetTokenRejected
+
+
+@frozen
+class ResetRequest:
+    """One request's facts and where it stands: "open", "superseded" or "completed"."""
+
+    request_id: UUID
+    user_id: str
+    recipient: str
+    key_id: str
+    token_hash: str
+    requested_at: datetime
+    expires_at: datetime
+    message_id: UUID
+    idempotency_key: str | None
+    client: str | None
+    status: str = "open"
+    superseded_by: UUID | None = None
+    completed_at: datetime | None = None
+    derivation: int = 1
+    nonce: str | None = field(default=None, repr=False)
+
+    def past(self) -> PastRequest:
+        """This request as the shared request rules see it."""
+        outcome = RequestOutcome(self.request_id, self.message_id, self.expires_at, reused=False)
+        return PastRequest(outcome, self.requested_at, (self.recipient,), self.status == "open")
+
+
+@frozen
+class ResetState:
+    """Everything the reset rules need from one user's stream."""
+
+    requests: Mapping[UUID, ResetRequest]  # in request order
+    by_token_hash: Mapping[str, UUID]
+    # (client, idempotency_key) -> the request it last created or was bound to.
+    receipts: Mapping[tuple[str | None, str], Receipt]
+    # The run of alike answers (refusals, bound repeats) the last events belong to: floods are counted.
+    run: CountingRun | None = None
+    # Rejected presentations written in the latest window they were written in: past a bound they are counted.
+    rejections: CountingRun | None = None
+
+
+def initial_reset_state() -> ResetState:
+    """The state of a stream with no events."""
+    return ResetState(requests={}, by_token_hash={}, receipts={})
+
+
+def _with_request(state: ResetState, request: ResetRequest) -> ResetState:
+    return evolve(state, requests={**state.requests, request.request_id: request})
+
+
+def evolve_reset(state: ResetState, event: object) -> ResetState:
+    """The state after ``event``. Events about unknown requests change nothing,
+    so a replay never fails half-way."""
+    if isinstance(event, ResetTokenRejected):
+        # Neither ends nor extends a run of refusals: presentations are bounded on their own.
+        return evolve(state, rejections=rejections_after(state.rejections, event.rejected_at))
+    run = run_after(state.run, event, ResetRequestRefused)
+    if run != state.run:
+        state = evolve(state, run=run)
+    return _evolve_requests(state, event)
+
+
+def _evolve_requests(state: ResetState, event: object) -> ResetState:
+    if isinstance(event, ResetRequested):
+        request = ResetRequest(
+            event.request_id, event.user_id, event.recipient, event.key_id, event.token_hash,
+            event.requested_at, event.expires_at, event.message_id, event.idempotency_key,
+            event.client, derivation=event.derivation, nonce=event.nonce,
+        )  # fmt: skip
+        state = evolve(
+            _with_request(state, request),
+            by_token_hash={**state.by_token_hash, event.token_hash: event.request_id},
+        )
+        if event.idempotency_key is not None:
+            receipt = Receipt(event.request_id, event.requested_at)
+            state = _with_receipt(state, event.client, event.idempotency_key, receipt)
+        return _forget_before(state, event.requested_at - KEPT_FOR)
+    if isinstance(event, IdempotencyKeyBound):
+        receipt = Receipt(event.request_id, event.bound_at)
+        return _with_receipt(state, event.client, event.idempotency_key, receipt)
+    if isinstance(event, ResetSuperseded):
+        request = state.requests.get(event.request_id)
+        if request is None or request.status != "open":
+            return state
+        return _with_request(
+            state, evolve(request, status="superseded", superseded_by=event.superseded_by)
+        )
+    if isinstance(event, ResetCompleted):
+        request = state.requests.get(event.request_id)
+        if request is None:
+            return state
+        return _with_request(
+            state, evolve(request, status="completed", completed_at=event.completed_at)
+        )
+    if isinstance(event, (ResetRequestRefused, RequestsCounted)):
+        return state
+    raise UnknownEventType(f"{type(event).__name__} is not an event of a reset stream")
+
+
+def _forget_before(state: ResetState, horizon: datetime) -> ResetState:
+    """Forget closed requests made before ``horizon`` and receipts created before it (see ``KEPT_FOR``).
+
+    Done when a request is made, so that a fold and a snapshot forget alike.
+    A request an unlapsed receipt names, or one still open, is kept.
+    """
+    receipts = kept_receipts(state.receipts, horizon)
+    named = {receipt.request_id for receipt in receipts.values()}
+    requests = {request_id: r for request_id, r in state.requests.items()
+                if r.status == "open" or r.requested_at >= horizon or request_id in named}
+    if len(requests) == len(state.requests) and len(receipts) == len(state.receipts):
+        return state
+    by_token_hash = {token_hash: i for token_hash, i in state.by_token_hash.items() if i in requests}
+    return evolve(state, requests=requests, by_token_hash=by_token_hash, receipts=receipts)
+
+
+def _with_receipt(state: ResetState, client: str | None, key: str, receipt: Receipt) -> ResetState:
+    return evolve(state, receipts={**state.receipts, (client, key): receipt})
+
+
+def fold_reset(events: Iterable[object], state: ResetState | None = None) -> ResetState:
+    """The state after all ``events``, oldest first, from ``state`` (a snapshot) or the start."""
+    state = state if state is not None else initial_reset_state()
+    for event in events:
+        state = evolve_reset(state, event)
+    return state
+
+
+def open_requests(state: ResetState) -> list[ResetRequest]:
+    return [r for r in state.requests.values() if r.status == "open"]
+
+
+def receipt_request(state: ResetState, client: str | None, key: str | None) -> PastRequest | None:
+    receipt = state.receipts.get((client, key)) if key is not None else None
+    request = state.requests.get(receipt.request_id) if receipt is not None else None
+    if receipt is None or request is None:
+        return None
+    return evolve(request.past(), created_at=receipt.created_at)
