@@ -21,6 +21,7 @@ is never used again by a later transaction.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import secrets
@@ -205,12 +206,34 @@ class PostgresKeyring(DataKeyring):
         return key_id
 
     def _check_master(self) -> None:
-        """Refuse a wrong master key before it wraps anything: unwrap one key it wrapped before."""
-        if not self._checked_master:
+        """Refuse a wrong master key before it wraps anything: unwrap one key it wrapped before.
+
+        Once that has worked in this process for a database, key id and key,
+        it needs no asking again (``_PROVEN``): the rows it unwrapped stay
+        wrapped by those bytes, so the answer cannot change. Until a key
+        exists under the id there is nothing to prove, and every new user's
+        transaction asks again.
+        """
+        if self._checked_master:
+            return
+        proof = _proof_of(self.connection, self.master)
+        if proof not in _PROVEN:
             row = self.connection.execute(SAMPLE_UNDER_MASTER, {"master_key_id": self.master.current_id}).first()
             if row is not None:
                 self.master.unwrap(row.user_id, row.key_id, row.master_key_id, bytes(row.wrapped_key))
-            self._checked_master = True
+                _PROVEN.add(proof)
+        self._checked_master = True
+
+
+# (database, master key id, digest of its bytes) whose key unwrapped a data key of that database in this process.
+_PROVEN: set[tuple[str, str, bytes]] = set()
+
+
+def _proof_of(connection: Connection, master: MasterKeys) -> tuple[str, str, bytes]:
+    # The URL without its password names the database; the key's bytes only as a digest.
+    database = connection.engine.url.set(password=None).render_as_string(hide_password=False)
+    current = master.current_id
+    return database, current, hashlib.sha256(master.keys[current]).digest()
 
 
 def keyring_for(connection: Connection, rows: Iterable[tuple[str, Mapping[str, Any]]] = ()) -> PostgresKeyring:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 
 from cli import cli
 from domain.errors import ConfigError
@@ -145,3 +145,32 @@ def test_development_keys_warn_once_per_process_however_often_they_load(
     assert [r.getMessage() for r in caplog.records] == [
         "using generated development keys; set AUTHLEDGER_TOKEN_KEYS and AUTHLEDGER_MASTER_KEY in production"
     ]
+
+
+def statements_sent(engine: Engine) -> list[str]:
+    sent: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda _c, _cur, statement, *_: sent.append(statement))
+    return sent
+
+
+def test_a_master_key_proven_on_a_database_is_not_checked_again_for_the_next_new_users(
+    ctx: ServiceContext, engine: Engine
+) -> None:
+    request_reset(ctx, RequestReset("1", "ada@example.test"))
+    request_reset(ctx, RequestReset("2", "bea@example.test"))  # checked against user 1's key: proven
+    sent = statements_sent(engine)
+    request_reset(ctx, RequestReset("3", "cy@example.test"))
+    assert not any("master_key_id = " in statement for statement in sent), "no sample of the master's keys read"
+    assert master_key_ids(engine) == {"1": "test", "2": "test", "3": "test"}
+
+
+def test_a_wrong_key_under_a_proven_id_is_still_refused_before_it_wraps_anything(
+    ctx: ServiceContext, engine: Engine, database_url: str
+) -> None:
+    request_reset(ctx, RequestReset("1", "ada@example.test"))
+    request_reset(ctx, RequestReset("2", "bea@example.test"))  # the right key is proven in this process
+    before = snapshot(engine)
+    result = request(database_url, WRONG_MASTER_KEY, "3")
+    assert result.exit_code == 78, result.output
+    assert "master key 'test' does not unwrap the data key of user" in result.output
+    assert snapshot(engine) == before
