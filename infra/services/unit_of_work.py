@@ -50,7 +50,7 @@ from infra.emails.templates import default_templates
 from infra.eventlog.codec import default_codec
 from infra.eventlog.email_leases import append_fenced, claim_due_leases
 from infra.projector.inline import SNAPSHOTS, apply_inline
-from infra.projector.snapshots import load_snapshots
+from infra.projector.snapshots import load_for_decision
 from infra.services.counts import count_call, take_counts
 from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.subject_keys import PostgresKeyring
@@ -71,6 +71,16 @@ def random_nonce() -> str:
 
 WAIT_FOR_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
 TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(:key)")
+# A request's key and then its stream, in one round trip. CASE evaluates its
+# WHEN before its THEN, so the key is held before the stream is asked for
+# (the one order that keeps two transactions from waiting for each other);
+# refused, the stream is never asked for. True when both are held.
+WAIT_FOR_KEY_THEN_STREAM = text("""
+    SELECT CASE WHEN pg_advisory_xact_lock(:key) IS NOT NULL THEN pg_advisory_xact_lock(:stream) IS NOT NULL END
+""")
+TRY_KEY_THEN_WAIT_FOR_STREAM = text("""
+    SELECT CASE WHEN pg_try_advisory_xact_lock(:key) THEN pg_advisory_xact_lock(:stream) IS NOT NULL ELSE false END
+""")
 
 
 @frozen
@@ -145,6 +155,12 @@ class IdempotencyLock:
         if self.in_flight == "wait":
             connection.execute(WAIT_FOR_LOCK, {"key": self.key})
         elif not connection.execute(TRY_LOCK, {"key": self.key}).scalar_one():
+            raise RequestInFlight()
+
+    def take_with_stream(self, connection: Connection, stream_id: str) -> None:
+        """``take``, then ``lock_stream``, in one statement and in that order."""
+        statement = WAIT_FOR_KEY_THEN_STREAM if self.in_flight == "wait" else TRY_KEY_THEN_WAIT_FOR_STREAM
+        if not connection.execute(statement, {"key": self.key, "stream": stream_lock_id(stream_id)}).scalar_one():
             raise RequestInFlight()
 
 
@@ -285,8 +301,9 @@ def _serialised(
         try:
             with ctx.engine.begin() as connection:
                 if idempotency_lock is not None:
-                    idempotency_lock.take(connection)
-                lock_stream(connection, stream_id)
+                    idempotency_lock.take_with_stream(connection, stream_id)
+                else:
+                    lock_stream(connection, stream_id)
                 state, version, snapshot = _load_folded(connection, stream_id, fold)
                 decided = decide(state, ctx.clock.now())
                 batches = _with_counts(connection, stream_id, batches_of(stream_id, version, decided), state, decided)
@@ -310,10 +327,12 @@ def _load_folded(
     if fold_of(stream_id) is None:
         history = store.load(stream_id)
         return fold(recorded.event for recorded in history), history[-1].stream_version if history else 0, None
-    snapshot = load_snapshots(connection, [stream_id], keyring=store.keyring).get(stream_id)
-    # Only a stream that predates snapshots (or a rebuild) has events after its snapshot.
-    for recorded in store.load(stream_id, after_version=snapshot.version if snapshot is not None else 0):
-        snapshot = evolve_snapshot(snapshot, recorded)
+    snapshot, last_version = load_for_decision(connection, stream_id, store.keyring)
+    # Only a stream that predates snapshots (or a rebuild) has events after its snapshot: read them only then.
+    after_version = snapshot.version if snapshot is not None else 0
+    if last_version > after_version:
+        for recorded in store.load(stream_id, after_version=after_version):
+            snapshot = evolve_snapshot(snapshot, recorded)
     if snapshot is None:
         return fold(()), 0, None
     return snapshot.state, snapshot.version, snapshot
