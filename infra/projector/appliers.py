@@ -195,9 +195,12 @@ class KeyedApplier:
             key = self.key_of(r.event)
             if key is None:
                 continue
-            row = self.evolve(rows.get(key), r.event)
+            before = rows.get(key)
+            row = self.evolve(before, r.event)
             if row is not None:
-                rows[key] = changed[key] = row
+                rows[key] = row
+                if row != before:  # a row the event leaves as it was (a known address) is not written again
+                    changed[key] = row
         return changed
 
     def fold(self, recorded: Iterable[RecordedEvent]) -> dict[str, list[dict[str, Any]]]:
