@@ -6,7 +6,8 @@ Runs the service functions the HTTP handlers call (no HTTP, no threadpool),
 one request at a time, on a fresh embedded database: reset create, verify,
 consume; OTP create, verify; plus the API-key lookup. Prints, per step, the
 wall time per call, the SQL statements each call sent (counted at the
-cursor, so every round trip is seen; ``--statements`` lists them), the
+cursor, so every round trip is seen; ``--statements`` lists them) and the
+transactions they ran in (each adds a BEGIN and a COMMIT or ROLLBACK), the
 functions with the most own CPU time, and (with ``--compile``) how much of
 the run SQLAlchemy spent compiling statements.
 """
@@ -42,6 +43,7 @@ from infra.services.unit_of_work import ServiceContext, load_state  # noqa: E402
 CALLERS = ""
 LIST_STATEMENTS = False
 SENT: list[str] = []  # every statement the engine sent to PostgreSQL since the last step began
+BEGIN = "BEGIN"  # a transaction begun: psycopg sends it as a round trip of its own, and ends it with another
 KEYS = TokenKeys("bench", {"bench": b"k" * 32})
 
 
@@ -50,7 +52,8 @@ def profiled(name: str, calls: list[Callable[[], object]], top: int, compile_onl
         call()
     SENT.clear()
     calls[20]()  # one call alone, to count its statements
-    sent = list(SENT)
+    sent = [statement for statement in SENT if statement is not BEGIN]
+    transactions = sum(1 for statement in SENT if statement is BEGIN)
     profile = cProfile.Profile()
     started = time.perf_counter()
     profile.enable()
@@ -65,7 +68,7 @@ def profiled(name: str, calls: list[Callable[[], object]], top: int, compile_onl
                    if "sqlalchemy/sql/" in file)
     print(f"== {name}: {per_call:.2f} ms per call under the profiler; own time in sqlalchemy/sql "
           f"(statement building and compiling) {compiled / total:.0%} of {total:.2f} s; "
-          f"{len(sent)} statements per call")
+          f"{len(sent)} statements in {transactions} transaction(s) per call")
     if LIST_STATEMENTS:
         for statement in sent:
             print("   ", " ".join(statement.split())[:150])
@@ -92,6 +95,7 @@ def main() -> None:
     server = start_bench_server("authledger-bench-api-profile-")
     engine = Database(server.create_database("bench_api_profile")).engine(pool_size=4)
     event.listen(engine, "before_cursor_execute", lambda _c, _cur, statement, *_: SENT.append(statement))
+    event.listen(engine, "begin", lambda _c: SENT.append(BEGIN))  # each also costs a COMMIT or ROLLBACK
     ctx = ServiceContext(engine=engine, keys=KEYS)
     api_key = create_client(ctx, "bench").api_key
     run, n = uuid4().hex[:8], args.requests + 20

@@ -30,6 +30,7 @@ from infra.db import tables
 from infra.eventlog.codec import make_converter
 from infra.eventlog.personal_data import FieldContext, Keyring, is_envelope
 from infra.eventlog.queries import personal_fields_at, snapshot_for_decision
+from infra.eventlog.subject_keys import PostgresKeyring
 from infra.projector.appliers import qualified_name
 from projections.snapshots import Snapshot, State, evolve_snapshot, snapshot_key
 
@@ -153,16 +154,22 @@ def load_snapshots(connection: Connection, stream_ids: Iterable[str], table: Tab
         snapshots[row.stream_id] = decode_snapshot(row.stream_id, row.version, row.state, personal)
     return snapshots
 
-def load_for_decision(connection: Connection, stream_id: str, keyring: Keyring) -> tuple[Snapshot | None, int]:
+def load_for_decision(
+    connection: Connection, stream_id: str, keyring: PostgresKeyring
+) -> tuple[Snapshot | None, int]:
     """The stream's snapshot (None if it has none), its recipients and nonces opened, and its last version.
 
-    One statement (``snapshot_for_decision``) where ``load_snapshots`` and
-    the events after the snapshot took three or four: a decision reads this
-    on every request. The caller reads the events after the snapshot only
-    when the last version is past it.
+    One statement (``snapshot_for_decision``) where ``load_snapshots``, the
+    events after the snapshot and the user's writing key took up to five: a
+    decision reads this on every request. ``keyring`` learns the keys read,
+    and which key the stream's user writes with; the caller reads the events
+    after the snapshot only when the last version is past it.
     """
-    rows = snapshot_for_decision(connection, stream_id, PERSONAL)
+    user_id = stream_id.partition(":")[2]  # a snapshotted stream is "<flow>-user:<scoped user id>"
+    rows = snapshot_for_decision(connection, stream_id, user_id, PERSONAL)
     head = rows[0]
+    writer = head.writer_key_id
+    keyring.expect_writer(user_id, (writer, head.writer_master_key_id, head.writer_wrapped_key) if writer else None)
     if head.version is None:
         return None, head.last_version
     keyring.remember((row.key_user_id, row.key_id, row.master_key_id, row.wrapped_key)
