@@ -5,15 +5,20 @@
 Runs the service functions the HTTP handlers call (no HTTP, no threadpool),
 one request at a time, on a fresh embedded database: reset create, verify,
 consume; OTP create, verify; plus the API-key lookup. Prints, per step, the
-wall time per call and the functions with the most own CPU time, and (with
-``--compile``) how much of the run SQLAlchemy spent compiling statements.
+wall time per call, the SQL statements each call sent (counted at the
+cursor, so every round trip is seen; ``--statements`` lists them) and the
+transactions they ran in (each adds a BEGIN and a COMMIT or ROLLBACK), the
+functions with the most own CPU time, and (with ``--compile``) how much of
+the run SQLAlchemy spent compiling statements.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import cProfile
 import io
+import os
 import pstats
 import sys
 import time
@@ -22,6 +27,8 @@ from pathlib import Path
 from uuid import uuid4
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sqlalchemy import event  # noqa: E402 - after the path set-up
 
 from bench.bench_server import start_bench_server  # noqa: E402 - after the path set-up
 from domain.otp import RequestOtp, otp_code_for  # noqa: E402
@@ -38,26 +45,37 @@ from infra.services.reset import consume_token, request_reset, verify_token  # n
 from infra.services.unit_of_work import ServiceContext, load_state  # noqa: E402
 
 CALLERS = ""
+LIST_STATEMENTS = False
+SENT: list[str] = []  # every statement the engine sent to PostgreSQL since the last step began
+BEGIN = "BEGIN"  # a transaction begun: psycopg sends it as a round trip of its own, and ends it with another
 KEYS = TokenKeys("bench", {"bench": b"k" * 32})
 
 
 def profiled(name: str, calls: list[Callable[[], object]], top: int, compile_only: bool) -> None:
     for call in calls[:20]:  # warm the pools and caches, as a running server has
         call()
+    SENT.clear()
+    calls[20]()  # one call alone, to count its statements
+    sent = [statement for statement in SENT if statement is not BEGIN]
+    transactions = sum(1 for statement in SENT if statement is BEGIN)
     profile = cProfile.Profile()
     started = time.perf_counter()
     profile.enable()
-    for call in calls[20:]:
+    for call in calls[21:]:
         call()
     profile.disable()
-    per_call = (time.perf_counter() - started) / max(1, len(calls) - 20) * 1000
+    per_call = (time.perf_counter() - started) / max(1, len(calls) - 21) * 1000
     out = io.StringIO()
     stats = pstats.Stats(profile, stream=out)
     total = stats.total_tt  # type: ignore[attr-defined]
     compiled = sum(tt for (file, _, func), (_, _, tt, _, _) in stats.stats.items()  # type: ignore[attr-defined]
                    if "sqlalchemy/sql/" in file)
     print(f"== {name}: {per_call:.2f} ms per call under the profiler; own time in sqlalchemy/sql "
-          f"(statement building and compiling) {compiled / total:.0%} of {total:.2f} s")
+          f"(statement building and compiling) {compiled / total:.0%} of {total:.2f} s; "
+          f"{len(sent)} statements in {transactions} transaction(s) per call")
+    if LIST_STATEMENTS:
+        for statement in sent:
+            print("   ", " ".join(statement.split())[:150])
     if CALLERS:
         stats.print_callers(CALLERS)
         print(out.getvalue()[-3000:])
@@ -71,12 +89,17 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--compile", action="store_true", help="only the share of statement building")
+    parser.add_argument("--statements", action="store_true", help="list the statements one call sends")
     parser.add_argument("--callers", default="", help="also list the callers of functions matching this")
     args = parser.parse_args()
-    global CALLERS
-    CALLERS = args.callers
+    global CALLERS, LIST_STATEMENTS
+    CALLERS, LIST_STATEMENTS = args.callers, args.statements
+    # Personal fields are sealed under a master key from the environment: a throwaway one, as bench/api.py's.
+    os.environ.setdefault("AUTHLEDGER_MASTER_KEY", "bench:" + base64.urlsafe_b64encode(b"b" * 32).decode().rstrip("="))
     server = start_bench_server("authledger-bench-api-profile-")
     engine = Database(server.create_database("bench_api_profile")).engine(pool_size=4)
+    event.listen(engine, "before_cursor_execute", lambda _c, _cur, statement, *_: SENT.append(statement))
+    event.listen(engine, "begin", lambda _c: SENT.append(BEGIN))  # each also costs a COMMIT or ROLLBACK
     ctx = ServiceContext(engine=engine, keys=KEYS)
     api_key = create_client(ctx, "bench").api_key
     run, n = uuid4().hex[:8], args.requests + 20

@@ -19,6 +19,7 @@ import base64
 import binascii
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
@@ -30,6 +31,8 @@ from infra.errors import PersonalDataUnreadable
 
 ERASED = "[erased]"
 PREFIX = "enc:v1:"
+# The key id of an envelope as a POSIX regular expression, for SQL that joins a field to its key (key_id_of).
+KEY_ID_PATTERN = f"^{re.escape(PREFIX)}([^:]+):"
 NONCE_BYTES = 12
 KEY_BYTES = 32
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import uuid4
@@ -14,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from domain.errors import ConcurrencyConflict
 from domain.log import RecordedEvent
 from infra.eventlog.codec import EventCodec, default_codec
-from infra.eventlog.personal_data import PREFIX
+from infra.eventlog.personal_data import KEY_ID_PATTERN
 from infra.eventlog.subject_keys import PostgresKeyring
 from infra.eventlog.tags import PERSONAL_FIELDS
 
@@ -80,7 +79,6 @@ LOAD_STREAMS = text("""
 """).columns(*(column(name) for name in (  # named in order, so SQLAlchemy builds the result's metadata once
     "global_position", "stream_id", "stream_version", "event_id", "event_type", "schema_version", "payload",
     "metadata", "recorded_at", "transaction_id", "key_user_id", "key_id", "master_key_id", "wrapped_key")))
-_ENVELOPE_KEY = f"^{re.escape(PREFIX)}([^:]+):"  # the key id of an envelope (personal_data.key_id_of)
 _PERSONAL_FIELDS = sorted({name for names in PERSONAL_FIELDS.values() for name in names})
 
 STREAM_VERSION = text("SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = :stream_id")
@@ -191,7 +189,7 @@ class PostgresEventStore:
 
     def load_many(self, stream_ids: Sequence[str]) -> dict[str, list[RecordedEvent]]:
         """The events of each of ``stream_ids`` (an empty list for an empty stream), read in one statement."""
-        params = {"stream_ids": list(stream_ids), "envelope_key": _ENVELOPE_KEY, "personal_fields": _PERSONAL_FIELDS}
+        params = {"stream_ids": list(stream_ids), "envelope_key": KEY_ID_PATTERN, "personal_fields": _PERSONAL_FIELDS}
         rows = self.connection.execute(LOAD_STREAMS, params).all()
         self.keyring.remember(
             (row.key_user_id, row.key_id, row.master_key_id, row.wrapped_key) for row in rows if row.key_id is not None

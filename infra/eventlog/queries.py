@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, text
 
 from domain.log import Checkpoint
+from infra.eventlog.personal_data import KEY_ID_PATTERN
 
 LAG = text("""
     SELECT count(*) AS events, extract(epoch FROM now() - min(recorded_at)) AS seconds
@@ -89,6 +90,49 @@ PERSONAL_FIELDS_AT = text("""
 def personal_fields_at(connection: Connection, positions: Sequence[int], fields: Sequence[str]) -> Sequence[Row[Any]]:
     """(global_position, event_type, user_id, field_values) of the events at ``positions``: ``fields`` in order, sealed."""
     return connection.execute(PERSONAL_FIELDS_AT, {"positions": list(positions), "fields": list(fields)}).all()
+
+
+# What a decision reads of its stream, in one round trip: the stream's last
+# version, its snapshot (if any), and for each request the snapshot names the
+# sealed personal fields of the event that carries them, with the data keys
+# they were sealed under (one row per request and key; one row when there is
+# no snapshot), and the user's oldest data key, the one a write seals under
+# (subject_keys.SELECT_BY_USER). The decision then needs the events after the
+# snapshot only when the last version says there are some.
+SNAPSHOT_FOR_DECISION = text("""
+    SELECT (SELECT coalesce(max(x.stream_version), 0) FROM events x WHERE x.stream_id = :stream_id) AS last_version,
+           s.version, s.state, e.global_position, e.event_type, e.user_id, e.field_values,
+           k.key_user_id, k.key_id, k.master_key_id, k.wrapped_key,
+           w.key_id AS writer_key_id, w.master_key_id AS writer_master_key_id, w.wrapped_key AS writer_wrapped_key
+      FROM (SELECT 1) AS one
+      LEFT JOIN LATERAL (
+            SELECT key_id, master_key_id, wrapped_key FROM subject_keys WHERE user_id = :user_id
+             ORDER BY created_at, key_id LIMIT 1
+            ) w ON true
+      LEFT JOIN stream_snapshots s ON s.stream_id = :stream_id
+      LEFT JOIN LATERAL (
+            SELECT global_position, event_type, payload, payload->>'user_id' AS user_id,
+                   ARRAY(SELECT payload->>f FROM unnest(CAST(:fields AS text[])) WITH ORDINALITY AS u(f, n)
+                          ORDER BY n) AS field_values
+              FROM events
+             WHERE global_position IN (SELECT CAST(p.value AS bigint) FROM jsonb_each_text(s.state->'recipient_at') p)
+            ) e ON true
+      LEFT JOIN LATERAL (
+            SELECT sk.user_id AS key_user_id, sk.key_id, sk.master_key_id, sk.wrapped_key
+              FROM unnest(CAST(:fields AS text[])) AS f(name)
+              JOIN subject_keys sk ON sk.key_id = substring(e.payload->>f.name FROM CAST(:envelope_key AS text))
+            ) k ON true
+""")
+
+
+def snapshot_for_decision(
+    connection: Connection, stream_id: str, user_id: str, fields: Sequence[str]
+) -> Sequence[Row[Any]]:
+    """The stream's last version and snapshot, its requests' sealed ``fields``, their data keys and
+    ``user_id``'s writing key; see above."""
+    return connection.execute(SNAPSHOT_FOR_DECISION, {
+        "stream_id": stream_id, "user_id": user_id, "fields": list(fields), "envelope_key": KEY_ID_PATTERN,
+    }).all()
 
 
 # The payloads of some streams, as stored (sealed): what an erasure would

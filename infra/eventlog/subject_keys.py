@@ -21,6 +21,7 @@ is never used again by a later transaction.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import secrets
@@ -139,7 +140,8 @@ class PostgresKeyring(DataKeyring):
         self._master: MasterKeys | None = None
         self._checked_master = False
         self._by_id: dict[str, bytes | None] = {}  # None: the key was destroyed
-        self._by_user: dict[str, str] = {}
+        self._by_user: dict[str, str] = {}  # the key each user's new data is sealed under
+        self._keyless: set[str] = set()  # users this transaction saw without a key
 
     @property
     def master(self) -> MasterKeys:
@@ -163,6 +165,21 @@ class PostgresKeyring(DataKeyring):
             if key_id not in self._by_id:
                 self._by_id[key_id] = self.master.unwrap(user_id, key_id, master_key_id, bytes(wrapped))
 
+    def expect_writer(self, user_id: str, row: tuple[str, str, bytes] | None) -> None:
+        """The key ``writing_key`` would find for the user, read by the caller's own statement.
+
+        ``row`` is (key_id, master_key_id, wrapped_key) of the user's oldest
+        key, as ``SELECT_BY_USER`` orders them, or None when the user has
+        none yet: then a write creates one without asking again. A decision
+        reads it with its stream, in the same transaction (and under the
+        same stream lock) as the write it makes.
+        """
+        if row is None:
+            self._keyless.add(user_id)
+        else:
+            key_id, master_key_id, wrapped = row
+            self._remember(user_id, key_id, master_key_id, wrapped)
+
     def reading_key(self, key_id: str) -> bytes | None:
         if key_id not in self._by_id:
             self._load({key_id})
@@ -181,13 +198,13 @@ class PostgresKeyring(DataKeyring):
 
     def _load(self, key_ids: set[str]) -> None:
         rows = self.connection.execute(SELECT_BY_KEY_IDS, {"key_ids": sorted(key_ids)})
-        for row in rows:
-            self._remember(row.user_id, row.key_id, row.master_key_id, row.wrapped_key)
+        # For reading: a key read here is not therefore the one to write with (the oldest is).
+        self.remember((row.user_id, row.key_id, row.master_key_id, row.wrapped_key) for row in rows)
         for key_id in key_ids - self._by_id.keys():
             self._by_id[key_id] = None
 
     def _find_or_create(self, user_id: str) -> str:
-        row = self.connection.execute(SELECT_BY_USER, {"user_id": user_id}).first()
+        row = None if user_id in self._keyless else self.connection.execute(SELECT_BY_USER, {"user_id": user_id}).first()
         if row is not None:
             return self._remember(user_id, row.key_id, row.master_key_id, row.wrapped_key)
         # Created in the caller's transaction, so a write that rolls back
@@ -205,12 +222,34 @@ class PostgresKeyring(DataKeyring):
         return key_id
 
     def _check_master(self) -> None:
-        """Refuse a wrong master key before it wraps anything: unwrap one key it wrapped before."""
-        if not self._checked_master:
+        """Refuse a wrong master key before it wraps anything: unwrap one key it wrapped before.
+
+        Once that has worked in this process for a database, key id and key,
+        it needs no asking again (``_PROVEN``): the rows it unwrapped stay
+        wrapped by those bytes, so the answer cannot change. Until a key
+        exists under the id there is nothing to prove, and every new user's
+        transaction asks again.
+        """
+        if self._checked_master:
+            return
+        proof = _proof_of(self.connection, self.master)
+        if proof not in _PROVEN:
             row = self.connection.execute(SAMPLE_UNDER_MASTER, {"master_key_id": self.master.current_id}).first()
             if row is not None:
                 self.master.unwrap(row.user_id, row.key_id, row.master_key_id, bytes(row.wrapped_key))
-            self._checked_master = True
+                _PROVEN.add(proof)
+        self._checked_master = True
+
+
+# (database, master key id, digest of its bytes) whose key unwrapped a data key of that database in this process.
+_PROVEN: set[tuple[str, str, bytes]] = set()
+
+
+def _proof_of(connection: Connection, master: MasterKeys) -> tuple[str, str, bytes]:
+    # The URL without its password names the database; the key's bytes only as a digest.
+    database = connection.engine.url.set(password=None).render_as_string(hide_password=False)
+    current = master.current_id
+    return database, current, hashlib.sha256(master.keys[current]).digest()
 
 
 def keyring_for(connection: Connection, rows: Iterable[tuple[str, Mapping[str, Any]]] = ()) -> PostgresKeyring:

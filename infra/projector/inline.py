@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from domain import email
+from domain import decisions, email, otp, reset
 from domain.log import RecordedEvent
 from infra.db import tables
 from infra.projector.appliers import KeyedApplier
@@ -38,14 +38,23 @@ def _email_key(event: object) -> Any:
     return event.message_id if isinstance(event, EMAIL_EVENTS) else None
 
 
-OUTBOX = KeyedApplier(tables.email_outbox, OutboxRow, "message_id", _email_key, evolve_outbox, lock=True)
+# ``starts``: the events that make a row whole (a new message, request or challenge id; every receipt
+# names its whole answer), so that folding them reads nothing first (KeyedApplier).
+OUTBOX = KeyedApplier(
+    tables.email_outbox, OutboxRow, "message_id", _email_key, evolve_outbox, lock=True, starts=(email.EmailQueued,)
+)
 RESET_TOKENS = KeyedApplier(
-    tables.reset_tokens, ResetTokenRow, "request_id", reset_token_key, evolve_reset_token, lock=True
+    tables.reset_tokens, ResetTokenRow, "request_id", reset_token_key, evolve_reset_token, lock=True,
+    starts=(reset.ResetRequested,),
 )
 OTP_CHALLENGES = KeyedApplier(
-    tables.otp_challenges, OtpChallengeRow, "challenge_id", otp_challenge_key, evolve_otp_challenge, lock=True
+    tables.otp_challenges, OtpChallengeRow, "challenge_id", otp_challenge_key, evolve_otp_challenge, lock=True,
+    starts=(otp.OtpChallengeIssued,),
 )
-RECEIPTS = KeyedApplier(tables.receipts, ReceiptRow, "receipt_id", receipt_key, evolve_receipt, lock=True)
+RECEIPTS = KeyedApplier(
+    tables.receipts, ReceiptRow, "receipt_id", receipt_key, evolve_receipt, lock=True,
+    starts=(reset.ResetRequested, otp.OtpChallengeIssued, decisions.IdempotencyKeyBound),
+)
 API_KEYS = KeyedApplier(tables.api_keys, ApiKeyRow, "key_id", api_key_key, evolve_api_key, lock=True)
 TENANTS = KeyedApplier(tables.tenants, TenantRow, "name", tenant_key, evolve_tenant, lock=True)
 ADDRESS_INDEX = KeyedApplier(

@@ -29,7 +29,8 @@ from domain.reset_state import ResetRequest, ResetState
 from infra.db import tables
 from infra.eventlog.codec import make_converter
 from infra.eventlog.personal_data import FieldContext, Keyring, is_envelope
-from infra.eventlog.queries import personal_fields_at
+from infra.eventlog.queries import personal_fields_at, snapshot_for_decision
+from infra.eventlog.subject_keys import PostgresKeyring
 from infra.projector.appliers import qualified_name
 from projections.snapshots import Snapshot, State, evolve_snapshot, snapshot_key
 
@@ -120,8 +121,15 @@ def _personal(
     """
     if keyring is None or not recipient_at:
         return {request_id: {"recipient": "", "nonce": None} for request_id in recipient_at}
+    return _opened(keyring, recipient_at, personal_fields_at(connection, list(recipient_at.values()), PERSONAL))
+
+
+def _opened(
+    keyring: Keyring, recipient_at: Mapping[UUID, int], found: Iterable[tuple[int, str, str, Sequence[str | None]]]
+) -> dict[UUID, dict[str, str | None]]:
+    """Each request's ``PERSONAL`` fields opened, from (position, event type, user id, sealed values) rows."""
     by_position = {}
-    for position, tag, user_id, values in personal_fields_at(connection, list(recipient_at.values()), PERSONAL):
+    for position, tag, user_id, values in found:
         opened: dict[str, str | None] = {}
         for name, value in zip(PERSONAL, values):
             if is_envelope(value):
@@ -145,6 +153,33 @@ def load_snapshots(connection: Connection, stream_ids: Iterable[str], table: Tab
         personal = _personal(connection, keyring, recipient_at)
         snapshots[row.stream_id] = decode_snapshot(row.stream_id, row.version, row.state, personal)
     return snapshots
+
+def load_for_decision(
+    connection: Connection, stream_id: str, keyring: PostgresKeyring
+) -> tuple[Snapshot | None, int]:
+    """The stream's snapshot (None if it has none), its recipients and nonces opened, and its last version.
+
+    One statement (``snapshot_for_decision``) where ``load_snapshots``, the
+    events after the snapshot and the user's writing key took up to five: a
+    decision reads this on every request. ``keyring`` learns the keys read,
+    and which key the stream's user writes with; the caller reads the events
+    after the snapshot only when the last version is past it.
+    """
+    user_id = stream_id.partition(":")[2]  # a snapshotted stream is "<flow>-user:<scoped user id>"
+    rows = snapshot_for_decision(connection, stream_id, user_id, PERSONAL)
+    head = rows[0]
+    writer = head.writer_key_id
+    keyring.expect_writer(user_id, (writer, head.writer_master_key_id, head.writer_wrapped_key) if writer else None)
+    if head.version is None:
+        return None, head.last_version
+    keyring.remember((row.key_user_id, row.key_id, row.master_key_id, row.wrapped_key)
+                     for row in rows if row.key_id is not None)
+    found = {row.global_position: (row.global_position, row.event_type, row.user_id, row.field_values)
+             for row in rows if row.global_position is not None}  # a field sealed under two keys comes twice
+    recipient_at = {UUID(request_id): position for request_id, position in head.state["recipient_at"].items()}
+    personal = _opened(keyring, recipient_at, found.values()) if recipient_at else {}
+    return decode_snapshot(stream_id, head.version, head.state, personal), head.last_version
+
 
 class SnapshotApplier:
     """Folds events into ``stream_snapshots`` (or a shadow of it): one row per snapshotted stream.

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import Connection, bindparam, select
 
 from domain.decisions import Decision, Refused, Rejected, RequestOutcome, VerifyOutcome, check_optional_text, check_text
 from domain.errors import CodeRejected, InvalidInput, LockedOut
@@ -30,7 +30,7 @@ from domain.tenants import DEFAULT_TENANT, scoped_user
 from infra.db import tables
 from infra.services.address_index import address_hmac
 from infra.logs import log_event
-from infra.services.unit_of_work import IdempotencyLock, InFlight, ServiceContext, decide_on_stream
+from infra.services.unit_of_work import IdempotencyLock, InFlight, ServiceContext, StreamOf, decide_on_stream
 
 log = logging.getLogger("authledger.otp")
 
@@ -86,9 +86,10 @@ CHALLENGE_OWNER = select(tables.otp_challenges.c.user_id, tables.otp_challenges.
     tables.otp_challenges.c.challenge_id == bindparam("challenge_id"))
 
 
-def _user_of_challenge(ctx: ServiceContext, challenge_id: UUID, code: str, user_id: str,
-                       purpose: str | None) -> str:
-    """The challenge's (scoped) user, if it is ``user_id``'s and (when named) for ``purpose``.
+def _stream_of_challenge(ctx: ServiceContext, challenge_id: UUID, code: str, user_id: str,
+                         purpose: str | None) -> StreamOf:
+    """The challenge's user's OTP stream, if it is ``user_id``'s and (when named) for ``purpose``: a look-up
+    in the decision's transaction.
 
     Anything else, an unknown id or a challenge of another tenant, user or
     purpose, is answered as the domain answers an unknown challenge: a
@@ -96,12 +97,14 @@ def _user_of_challenge(ctx: ServiceContext, challenge_id: UUID, code: str, user_
     wrong code, and no attempt is counted. Other words would leak which ids
     exist, and a counted attempt would let a caller lock someone else's code.
     """
-    with ctx.engine.connect() as connection:
+    def stream_of(connection: Connection) -> str:
         found = connection.execute(CHALLENGE_OWNER, {"challenge_id": challenge_id}).first()
-    if found is None or found.user_id != user_id or purpose not in (None, found.purpose):
-        check_code_shape(code, ctx.otp_policy.digits)
-        raise CodeRejected("The code is not valid.", attempts_left=0)
-    return user_id
+        if found is None or found.user_id != user_id or purpose not in (None, found.purpose):
+            check_code_shape(code, ctx.otp_policy.digits)
+            raise CodeRejected("The code is not valid.", attempts_left=0)
+        return otp_stream(user_id)
+
+    return stream_of
 
 
 def _rejection(decision: Decision, outcome: VerifyOutcome) -> str:
@@ -134,10 +137,10 @@ def verify_code(
     check_optional_text("purpose", purpose, max_length=64)
     # The code's shape is checked against the challenge's own length, which
     # only its stream knows (decide_otp_verify).
-    user_id = _user_of_challenge(ctx, challenge_id, code, scoped_user(tenant, user_id), purpose)
+    user_id = scoped_user(tenant, user_id)
     client = (metadata or {}).get("client")
     decision = decide_on_stream(
-        ctx, otp_stream(user_id), fold_otp,
+        ctx, _stream_of_challenge(ctx, challenge_id, code, user_id, purpose), fold_otp,
         lambda state, now: decide_otp_verify(state, challenge_id, code, now=now, keys=ctx.keys, policy=ctx.otp_policy,
                                              client=client if isinstance(client, str) else None),
         metadata,

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import Connection, bindparam, select
 
 from domain.decisions import ConsumeOutcome, Decision, Refused, Rejected, RequestOutcome
 from domain.errors import TokenInvalid
@@ -24,7 +24,7 @@ from domain.tenants import DEFAULT_TENANT, tenant_of
 from domain.tokens import hash_token
 from infra.db import tables
 from infra.services.address_index import address_hmac
-from infra.services.unit_of_work import IdempotencyLock, InFlight, ServiceContext, decide_on_stream
+from infra.services.unit_of_work import IdempotencyLock, InFlight, ServiceContext, StreamOf, decide_on_stream
 
 # A token is 32 bytes of HMAC in base64url without padding: 43 characters.
 TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")
@@ -63,20 +63,26 @@ def request_reset(
     return decision.outcome
 
 
-def _user_of_token(ctx: ServiceContext, token: str, tenant: str) -> tuple[str, str]:
-    """The (scoped) user whose request this token is, and the token's hash.
+def _hash_of(token: str) -> str:
+    """The hash of a well-formed token; ``TokenInvalid`` for any other text."""
+    if not TOKEN_SHAPE.fullmatch(token):
+        raise TokenInvalid("The reset link is not valid.")
+    return hash_token(token)
+
+
+def _stream_of_token(token_hash: str, tenant: str) -> StreamOf:
+    """The reset stream of the (scoped) user whose request this token is, looked up in the decision's transaction.
 
     Another tenant's token is answered exactly as a token that does not exist:
     the same words, before anything is read from the user's stream or written.
     """
-    if not TOKEN_SHAPE.fullmatch(token):
-        raise TokenInvalid("The reset link is not valid.")
-    token_hash = hash_token(token)
-    with ctx.engine.connect() as connection:
+    def stream_of(connection: Connection) -> str:
         user_id = connection.execute(USER_OF_TOKEN, {"token_hash": token_hash}).scalar()
-    if user_id is None or tenant_of(user_id) != tenant:
-        raise TokenInvalid("The reset link is not valid.")
-    return user_id, token_hash
+        if user_id is None or tenant_of(user_id) != tenant:
+            raise TokenInvalid("The reset link is not valid.")
+        return reset_stream(user_id)
+
+    return stream_of
 
 
 def _client(metadata: Mapping[str, Any] | None) -> str | None:
@@ -102,9 +108,9 @@ def verify_token(
     Decided on the locked stream like a consumption, so that a rejected
     presentation of a known link is recorded (and counted past its bound).
     """
-    user_id, token_hash = _user_of_token(ctx, token, tenant)
+    token_hash = _hash_of(token)
     decision = decide_on_stream(
-        ctx, reset_stream(user_id), fold_reset,
+        ctx, _stream_of_token(token_hash, tenant), fold_reset,
         lambda state, now: decide_verify_link(state, token_hash, now=now, client=_client(metadata)),
         metadata,
     )
@@ -120,10 +126,10 @@ def consume_token(
 
     ``TokenInvalid`` (nothing written) for a token of another tenant, as for an unknown one.
     """
-    user_id, token_hash = _user_of_token(ctx, token, tenant)
+    token_hash = _hash_of(token)
     notice_id = ctx.new_id()
     decision = decide_on_stream(
-        ctx, reset_stream(user_id), fold_reset,
+        ctx, _stream_of_token(token_hash, tenant), fold_reset,
         lambda state, now: decide_consume(
             state, token_hash, now=now, notice_message_id=notice_id, client=_client(metadata)),
         metadata,

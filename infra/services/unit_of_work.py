@@ -50,7 +50,7 @@ from infra.emails.templates import default_templates
 from infra.eventlog.codec import default_codec
 from infra.eventlog.email_leases import append_fenced, claim_due_leases
 from infra.projector.inline import SNAPSHOTS, apply_inline
-from infra.projector.snapshots import load_snapshots
+from infra.projector.snapshots import load_for_decision
 from infra.services.counts import count_call, take_counts
 from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.subject_keys import PostgresKeyring
@@ -60,6 +60,9 @@ from infra.eventlog.subject_keys import PostgresKeyring
 CONFLICT_RETRIES = 5
 FIRST_BACKOFF_SECONDS = 0.005
 Batches = Sequence[tuple[str, int, Sequence[object]]]  # (stream_id, expected_version, events)
+# A stream found on the decision's own connection, before its lock (whose link a token is): the look-up
+# shares the decision's transaction rather than taking a connection and a transaction of its own.
+StreamOf = Callable[[Connection], str]
 Decided = TypeVar("Decided")
 
 InFlight = Literal["wait", "refuse"]
@@ -71,6 +74,16 @@ def random_nonce() -> str:
 
 WAIT_FOR_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
 TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(:key)")
+# A request's key and then its stream, in one round trip. CASE evaluates its
+# WHEN before its THEN, so the key is held before the stream is asked for
+# (the one order that keeps two transactions from waiting for each other);
+# refused, the stream is never asked for. True when both are held.
+WAIT_FOR_KEY_THEN_STREAM = text("""
+    SELECT CASE WHEN pg_advisory_xact_lock(:key) IS NOT NULL THEN pg_advisory_xact_lock(:stream) IS NOT NULL END
+""")
+TRY_KEY_THEN_WAIT_FOR_STREAM = text("""
+    SELECT CASE WHEN pg_try_advisory_xact_lock(:key) THEN pg_advisory_xact_lock(:stream) IS NOT NULL ELSE false END
+""")
 
 
 @frozen
@@ -147,6 +160,12 @@ class IdempotencyLock:
         elif not connection.execute(TRY_LOCK, {"key": self.key}).scalar_one():
             raise RequestInFlight()
 
+    def take_with_stream(self, connection: Connection, stream_id: str) -> None:
+        """``take``, then ``lock_stream``, in one statement and in that order."""
+        statement = WAIT_FOR_KEY_THEN_STREAM if self.in_flight == "wait" else TRY_KEY_THEN_WAIT_FOR_STREAM
+        if not connection.execute(statement, {"key": self.key, "stream": stream_lock_id(stream_id)}).scalar_one():
+            raise RequestInFlight()
+
 
 def _lock_id(scope: list[str | None]) -> int:
     """A signed 64-bit digest of ``scope``; its first item keeps the kinds of lock apart."""
@@ -170,7 +189,7 @@ def lock_stream(connection: Connection, stream_id: str) -> None:
 
 def append_and_fold(
     connection: Connection, batches: Batches, metadata: Mapping[str, Any] | None = None, *,
-    loaded: Mapping[str, dict[Any, Any]] | None = None,
+    loaded: Mapping[str, dict[Any, Any]] | None = None, store: PostgresEventStore | None = None,
 ) -> list[RecordedEvent]:
     """Append to several streams in one statement and fold the events into the inline projections.
 
@@ -178,8 +197,10 @@ def append_and_fold(
     behind. ``loaded`` holds, by projection name and key, rows the caller
     already read and locked (the outbox's claimed messages): they are folded
     instead of read again, and updated in place with the rows written.
+    ``store`` is the one the caller read with on this connection, so that
+    the data keys it learnt are not asked for again.
     """
-    recorded = PostgresEventStore(connection).append_many(batches, metadata)
+    recorded = (store or PostgresEventStore(connection)).append_many(batches, metadata)
     apply_inline(connection, recorded, loaded)
     return recorded
 
@@ -236,7 +257,7 @@ def _decision_batches(stream_id: str, expected_version: int, decision: Decision)
 
 def decide_on_stream(
     ctx: ServiceContext,
-    stream_id: str,
+    stream_id: str | StreamOf,
     fold: Callable[[Iterable[object]], Any],
     decide: Callable[[Any, datetime], Decision],
     metadata: Mapping[str, Any] | None = None,
@@ -248,7 +269,9 @@ def decide_on_stream(
     ``decide(state, now)`` is called with ``now`` read from ``ctx.clock``
     once the locks are held, in the transaction that commits. With
     ``idempotency_lock`` the key is locked first, so the decision reads
-    whatever the key's first request committed.
+    whatever the key's first request committed. ``stream_id`` may be a
+    look-up (``StreamOf``) run first in the same transaction; what it raises
+    ends the transaction with nothing written.
     """
     return _serialised(ctx, stream_id, fold, decide, _decision_batches, metadata, idempotency_lock)
 
@@ -274,7 +297,7 @@ def record_events(
 
 def _serialised(
     ctx: ServiceContext,
-    stream_id: str,
+    stream_of: str | StreamOf,
     fold: Callable[[Iterable[object]], Any],
     decide: Callable[[Any, datetime], Decided],
     batches_of: Callable[[str, int, Decided], Batches],
@@ -284,15 +307,18 @@ def _serialised(
     for attempt in range(CONFLICT_RETRIES):
         try:
             with ctx.engine.begin() as connection:
+                stream_id = stream_of if isinstance(stream_of, str) else stream_of(connection)
                 if idempotency_lock is not None:
-                    idempotency_lock.take(connection)
-                lock_stream(connection, stream_id)
-                state, version, snapshot = _load_folded(connection, stream_id, fold)
+                    idempotency_lock.take_with_stream(connection, stream_id)
+                else:
+                    lock_stream(connection, stream_id)
+                store = PostgresEventStore(connection)  # one keyring for the read and the write
+                state, version, snapshot = _load_folded(store, stream_id, fold)
                 decided = decide(state, ctx.clock.now())
                 batches = _with_counts(connection, stream_id, batches_of(stream_id, version, decided), state, decided)
                 # The snapshot decided on, or None for a stream that has none yet: never read twice.
                 loaded = {SNAPSHOTS.name: {stream_id: snapshot}} if fold_of(stream_id) is not None else None
-                append_and_fold(connection, batches, metadata, loaded=loaded)
+                append_and_fold(connection, batches, metadata, loaded=loaded, store=store)
                 return decided
         except ConcurrencyConflict as conflict:
             if attempt == CONFLICT_RETRIES - 1:
@@ -303,17 +329,19 @@ def _serialised(
 
 
 def _load_folded(
-    connection: Connection, stream_id: str, fold: Callable[[Iterable[object]], Any]
+    store: PostgresEventStore, stream_id: str, fold: Callable[[Iterable[object]], Any]
 ) -> tuple[Any, int, Snapshot | None]:
     """(state, version, snapshot) of a stream: its snapshot and the events after it, or every event."""
-    store = PostgresEventStore(connection)
+    connection = store.connection
     if fold_of(stream_id) is None:
         history = store.load(stream_id)
         return fold(recorded.event for recorded in history), history[-1].stream_version if history else 0, None
-    snapshot = load_snapshots(connection, [stream_id], keyring=store.keyring).get(stream_id)
-    # Only a stream that predates snapshots (or a rebuild) has events after its snapshot.
-    for recorded in store.load(stream_id, after_version=snapshot.version if snapshot is not None else 0):
-        snapshot = evolve_snapshot(snapshot, recorded)
+    snapshot, last_version = load_for_decision(connection, stream_id, store.keyring)
+    # Only a stream that predates snapshots (or a rebuild) has events after its snapshot: read them only then.
+    after_version = snapshot.version if snapshot is not None else 0
+    if last_version > after_version:
+        for recorded in store.load(stream_id, after_version=after_version):
+            snapshot = evolve_snapshot(snapshot, recorded)
     if snapshot is None:
         return fold(()), 0, None
     return snapshot.state, snapshot.version, snapshot
@@ -344,9 +372,9 @@ def load_state(
 ) -> Any:
     """The folded state of one stream (from its snapshot, if it has one), on ``connection`` or a fresh one."""
     if connection is not None:
-        return _load_folded(connection, stream_id, fold)[0]
+        return _load_folded(PostgresEventStore(connection), stream_id, fold)[0]
     with ctx.engine.connect() as fresh:
-        return _load_folded(fresh, stream_id, fold)[0]
+        return _load_folded(PostgresEventStore(fresh), stream_id, fold)[0]
 
 
 def load_streams(

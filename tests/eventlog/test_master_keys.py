@@ -5,17 +5,19 @@ from __future__ import annotations
 import base64
 import os
 import stat
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 
 from cli import cli
 from domain.errors import ConfigError
 from domain.reset import RequestReset
 from infra.config import Settings
 from infra.keys import DEV_MASTER_KEY_FILE, load_master_keys, load_token_keys
+from infra.eventlog.personal_data import key_id_of
 from infra.eventlog.postgres import PostgresEventStore
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
@@ -145,3 +147,62 @@ def test_development_keys_warn_once_per_process_however_often_they_load(
     assert [r.getMessage() for r in caplog.records] == [
         "using generated development keys; set AUTHLEDGER_TOKEN_KEYS and AUTHLEDGER_MASTER_KEY in production"
     ]
+
+
+def statements_sent(engine: Engine) -> list[str]:
+    sent: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda _c, _cur, statement, *_: sent.append(statement))
+    return sent
+
+
+def test_a_master_key_proven_on_a_database_is_not_checked_again_for_the_next_new_users(
+    ctx: ServiceContext, engine: Engine
+) -> None:
+    request_reset(ctx, RequestReset("1", "ada@example.test"))
+    request_reset(ctx, RequestReset("2", "bea@example.test"))  # checked against user 1's key: proven
+    sent = statements_sent(engine)
+    request_reset(ctx, RequestReset("3", "cy@example.test"))
+    assert not any("master_key_id = " in statement for statement in sent), "no sample of the master's keys read"
+    assert master_key_ids(engine) == {"1": "test", "2": "test", "3": "test"}
+
+
+def test_a_wrong_key_under_a_proven_id_is_still_refused_before_it_wraps_anything(
+    ctx: ServiceContext, engine: Engine, database_url: str
+) -> None:
+    request_reset(ctx, RequestReset("1", "ada@example.test"))
+    request_reset(ctx, RequestReset("2", "bea@example.test"))  # the right key is proven in this process
+    before = snapshot(engine)
+    result = request(database_url, WRONG_MASTER_KEY, "3")
+    assert result.exit_code == 78, result.output
+    assert "master key 'test' does not unwrap the data key of user" in result.output
+    assert snapshot(engine) == before
+
+
+def recipient_key_ids(engine: Engine, stream_id: str) -> list[str]:
+    with engine.connect() as connection:
+        sealed = connection.execute(text(
+            "SELECT payload->>'recipient' FROM events WHERE stream_id = :stream AND payload ? 'recipient' "
+            "ORDER BY stream_version"), {"stream": stream_id}).scalars().all()
+    return [key_id_of(envelope) for envelope in sealed]
+
+
+def test_a_decision_seals_under_the_users_oldest_key_not_the_one_it_read_the_stream_with(
+    ctx: ServiceContext, engine: Engine
+) -> None:
+    # Two writers that created a user's first key at once each kept theirs; from then on the oldest is used,
+    # even by a decision that has just opened the stream's requests under the other one.
+    first = request_reset(ctx, RequestReset("1", "ada@example.test"))
+    [read_with] = set(recipient_key_ids(engine, "reset-user:1"))
+    master = MasterKeys.parse(TEST_MASTER_KEY)
+    master_key_id, wrapped = master.wrap("1", "older", os.urandom(32))
+    with engine.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO subject_keys (key_id, user_id, master_key_id, wrapped_key, created_at) "
+            "VALUES ('older', '1', :master, :wrapped, now() - interval '1 hour')"),
+            {"master": master_key_id, "wrapped": wrapped})
+    ctx.clock.advance(ctx.reset_policy.cooldown + timedelta(seconds=1))  # type: ignore[attr-defined]
+
+    second = request_reset(ctx, RequestReset("1", "ada@example.test"))
+
+    assert second.request_id != first.request_id
+    assert recipient_key_ids(engine, "reset-user:1") == [read_with, "older"]

@@ -82,7 +82,7 @@ def test_thousands_of_refusals_write_two_events_and_the_next_request_decodes_non
 
     decoded.clear()
     refuse(ctx, "victim", 1)
-    assert decoded == [0], "the snapshot stands in for the stream: no event is decoded"
+    assert sum(decoded) == 0, "the snapshot stands in for the stream: no event is decoded"
 
     clock.advance(timedelta(hours=1))
     request_reset(ctx, RequestReset("victim", ADA))
@@ -107,7 +107,7 @@ def test_a_fresh_users_request_decodes_as_much_as_a_victims(
     decoded.clear()
     request_reset(ctx, RequestReset("victim", ADA))
     request_reset(ctx, RequestReset("fresh", ADA))
-    assert decoded == [0, 0]
+    assert sum(decoded) == 0, "neither decodes an event (nor reads one: the snapshot says none follow it)"
 
 
 def test_refusals_are_logged_once_per_window_and_the_hourly_limit_holds_across_windows(

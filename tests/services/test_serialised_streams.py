@@ -11,6 +11,7 @@ from sqlalchemy import Engine, text
 
 from domain.clients import fold_client
 from domain.errors import ConcurrencyConflict
+from infra.errors import RequestInFlight
 from infra.services.unit_of_work import (
     IdempotencyLock,
     ServiceContext,
@@ -77,3 +78,46 @@ def _wait_for_a_waiter(engine: Engine) -> None:
             assert time.monotonic() < deadline, "nobody waited for the lock"
             time.sleep(0.01)
             connection.rollback()
+
+
+HELD = text("""
+    SELECT count(*) FROM pg_locks
+     WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()
+       AND ((classid::bigint << 32) | objid::bigint) = (CAST(:key AS bigint) & 'xffffffffffffffff'::bit(64)::bigint)
+""")
+
+
+def test_a_request_holds_its_key_while_it_waits_for_its_stream_and_the_key_is_taken_first(
+    ctx: ServiceContext, engine: Engine
+) -> None:
+    # One statement takes both locks now: the key is still held first, so a retry is refused (not queued
+    # behind the stream) while the first request waits, and nobody holds a stream while waiting for a key.
+    first = IdempotencyLock("client", None, "shop", "k-1", "wait")
+    retry = IdempotencyLock("client", None, "shop", "k-1", "refuse")
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_stream() -> None:
+        with engine.begin() as connection:
+            lock_stream(connection, "client:shop")
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold_the_stream)
+    holder.start()
+    held.wait(10)
+    waiting = threading.Thread(target=_take_both, args=(engine, first))
+    waiting.start()
+    _wait_for_a_waiter(engine)
+    with engine.connect() as connection:
+        assert connection.execute(HELD, {"key": first.key}).scalar_one() == 1, "the key is held while it waits"
+    with engine.begin() as connection, pytest.raises(RequestInFlight):
+        retry.take_with_stream(connection, "client:shop")
+    release.set()
+    holder.join(10)
+    waiting.join(10)
+    assert not waiting.is_alive()
+
+
+def _take_both(engine: Engine, lock: IdempotencyLock) -> None:
+    with engine.begin() as connection:
+        lock.take_with_stream(connection, "client:shop")

@@ -13,7 +13,7 @@ from uuid import UUID, uuid4
 import attrs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from domain.errors import CodeRejected, IdempotencyMismatch, LockedOut, TokenInvalid
 from domain.otp import RequestOtp
@@ -28,7 +28,7 @@ from infra.clock import ManualClock
 from infra.errors import RateLimited
 from infra.eventlog.postgres import PostgresEventStore
 from infra.projector.registry import projection_named
-from infra.projector.snapshots import load_snapshots
+from infra.projector.snapshots import load_for_decision, load_snapshots
 from infra.projector.verify import verify
 from infra.services.otp import request_otp, verify_code
 from infra.services.reset import consume_token, request_reset
@@ -83,6 +83,10 @@ def assert_snapshot_equals_the_fold(engine: Engine, stream_id: str, fold: object
         store = PostgresEventStore(connection)
         history = store.load(stream_id)
         snapshot = load_snapshots(connection, [stream_id], keyring=store.keyring).get(stream_id)
+        # What a decision reads, in its one statement: the same snapshot, and the stream's last version.
+        decided, last_version = load_for_decision(connection, stream_id, store.keyring)
+    assert decided == snapshot
+    assert last_version == (history[-1].stream_version if history else 0)
     if not history:
         assert snapshot is None
         return
@@ -112,3 +116,21 @@ def test_projections_verify_and_the_replay_check_cover_the_snapshots(
     report = verify(admin_engine, projection_named("stream_snapshots"))
     assert report.ok and report.rows == 4, report.summary()  # one row per stream: two users, two flows
     assert_projections_match_log(engine)
+
+
+def test_a_decision_on_a_snapshot_behind_its_stream_reads_the_events_after_it(
+    ctx: ServiceContext, admin_engine: Engine, clock: ManualClock
+) -> None:
+    # As after a rebuild, or for a stream older than snapshots: the snapshot says version 1, the stream is past it.
+    first = request_reset(ctx, RequestReset("9", ADA))
+    with admin_engine.connect() as connection:
+        old = connection.execute(text("SELECT version, CAST(state AS text) AS state FROM stream_snapshots")).one()
+    clock.advance(ctx.reset_policy.cooldown + timedelta(seconds=1))
+    second = request_reset(ctx, RequestReset("9", ADA))
+    assert second.request_id != first.request_id
+    with admin_engine.begin() as connection:
+        connection.execute(text("UPDATE stream_snapshots SET version = :version, state = CAST(:state AS jsonb)"),
+                           {"version": old.version, "state": old.state})
+
+    again = request_reset(ctx, RequestReset("9", ADA))  # within the cooldown of the second, which only the events hold
+    assert again.reused and again.request_id == second.request_id

@@ -1,0 +1,91 @@
+"""What one request costs the database (issue 13): the statements and transactions of each hot path.
+
+Counted at the cursor, as bench/api_profile.py counts them, after a warm-up
+(this process has proven the master key, as a running server has). A count
+that grows is a round trip added to every request: say why in the commit
+that changes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from uuid import uuid4
+
+import pytest
+from sqlalchemy import Engine, event
+
+from domain.otp import RequestOtp
+from domain.reset import RequestReset
+from infra.services.otp import request_otp, verify_code
+from infra.services.reset import consume_token, request_reset, verify_token
+from infra.services.unit_of_work import ServiceContext
+from tests.support.replay import assert_projections_match_log
+from tests.support.secrets import otp_code_of, reset_token_of
+
+
+@dataclass
+class Sent:
+    statements: list[str] = field(default_factory=list)
+    transactions: int = 0
+
+    def of(self, call: Callable[[], object]) -> tuple[int, int]:
+        """(statements, transactions) of one call."""
+        self.statements.clear()
+        self.transactions = 0
+        call()
+        return len(self.statements), self.transactions
+
+
+@pytest.fixture
+def sent(engine: Engine) -> Iterator[Sent]:
+    counted = Sent()
+
+    def statement(_conn: object, _cursor: object, text: str, *_: object) -> None:
+        counted.statements.append(text)
+
+    def begin(_conn: object) -> None:
+        counted.transactions += 1
+
+    event.listen(engine, "before_cursor_execute", statement)
+    event.listen(engine, "begin", begin)
+    yield counted
+    event.remove(engine, "before_cursor_execute", statement)
+    event.remove(engine, "begin", begin)
+
+
+def new_user() -> str:
+    return f"u-{uuid4().hex[:12]}"
+
+
+def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements(
+    ctx: ServiceContext, engine: Engine, sent: Sent
+) -> None:
+    for _ in range(2):  # warm: the master key is proven once a key exists under it
+        request_reset(ctx, RequestReset(new_user(), "warm@example.test", idempotency_key=uuid4().hex))
+    user = new_user()
+    created = []
+
+    def create_reset() -> None:
+        created.append(request_reset(ctx, RequestReset(user, "ada@example.test", idempotency_key=uuid4().hex)))
+
+    # Locks, the stream's read, the user's new data key, the append, three new rows, the address index
+    # (read and written), the snapshot.
+    assert sent.of(create_reset) == (10, 1)
+    token = reset_token_of(engine, ctx.keys, created[0].request_id)
+    # The token's owner, the lock, the stream's read: the look-up shares the decision's transaction.
+    assert sent.of(lambda: verify_token(ctx, token)) == (3, 1)
+    # ... then the append, the notice's new outbox row, the token's row (read and written), the snapshot.
+    assert sent.of(lambda: consume_token(ctx, token)) == (8, 1)
+
+    challenges = []
+
+    def create_otp() -> None:
+        challenges.append(request_otp(ctx, RequestOtp(user, "ada@example.test", idempotency_key=uuid4().hex)))
+
+    # The user has a key now and the same address is indexed already: nothing to read or write for either.
+    assert sent.of(create_otp) == (8, 1)
+    code = otp_code_of(engine, ctx.keys, challenges[0].request_id)
+    # The owner, the lock, the read, the append, the challenge's row (read and written), the snapshot.
+    assert sent.of(lambda: verify_code(ctx, challenges[0].request_id, code, user_id=user)) == (7, 1)
+    assert_projections_match_log(engine)
