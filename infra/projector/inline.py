@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from domain import decisions, email, otp, reset
+from domain import decisions, email, otp_events, reset_events
 from domain.log import RecordedEvent
 from infra.db import tables
 from infra.projector.appliers import KeyedApplier
@@ -45,15 +45,15 @@ OUTBOX = KeyedApplier(
 )
 RESET_TOKENS = KeyedApplier(
     tables.reset_tokens, ResetTokenRow, "request_id", reset_token_key, evolve_reset_token, lock=True,
-    starts=(reset.ResetRequested,),
+    starts=(reset_events.ResetRequested,),
 )
 OTP_CHALLENGES = KeyedApplier(
     tables.otp_challenges, OtpChallengeRow, "challenge_id", otp_challenge_key, evolve_otp_challenge, lock=True,
-    starts=(otp.OtpChallengeIssued,),
+    starts=(otp_events.OtpChallengeIssued,),
 )
 RECEIPTS = KeyedApplier(
     tables.receipts, ReceiptRow, "receipt_id", receipt_key, evolve_receipt, lock=True,
-    starts=(reset.ResetRequested, otp.OtpChallengeIssued, decisions.IdempotencyKeyBound),
+    starts=(reset_events.ResetRequested, otp_events.OtpChallengeIssued, decisions.IdempotencyKeyBound),
 )
 API_KEYS = KeyedApplier(tables.api_keys, ApiKeyRow, "key_id", api_key_key, evolve_api_key, lock=True)
 TENANTS = KeyedApplier(tables.tenants, TenantRow, "name", tenant_key, evolve_tenant, lock=True)
