@@ -74,6 +74,29 @@ class Writers:
             return max((s for t, s in self.stalls if start <= t + s and t <= end), default=0.0)
 
 
+class WriteDuringCopy:
+    """A rebuild's progress callback: on the first page copied, one more reset request, waited for.
+
+    The rebuild does not go on until the write has finished, so a rebuild
+    that held writers while it copied would hold this one until the timeout:
+    the write finishing proves writers go on during the copy, whatever the
+    machine's speed.
+    """
+
+    def __init__(self, ctx: ServiceContext, name: str) -> None:
+        self.ctx, self.name = ctx, name
+        self.finished: bool | None = None  # None until the first page
+
+    def __call__(self, events: int) -> None:
+        if self.finished is not None:
+            return
+        write = threading.Thread(target=request_reset, args=(
+            self.ctx, RequestReset(f"during-{self.name}", f"during-{self.name}@example.test")))
+        write.start()
+        write.join(timeout=60)
+        self.finished = not write.is_alive()
+
+
 def seed(ctx: ServiceContext, requests: int = 1200) -> None:
     """A log long enough that a rebuild takes seconds, written by four threads to save time."""
 
@@ -89,7 +112,7 @@ def seed(ctx: ServiceContext, requests: int = 1200) -> None:
 
 
 @pytest.mark.slow
-def test_rebuilding_every_projection_under_load_loses_and_doubles_nothing_and_stalls_writers_only_for_the_swap(
+def test_rebuilding_every_projection_under_load_loses_and_doubles_nothing_and_writers_go_on_while_it_copies(
     ctx: ServiceContext, clock: ManualClock, engine: Engine, admin_engine: Engine
 ) -> None:
     ctx, mailer = no_cooldown(ctx), RecordingMailer()
@@ -102,9 +125,11 @@ def test_rebuilding_every_projection_under_load_loses_and_doubles_nothing_and_st
         time.sleep(2)  # writers alone: how long a write takes when nothing is rebuilt
         baseline = writers.longest_stall(0, time.monotonic())
         for name in NAMES:
+            probe = WriteDuringCopy(ctx, name)
             started = time.monotonic()
-            result = rebuild(admin_engine, projection_named(name), batch_size=50)
+            result = rebuild(admin_engine, projection_named(name), batch_size=50, progress=probe)
             results.append((started, time.monotonic(), result))
+            assert probe.finished, f"a write finished while {name} was still being copied: writers are not held"
         time.sleep(0.3)
     runner.stop()
     runner_thread.join()
@@ -124,9 +149,8 @@ def test_rebuilding_every_projection_under_load_loses_and_doubles_nothing_and_st
 
     print(f"\nlongest write with no rebuild running: {baseline * 1000:.0f} ms")
 
+    # For the reader, not asserted: how long writes took is measured in bench/rebuild.py, not judged here.
     for started, ended, result in results:
         stall = writers.longest_stall(started, ended)
         print(f"{result.projection}: {result.events} events in {result.seconds:.2f} s, "
               f"swap {result.swap_seconds * 1000:.0f} ms, longest write meanwhile {stall * 1000:.0f} ms")
-        assert stall < result.seconds / 2, "writers were held for a fraction of the rebuild, not all of it"
-        assert stall < baseline + result.swap_seconds + 0.25, "no longer than the swap, beyond the usual"
