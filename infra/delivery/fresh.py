@@ -23,7 +23,7 @@ from domain.tokens import SecretUnavailable
 from infra.delivery.leases import Claim
 from infra.delivery.providers import OutboundEmail
 from infra.eventlog.personal_data import ERASED
-from infra.services.unit_of_work import ServiceContext, load_streams
+from infra.services.unit_of_work import ServiceContext, load_states
 from projections.outbox import OutboxRow
 
 
@@ -49,12 +49,14 @@ def prepare_all(
     """``prepare`` for messages about to be sent together, in claim order: their requests read in one statement."""
     now = ctx.clock.now()
     requests = {claim.row.message_id: _request_stream(claim.row) for claim in claims}
-    histories = load_streams(ctx, sorted({stream for stream, _ in requests.values() if stream}), connection)
+    # Each request's stream from its snapshot, as a decision reads it: the same cost on a user's first day
+    # and their thousandth.
+    folds = {stream: fold for stream, fold in requests.values() if stream and fold}
+    states = load_states(ctx, folds, connection)
     prepared = []
     for claim in claims:
-        stream, fold = requests[claim.row.message_id]
-        state = fold(histories[stream]) if stream and fold else None
-        prepared.append(_decide(ctx, claim, state, now=now, sender=sender))
+        stream, _ = requests[claim.row.message_id]
+        prepared.append(_decide(ctx, claim, states[stream] if stream else None, now=now, sender=sender))
     return prepared
 
 

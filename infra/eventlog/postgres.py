@@ -60,21 +60,22 @@ LOAD_STREAM = text("""
       FROM events WHERE stream_id = :stream_id AND stream_version > :after ORDER BY stream_version
 """)
 
-# Several streams at once, each event with the data key its personal fields
-# were sealed under (when it still exists), so that reading a batch of users'
-# requests and opening their addresses is one round trip.
+# Several streams at once, each after a version of its own (its snapshot's, or
+# 0), each event with the data key its personal fields were sealed under (when
+# it still exists), so that reading a batch of users' requests and opening
+# their addresses is one round trip.
 LOAD_STREAMS = text("""
     SELECT e.global_position, e.stream_id, e.stream_version, e.event_id, e.event_type, e.schema_version,
            e.payload, e.metadata, e.recorded_at, e.transaction_id::text,
            k.key_user_id, k.key_id, k.master_key_id, k.wrapped_key
-      FROM events e
+      FROM unnest(CAST(:stream_ids AS text[]), CAST(:after AS bigint[])) AS w(stream_id, after_version)
+      JOIN events e ON e.stream_id = w.stream_id AND e.stream_version > w.after_version
       LEFT JOIN LATERAL (
             SELECT s.user_id AS key_user_id, s.key_id, s.master_key_id, s.wrapped_key
               FROM jsonb_each_text(e.payload) AS f
               JOIN subject_keys s ON s.key_id = substring(f.value FROM CAST(:envelope_key AS text))
              WHERE f.key = ANY(CAST(:personal_fields AS text[]))
             ) k ON true
-     WHERE e.stream_id = ANY(CAST(:stream_ids AS text[]))
      ORDER BY e.stream_id, e.stream_version
 """).columns(*(column(name) for name in (  # named in order, so SQLAlchemy builds the result's metadata once
     "global_position", "stream_id", "stream_version", "event_id", "event_type", "schema_version", "payload",
@@ -187,9 +188,12 @@ class PostgresEventStore:
         rows = self.connection.execute(LOAD_STREAM, {"stream_id": stream_id, "after": after_version}).all()
         return self._decode_all(rows)
 
-    def load_many(self, stream_ids: Sequence[str]) -> dict[str, list[RecordedEvent]]:
-        """The events of each of ``stream_ids`` (an empty list for an empty stream), read in one statement."""
-        params = {"stream_ids": list(stream_ids), "envelope_key": KEY_ID_PATTERN, "personal_fields": _PERSONAL_FIELDS}
+    def load_many(self, after: Mapping[str, int]) -> dict[str, list[RecordedEvent]]:
+        """The events of each stream in ``after`` past the version given for it (0: all), oldest first,
+        read in one statement; an empty list for a stream with none."""
+        stream_ids = list(after)
+        params = {"stream_ids": stream_ids, "after": [after[stream_id] for stream_id in stream_ids],
+                  "envelope_key": KEY_ID_PATTERN, "personal_fields": _PERSONAL_FIELDS}
         rows = self.connection.execute(LOAD_STREAMS, params).all()
         self.keyring.remember(
             (row.key_user_id, row.key_id, row.master_key_id, row.wrapped_key) for row in rows if row.key_id is not None

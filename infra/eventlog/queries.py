@@ -8,7 +8,7 @@ the caller's connection and returns plain rows; the caller keeps its meaning.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Row, text
@@ -92,24 +92,26 @@ def personal_fields_at(connection: Connection, positions: Sequence[int], fields:
     return connection.execute(PERSONAL_FIELDS_AT, {"positions": list(positions), "fields": list(fields)}).all()
 
 
-# What a decision reads of its stream, in one round trip: the stream's last
-# version, its snapshot (if any), and for each request the snapshot names the
-# sealed personal fields of the event that carries them, with the data keys
-# they were sealed under (one row per request and key; one row when there is
-# no snapshot), and the user's oldest data key, the one a write seals under
-# (subject_keys.SELECT_BY_USER). The decision then needs the events after the
-# snapshot only when the last version says there are some.
-SNAPSHOT_FOR_DECISION = text("""
-    SELECT (SELECT coalesce(max(x.stream_version), 0) FROM events x WHERE x.stream_id = :stream_id) AS last_version,
+# What a decision reads of its stream, in one round trip (and what delivery's
+# fresh read reads of several): each stream's last version, its snapshot (if
+# any), and for each request the snapshot names the sealed personal fields of
+# the event that carries them, with the data keys they were sealed under (one
+# row per request and key; one row when there is no snapshot), and the user's
+# oldest data key, the one a write seals under (subject_keys.SELECT_BY_USER).
+# A decision then needs the events after the snapshot only when the last
+# version says there are some.
+SNAPSHOTS_FOR_DECISION = text("""
+    SELECT w.stream_id,
+           (SELECT coalesce(max(x.stream_version), 0) FROM events x WHERE x.stream_id = w.stream_id) AS last_version,
            s.version, s.state, e.global_position, e.event_type, e.user_id, e.field_values,
            k.key_user_id, k.key_id, k.master_key_id, k.wrapped_key,
-           w.key_id AS writer_key_id, w.master_key_id AS writer_master_key_id, w.wrapped_key AS writer_wrapped_key
-      FROM (SELECT 1) AS one
+           wk.key_id AS writer_key_id, wk.master_key_id AS writer_master_key_id, wk.wrapped_key AS writer_wrapped_key
+      FROM unnest(CAST(:stream_ids AS text[]), CAST(:user_ids AS text[])) AS w(stream_id, user_id)
       LEFT JOIN LATERAL (
-            SELECT key_id, master_key_id, wrapped_key FROM subject_keys WHERE user_id = :user_id
+            SELECT key_id, master_key_id, wrapped_key FROM subject_keys WHERE user_id = w.user_id
              ORDER BY created_at, key_id LIMIT 1
-            ) w ON true
-      LEFT JOIN stream_snapshots s ON s.stream_id = :stream_id
+            ) wk ON true
+      LEFT JOIN stream_snapshots s ON s.stream_id = w.stream_id
       LEFT JOIN LATERAL (
             SELECT global_position, event_type, payload, payload->>'user_id' AS user_id,
                    ARRAY(SELECT payload->>f FROM unnest(CAST(:fields AS text[])) WITH ORDINALITY AS u(f, n)
@@ -125,13 +127,14 @@ SNAPSHOT_FOR_DECISION = text("""
 """)
 
 
-def snapshot_for_decision(
-    connection: Connection, stream_id: str, user_id: str, fields: Sequence[str]
+def snapshots_for_decision(
+    connection: Connection, users_by_stream: Mapping[str, str], fields: Sequence[str]
 ) -> Sequence[Row[Any]]:
-    """The stream's last version and snapshot, its requests' sealed ``fields``, their data keys and
-    ``user_id``'s writing key; see above."""
-    return connection.execute(SNAPSHOT_FOR_DECISION, {
-        "stream_id": stream_id, "user_id": user_id, "fields": list(fields), "envelope_key": KEY_ID_PATTERN,
+    """Each stream's last version and snapshot, its requests' sealed ``fields``, their data keys and
+    its user's writing key; see above. ``users_by_stream``: stream id -> the user it belongs to."""
+    return connection.execute(SNAPSHOTS_FOR_DECISION, {
+        "stream_ids": list(users_by_stream), "user_ids": list(users_by_stream.values()), "fields": list(fields),
+        "envelope_key": KEY_ID_PATTERN,
     }).all()
 
 

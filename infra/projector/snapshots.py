@@ -29,7 +29,7 @@ from domain.reset_state import ResetRequest, ResetState
 from infra.db import tables
 from infra.eventlog.codec import make_converter
 from infra.eventlog.personal_data import FieldContext, Keyring, is_envelope
-from infra.eventlog.queries import personal_fields_at, snapshot_for_decision
+from infra.eventlog.queries import personal_fields_at, snapshots_for_decision
 from infra.eventlog.subject_keys import PostgresKeyring
 from infra.projector.appliers import qualified_name
 from projections.snapshots import Snapshot, State, evolve_snapshot, snapshot_key
@@ -154,21 +154,32 @@ def load_snapshots(connection: Connection, stream_ids: Iterable[str], table: Tab
         snapshots[row.stream_id] = decode_snapshot(row.stream_id, row.version, row.state, personal)
     return snapshots
 
-def load_for_decision(
-    connection: Connection, stream_id: str, keyring: PostgresKeyring
-) -> tuple[Snapshot | None, int]:
-    """The stream's snapshot (None if it has none), its recipients and nonces opened, and its last version.
 
-    One statement (``snapshot_for_decision``) where ``load_snapshots``, the
-    events after the snapshot and the user's writing key took up to five: a
-    decision reads this on every request. ``keyring`` learns the keys read,
-    and which key the stream's user writes with; the caller reads the events
-    after the snapshot only when the last version is past it.
+def load_for_decision(
+    connection: Connection, stream_ids: Sequence[str], keyring: PostgresKeyring
+) -> dict[str, tuple[Snapshot | None, int]]:
+    """Each stream's snapshot (None if it has none), its recipients and nonces opened, and its last version.
+
+    One statement (``snapshots_for_decision``), whatever the streams' lengths,
+    where ``load_snapshots``, the events after the snapshot and the user's
+    writing key took up to five: a decision reads this for its stream on every
+    request, delivery's fresh read for a batch's streams. ``keyring`` learns
+    the keys read, and which key each stream's user writes with; the caller
+    reads the events after a snapshot only when the last version is past it.
     """
-    user_id = stream_id.partition(":")[2]  # a snapshotted stream is "<flow>-user:<scoped user id>"
-    rows = snapshot_for_decision(connection, stream_id, user_id, PERSONAL)
+    # A snapshotted stream is "<flow>-user:<scoped user id>".
+    rows = snapshots_for_decision(connection, {stream_id: stream_id.partition(":")[2] for stream_id in stream_ids},
+                                  PERSONAL)
+    by_stream: dict[str, list[Any]] = {stream_id: [] for stream_id in stream_ids}
+    for row in rows:
+        by_stream[row.stream_id].append(row)
+    return {stream_id: _decided(stream_id, stream_rows, keyring) for stream_id, stream_rows in by_stream.items()}
+
+
+def _decided(stream_id: str, rows: Sequence[Any], keyring: PostgresKeyring) -> tuple[Snapshot | None, int]:
     head = rows[0]
     writer = head.writer_key_id
+    user_id = stream_id.partition(":")[2]
     keyring.expect_writer(user_id, (writer, head.writer_master_key_id, head.writer_wrapped_key) if writer else None)
     if head.version is None:
         return None, head.last_version

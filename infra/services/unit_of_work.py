@@ -313,7 +313,7 @@ def _serialised(
                 else:
                     lock_stream(connection, stream_id)
                 store = PostgresEventStore(connection)  # one keyring for the read and the write
-                state, version, snapshot = _load_folded(store, stream_id, fold)
+                state, version, snapshot = _load_folded(store, {stream_id: fold})[stream_id]
                 decided = decide(state, ctx.clock.now())
                 batches = _with_counts(connection, stream_id, batches_of(stream_id, version, decided), state, decided)
                 # The snapshot decided on, or None for a stream that has none yet: never read twice.
@@ -329,22 +329,33 @@ def _serialised(
 
 
 def _load_folded(
-    store: PostgresEventStore, stream_id: str, fold: Callable[[Iterable[object]], Any]
-) -> tuple[Any, int, Snapshot | None]:
-    """(state, version, snapshot) of a stream: its snapshot and the events after it, or every event."""
-    connection = store.connection
-    if fold_of(stream_id) is None:
-        history = store.load(stream_id)
-        return fold(recorded.event for recorded in history), history[-1].stream_version if history else 0, None
-    snapshot, last_version = load_for_decision(connection, stream_id, store.keyring)
-    # Only a stream that predates snapshots (or a rebuild) has events after its snapshot: read them only then.
-    after_version = snapshot.version if snapshot is not None else 0
-    if last_version > after_version:
-        for recorded in store.load(stream_id, after_version=after_version):
+    store: PostgresEventStore, folds: Mapping[str, Callable[[Iterable[object]], Any]]
+) -> dict[str, tuple[Any, int, Snapshot | None]]:
+    """(state, version, snapshot) of each stream: its snapshot and the events after it, or every event.
+
+    One statement when every stream is snapshotted and its snapshot current,
+    as they are once written through here; a second for the events past a
+    snapshot, or for a stream that has none.
+    """
+    snapshotted = [stream_id for stream_id in folds if fold_of(stream_id) is not None]
+    decided = load_for_decision(store.connection, snapshotted, store.keyring) if snapshotted else {}
+    after = {stream_id: 0 for stream_id in folds if stream_id not in decided}
+    for stream_id, (snapshot, last_version) in decided.items():
+        # Only a stream that predates snapshots (or a rebuild) has events after its snapshot: read them only then.
+        if last_version > (snapshot.version if snapshot is not None else 0):
+            after[stream_id] = snapshot.version if snapshot is not None else 0
+    tails = store.load_many(after) if after else {}
+    folded = {}
+    for stream_id, fold in folds.items():
+        if stream_id not in decided:
+            history = tails[stream_id]
+            folded[stream_id] = (fold(r.event for r in history), history[-1].stream_version if history else 0, None)
+            continue
+        snapshot = decided[stream_id][0]
+        for recorded in tails.get(stream_id, ()):
             snapshot = evolve_snapshot(snapshot, recorded)
-    if snapshot is None:
-        return fold(()), 0, None
-    return snapshot.state, snapshot.version, snapshot
+        folded[stream_id] = (fold(()), 0, None) if snapshot is None else (snapshot.state, snapshot.version, snapshot)
+    return folded
 
 
 def _with_counts(connection: Connection, stream_id: str, batches: Batches, state: Any, decided: Any) -> Batches:
@@ -371,19 +382,17 @@ def load_state(
     ctx: ServiceContext, stream_id: str, fold: Callable[[Iterable[object]], Any], connection: Connection | None = None
 ) -> Any:
     """The folded state of one stream (from its snapshot, if it has one), on ``connection`` or a fresh one."""
-    if connection is not None:
-        return _load_folded(PostgresEventStore(connection), stream_id, fold)[0]
-    with ctx.engine.connect() as fresh:
-        return _load_folded(PostgresEventStore(fresh), stream_id, fold)[0]
+    return load_states(ctx, {stream_id: fold}, connection)[stream_id]
 
 
-def load_streams(
-    ctx: ServiceContext, stream_ids: Sequence[str], connection: Connection | None = None
-) -> dict[str, list[object]]:
-    """The events of several streams, read in one statement, on ``connection`` or a fresh one."""
+def load_states(
+    ctx: ServiceContext, folds: Mapping[str, Callable[[Iterable[object]], Any]], connection: Connection | None = None
+) -> dict[str, Any]:
+    """The folded state of each stream in ``folds`` (each from its snapshot, if it has one), as a decision reads
+    it: in one statement whatever the streams' lengths, on ``connection`` or a fresh one."""
     if connection is not None:
-        loaded = PostgresEventStore(connection).load_many(stream_ids)
+        loaded = _load_folded(PostgresEventStore(connection), folds)
     else:
         with ctx.engine.connect() as fresh:
-            loaded = PostgresEventStore(fresh).load_many(stream_ids)
-    return {stream_id: [recorded.event for recorded in history] for stream_id, history in loaded.items()}
+            loaded = _load_folded(PostgresEventStore(fresh), folds)
+    return {stream_id: state for stream_id, (state, _, _) in loaded.items()}

@@ -84,7 +84,7 @@ def assert_snapshot_equals_the_fold(engine: Engine, stream_id: str, fold: object
         history = store.load(stream_id)
         snapshot = load_snapshots(connection, [stream_id], keyring=store.keyring).get(stream_id)
         # What a decision reads, in its one statement: the same snapshot, and the stream's last version.
-        decided, last_version = load_for_decision(connection, stream_id, store.keyring)
+        decided, last_version = load_for_decision(connection, [stream_id], store.keyring)[stream_id]
     assert decided == snapshot
     assert last_version == (history[-1].stream_version if history else 0)
     if not history:
