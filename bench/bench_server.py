@@ -29,6 +29,11 @@ class BenchServer:
     uri: str  # libpq URI of the server's maintenance database
     settings: dict[str, str]  # the server settings a result depends on
 
+    def database_url(self, name: str) -> str:
+        """The SQLAlchemy URL of database ``name`` on this server (which may not exist yet)."""
+        admin_url = make_url(self.uri.replace("postgresql://", "postgresql+psycopg://", 1))
+        return admin_url.set(database=name).render_as_string(hide_password=False)
+
     def create_database(self, name: str) -> str:
         """A new database with authledger's schema; its SQLAlchemy URL."""
         admin_url = make_url(self.uri.replace("postgresql://", "postgresql+psycopg://", 1))
@@ -37,7 +42,7 @@ class BenchServer:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
             connection.execute(text(f'CREATE DATABASE "{name}"'))
         server.dispose()
-        url = admin_url.set(database=name).render_as_string(hide_password=False)
+        url = self.database_url(name)
         schema = create_engine(url)
         init_schema(schema)
         schema.dispose()
@@ -49,10 +54,15 @@ class BenchServer:
                 f"synchronous_commit={s['synchronous_commit']}, shared_buffers={s['shared_buffers']})")
 
 
-def start_bench_server(prefix: str) -> BenchServer:
-    """Start an embedded server in a temporary directory, stopped and removed at exit."""
-    data_dir = Path(tempfile.mkdtemp(prefix=prefix))
-    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+def start_bench_server(prefix: str, data_dir: Path | None = None) -> BenchServer:
+    """Start an embedded server in a temporary directory, stopped and removed at exit.
+
+    With ``data_dir``, the server lives there instead and is kept (stopped at
+    exit, not removed), so that a later run can reuse a log that took long to build.
+    """
+    if data_dir is None:
+        data_dir = Path(tempfile.mkdtemp(prefix=prefix))
+        atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     atexit.register(stop_embedded, data_dir)  # runs first: stop, then remove
     uri = start_embedded(data_dir)
     engine = create_engine(uri.replace("postgresql://", "postgresql+psycopg://", 1))
