@@ -19,7 +19,8 @@ from infra.keys import DEV_MASTER_KEY_FILE, load_master_keys, load_token_keys
 from infra.eventlog.postgres import PostgresEventStore
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
-from infra.eventlog.subject_keys import MASTER_KEY_VARIABLE, MasterKeys, PostgresKeyring, bind_master_keys
+from infra.eventlog.subject_keys import (
+    MASTER_KEY_VARIABLE, SAMPLE_UNDER_MASTER, MasterKeys, PostgresKeyring, bind_master_keys)
 
 TOKEN_KEYS = "k1:" + base64.urlsafe_b64encode(b"s" * 32).decode()
 NEW_MASTER_KEY = "m2:" + base64.urlsafe_b64encode(b"n" * 32).decode()
@@ -145,3 +146,13 @@ def test_development_keys_warn_once_per_process_however_often_they_load(
     assert [r.getMessage() for r in caplog.records] == [
         "using generated development keys; set AUTHLEDGER_TOKEN_KEYS and AUTHLEDGER_MASTER_KEY in production"
     ]
+
+
+def test_a_new_users_probe_of_the_current_master_key_reads_an_index_not_every_key(engine: Engine) -> None:
+    # After a rotation no key is under the new master key yet: a sequential
+    # scan would read every user's key on each new user's first request.
+    with engine.begin() as connection:
+        connection.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = "\n".join(connection.execute(text("EXPLAIN " + SAMPLE_UNDER_MASTER.text),
+                                            {"master_key_id": "m2"}).scalars())
+    assert "subject_keys_by_master" in plan and "Seq Scan" not in plan, plan
