@@ -1,7 +1,8 @@
 """Cost growth in log size: the request paths and the worker's claim on a 10M-event log beside a 10k one (issue 13).
 
     .venv/bin/python bench/log_size.py [--events 10000000] [--small 10000] [--calls 300] [--quick]
-                                       [--data-dir DIR] [--plans FILE]
+                                       [--data-dir DIR] [--no-catch-up] [--plans FILE]
+                                       [--shared-buffers 6GB --prewarm] [--time-ordered-ids]
 
 One embedded PostgreSQL (server defaults: fsync and synchronous_commit on),
 two databases in it built alike: ``small`` (``--small`` events) and
@@ -36,7 +37,10 @@ every plan to a file.
 with the same DIR measures the large log again without rebuilding it (after
 ``db init``'s schema upgrade, so an index added since is built on the big
 log); the small one is rebuilt, as the bench's own rounds would grow it.
-``--quick`` is a smoke size: 200,000 events, 40 calls.
+``--quick`` is a smoke size: 200,000 events, 40 calls. Two experiments
+locate the claim's growth (bench/RESULTS.md): ``--shared-buffers`` with
+``--prewarm`` holds every index in memory, ``--time-ordered-ids`` makes new
+ids and event ids UUIDv7.
 """
 
 from __future__ import annotations
