@@ -222,6 +222,13 @@ CREATE TABLE IF NOT EXISTS subject_keys (
 );
 
 CREATE INDEX IF NOT EXISTS subject_keys_by_user ON subject_keys (user_id);
+-- A new user's first key is wrapped only after the current master key has
+-- unwrapped one key it wrapped before (infra/eventlog/subject_keys.py,
+-- SAMPLE_UNDER_MASTER). Without this index that probe is a sequential scan,
+-- which reads every older key when few or none are under the current master
+-- key (after a rotation, until `privacy rewrap`): a cost that grew with the
+-- number of users on each new user's request. Deduplicated, it stays small.
+CREATE INDEX IF NOT EXISTS subject_keys_by_master ON subject_keys (master_key_id);
 
 REVOKE ALL ON subject_keys FROM PUBLIC;
 GRANT SELECT, INSERT, DELETE ON subject_keys TO authledger_app;
@@ -415,4 +422,5 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON console_sessions TO authledger_app;
 --      indexes for the console's outbox page (24 h chart, given-up mail)
 --      request_counts also counts rejected presentations of links and codes
 --      console_sessions (console sign-ins every serve process shares)
+--      subject_keys_by_master (the master-key probe of a new user's first key, by index)
 INSERT INTO schema_version (version) VALUES (1), (2), (3), (4) ON CONFLICT DO NOTHING;

@@ -29,6 +29,11 @@ class BenchServer:
     uri: str  # libpq URI of the server's maintenance database
     settings: dict[str, str]  # the server settings a result depends on
 
+    def database_url(self, name: str) -> str:
+        """The SQLAlchemy URL of database ``name`` on this server (which may not exist yet)."""
+        admin_url = make_url(self.uri.replace("postgresql://", "postgresql+psycopg://", 1))
+        return admin_url.set(database=name).render_as_string(hide_password=False)
+
     def create_database(self, name: str) -> str:
         """A new database with authledger's schema; its SQLAlchemy URL."""
         admin_url = make_url(self.uri.replace("postgresql://", "postgresql+psycopg://", 1))
@@ -37,7 +42,7 @@ class BenchServer:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
             connection.execute(text(f'CREATE DATABASE "{name}"'))
         server.dispose()
-        url = admin_url.set(database=name).render_as_string(hide_password=False)
+        url = self.database_url(name)
         schema = create_engine(url)
         init_schema(schema)
         schema.dispose()
@@ -49,12 +54,28 @@ class BenchServer:
                 f"synchronous_commit={s['synchronous_commit']}, shared_buffers={s['shared_buffers']})")
 
 
-def start_bench_server(prefix: str) -> BenchServer:
-    """Start an embedded server in a temporary directory, stopped and removed at exit."""
-    data_dir = Path(tempfile.mkdtemp(prefix=prefix))
-    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+def start_bench_server(prefix: str, data_dir: Path | None = None, shared_buffers: str | None = None) -> BenchServer:
+    """Start an embedded server in a temporary directory, stopped and removed at exit.
+
+    With ``data_dir``, the server lives there instead and is kept (stopped at
+    exit, not removed), so that a later run can reuse a log that took long to build.
+    With ``shared_buffers`` (e.g. "4GB"), the server is set so (ALTER SYSTEM)
+    and restarted; without, a kept server goes back to the default.
+    """
+    if data_dir is None:
+        data_dir = Path(tempfile.mkdtemp(prefix=prefix))
+        atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     atexit.register(stop_embedded, data_dir)  # runs first: stop, then remove
     uri = start_embedded(data_dir)
+    altered = "shared_buffers" in (data_dir / "pgdata" / "postgresql.auto.conf").read_text()
+    if shared_buffers is not None or altered:
+        server = create_engine(uri.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
+        with server.connect() as connection:
+            connection.execute(text("ALTER SYSTEM RESET shared_buffers" if shared_buffers is None else
+                                    f"ALTER SYSTEM SET shared_buffers = '{shared_buffers}'"))
+        server.dispose()
+        stop_embedded(data_dir)  # the setting takes a restart
+        uri = start_embedded(data_dir)
     engine = create_engine(uri.replace("postgresql://", "postgresql+psycopg://", 1))
     with engine.connect() as connection:
         settings = {name: connection.execute(text(f"SHOW {name}")).scalar_one() for name in SHOWN_SETTINGS}

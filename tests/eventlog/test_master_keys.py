@@ -21,7 +21,8 @@ from infra.eventlog.personal_data import key_id_of
 from infra.eventlog.postgres import PostgresEventStore
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
-from infra.eventlog.subject_keys import MASTER_KEY_VARIABLE, MasterKeys, PostgresKeyring, bind_master_keys
+from infra.eventlog.subject_keys import (
+    MASTER_KEY_VARIABLE, SAMPLE_UNDER_MASTER, MasterKeys, PostgresKeyring, bind_master_keys)
 
 TOKEN_KEYS = "k1:" + base64.urlsafe_b64encode(b"s" * 32).decode()
 NEW_MASTER_KEY = "m2:" + base64.urlsafe_b64encode(b"n" * 32).decode()
@@ -206,3 +207,13 @@ def test_a_decision_seals_under_the_users_oldest_key_not_the_one_it_read_the_str
 
     assert second.request_id != first.request_id
     assert recipient_key_ids(engine, "reset-user:1") == [read_with, "older"]
+
+
+def test_a_new_users_probe_of_the_current_master_key_reads_an_index_not_every_key(engine: Engine) -> None:
+    # After a rotation no key is under the new master key yet: a sequential
+    # scan would read every user's key on each new user's first request.
+    with engine.begin() as connection:
+        connection.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = "\n".join(connection.execute(text("EXPLAIN " + SAMPLE_UNDER_MASTER.text),
+                                            {"master_key_id": "m2"}).scalars())
+    assert "subject_keys_by_master" in plan and "Seq Scan" not in plan, plan

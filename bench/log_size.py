@@ -1,0 +1,432 @@
+"""Cost growth in log size: the request paths and the worker's claim on a 10M-event log beside a 10k one (issue 13).
+
+    .venv/bin/python bench/log_size.py [--events 10000000] [--small 10000] [--calls 300] [--quick]
+                                       [--data-dir DIR] [--no-catch-up] [--plans FILE]
+                                       [--shared-buffers 6GB --prewarm] [--time-ordered-ids]
+
+One embedded PostgreSQL (server defaults: fsync and synchronous_commit on),
+two databases in it built alike: ``small`` (``--small`` events) and
+``large`` (``--events``). Each log is made by bench/rebuild.py's generator
+(reset requests and their emails, workers trailing them, recipients sealed
+per user) with COPY in large transactions, then brought up to date as
+``serve`` keeps it: the inline projections the generated events feed
+rebuilt (``email_outbox``, ``reset_tokens``, ``receipts``, ``address_index``,
+``stream_snapshots``), the catch-up projections (``audit_index``,
+``delivery_stats``) caught up, VACUUM ANALYZE. Every step is timed.
+
+Measured through the service functions the HTTP handlers call (no HTTP),
+interleaved small/large call by call (the order flips every round), each
+round with a fresh user in each database: reset create, verify and consume
+of the request just made; OTP create and verify of the challenge just made;
+the worker's claim of a batch of due email (``Worker.claim``), given back at
+once (``LeaseReleased``, recorded as the worker records outcomes) so that a
+claim takes nothing away. Both queues are drained first (the generated log's
+last emails, and any an earlier run queued), then grow alike: the round's
+creates and consume queue three emails, so after ``--warm`` rounds every
+claim is a whole batch of 32 out of the same number due. Printed: p50/p95 per operation and database, and
+large ÷ small; the aim is within 15% (a ratio ≤ 1.15).
+
+Then the plans: every statement those paths sent on the large database
+(captured with SQLAlchemy's ``before_cursor_execute``, as bench/console.py
+does) is run again under EXPLAIN (ANALYZE, BUFFERS, WAL), writes in a transaction
+rolled back; a write that cannot be replayed (its row is already there) is
+shown with plain EXPLAIN. Sequential scans are flagged; ``--plans`` writes
+every plan to a file.
+
+``--data-dir`` keeps the server and its databases in DIR, and a later run
+with the same DIR measures the large log again without rebuilding it (after
+``db init``'s schema upgrade, so an index added since is built on the big
+log); the small one is rebuilt, as the bench's own rounds would grow it.
+``--quick`` is a smoke size: 200,000 events, 40 calls. Two experiments
+locate the claim's growth (bench/RESULTS.md): ``--shared-buffers`` with
+``--prewarm`` holds every index in memory, ``--time-ordered-ids`` makes new
+ids and event ids UUIDv7.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+import psycopg
+from sqlalchemy import Engine, text
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import rebuild as generated  # noqa: E402 - after the path set-up
+
+os.environ.setdefault(generated.MASTER_KEY_VARIABLE, generated.BENCH_MASTER_KEY)
+
+from bench.bench_server import BenchServer, start_bench_server  # noqa: E402
+from bench.console import BenchMailer, Captured, pct  # noqa: E402
+from domain.otp import RequestOtp, fold_otp, otp_code_for, otp_stream  # noqa: E402
+from domain.reset import RequestReset, fold_reset, reset_stream, reset_token_for  # noqa: E402
+from domain.tokens import TokenKeys  # noqa: E402
+from infra.db.engine import Database  # noqa: E402
+from infra.db.schema import init_schema  # noqa: E402
+from infra.delivery.send import record, released  # noqa: E402
+from infra.eventlog.subject_keys import SAMPLE_UNDER_MASTER  # noqa: E402
+from infra.delivery.worker import Worker  # noqa: E402
+from infra.projector.catchup import catch_up  # noqa: E402
+from infra.projector.rebuild import rebuild  # noqa: E402
+from infra.projector.registry import projection_named  # noqa: E402
+from infra.services.otp import request_otp, verify_code  # noqa: E402
+from infra.services.reset import consume_token, request_reset, verify_token  # noqa: E402
+from infra.services.unit_of_work import ServiceContext, load_state  # noqa: E402
+
+KEYS = TokenKeys("k2", {"k2": b"bench-log-size-key-0123456789abc"})
+REBUILT = ("email_outbox", "reset_tokens", "receipts", "address_index", "stream_snapshots")
+CAUGHT_UP = ("audit_index", "delivery_stats")
+ROWS_PER_TRANSACTION = 200_000  # large transactions: fewer commits and flushes than rebuild.py's 10,000
+CLAIM_BATCH = 32
+AIM = 1.15
+OWNER = "bench-log-size"
+SENDER = "authledger <no-reply@bench.test>"
+OPERATIONS = ("reset create", "reset verify", "reset consume", "otp create", "otp verify", "worker claim",
+              "worker release")
+SEQ_SCAN = re.compile(r"Seq Scan on (\w+)")
+
+
+class NoMailer:
+    """The worker's mailer; the bench only claims and gives back, it never sends."""
+
+    name, idempotent, timeout_seconds = "bench", True, 1.0
+
+
+def step(what: str) -> Callable[[], None]:
+    """Print ``what``, and when the returned function is called, how long it took."""
+    print(f"  {what} ...", end="", flush=True)
+    started = time.perf_counter()
+    return lambda: print(f" {time.perf_counter() - started:.1f} s", flush=True)
+
+
+def build(server: BenchServer, name: str, events: int, caught_up: tuple[str, ...]) -> str:
+    """A database of ``events`` generated events, its projections up to date; its SQLAlchemy URL."""
+    print(f"{name}: {events:,} events", flush=True)
+    url = server.create_database(f"authledger_bench_{name}")
+    conninfo = url.replace("postgresql+psycopg://", "postgresql://", 1)
+    generated.ROWS_PER_TRANSACTION = ROWS_PER_TRANSACTION
+    done = step(f"generating by COPY, {ROWS_PER_TRANSACTION:,} rows a transaction")
+    generated.generate(conninfo, generated.Log(), events)
+    done()
+    admin = Database(url).admin_engine()
+    for projection in REBUILT:
+        done = step(f"rebuilding {projection}")
+        rebuild(admin, projection_named(projection), batch_size=10_000)
+        done()
+    if caught_up:
+        done = step(f"catching up {', '.join(caught_up)}")
+        catch_up(admin, [projection_named(p) for p in caught_up], batch_size=10_000)
+        done()
+    done = step("VACUUM ANALYZE")
+    vacuum_analyze(admin)
+    done()
+    with admin.connect() as connection:
+        connection.execute(text("CREATE TABLE IF NOT EXISTS bench_built (events bigint)"))
+        connection.execute(text("INSERT INTO bench_built VALUES (:n)"), {"n": events})
+        connection.commit()
+    admin.dispose()
+    return url
+
+
+def vacuum_analyze(admin: Engine) -> None:
+    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        connection.execute(text("VACUUM ANALYZE"))
+
+
+def built_url(server: BenchServer, name: str) -> str | None:
+    """The URL of a database a previous run built and kept, upgraded to today's schema; None if there is none."""
+    url = server.database_url(f"authledger_bench_{name}")
+    try:
+        admin = Database(url).admin_engine()
+        with admin.connect() as connection:
+            built = connection.execute(text("SELECT events FROM bench_built")).scalar()
+    except Exception:  # no such database, or a build that never finished
+        return None
+    done = step(f"{name}: kept from an earlier run ({built:,} events); db init's upgrade, VACUUM ANALYZE")
+    init_schema(admin)
+    vacuum_analyze(admin)
+    admin.dispose()
+    done()
+    return url
+
+
+@contextmanager
+def services(url: str, time_ordered: bool) -> Iterator[tuple[ServiceContext, Worker, Captured]]:
+    engine = Database(url).engine(pool_size=4)
+    ctx = ServiceContext(engine=engine, keys=KEYS, new_id=uuid7 if time_ordered else uuid4)
+    try:
+        yield ctx, Worker(ctx, NoMailer(), sender=SENDER, owner=OWNER), Captured(engine)
+    finally:
+        engine.dispose()
+
+
+def uuid7() -> UUID:
+    """A time-ordered UUID (RFC 9562 version 7): ids made one after another sort next to each other."""
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10)) & ((1 << 80) - 1)
+    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
+    value = value & ~(0x3 << 62) | 0x2 << 62  # the RFC 4122 variant
+    return UUID(int=value)
+
+
+def use_time_ordered_ids() -> None:
+    """The experiment of ``--time-ordered-ids``: every new id and event id a UUIDv7, in this process only.
+
+    Patched from outside, as the bench's question is where the claim's cost
+    comes from: random ids put each new event in a random leaf of the log's
+    unique indexes (events_event_id_key, and for a new stream
+    events_stream_version_key), which a 10M-event log no longer holds in memory.
+    """
+    from infra.eventlog import email_leases, postgres
+    from infra.services import unit_of_work
+
+    email_leases.CLAIM = text(email_leases.CLAIM.text.replace("gen_random_uuid()", "uuidv7()"))
+    postgres.uuid4 = uuid7  # type: ignore[attr-defined]
+    unit_of_work.uuid4 = uuid7  # type: ignore[attr-defined]
+
+
+def timed(call: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = call()
+    return time.perf_counter() - started, result
+
+
+def one_round(ctx: ServiceContext, worker: Worker, user: str) -> dict[str, float]:
+    """Seconds each operation took for one fresh user, one claim and release of due mail, and how many it claimed."""
+    times = {}
+    # With an idempotency key, as the HTTP API's clients send one (README): the receipts lookup is included.
+    reset = RequestReset(user, f"{user}@example.com", idempotency_key=uuid4().hex, client="bench")
+    times["reset create"], _ = timed(lambda: request_reset(ctx, reset))
+    request = next(iter(load_state(ctx, reset_stream(user), fold_reset).requests.values()))
+    token = reset_token_for(request, KEYS)
+    times["reset verify"], _ = timed(lambda: verify_token(ctx, token))
+    times["reset consume"], _ = timed(lambda: consume_token(ctx, token))
+    otp = RequestOtp(user, f"{user}@example.com", idempotency_key=uuid4().hex, client="bench")
+    times["otp create"], _ = timed(lambda: request_otp(ctx, otp))
+    challenge = next(iter(load_state(ctx, otp_stream(user), fold_otp).challenges.values()))
+    code = otp_code_for(challenge, KEYS)
+    times["otp verify"], _ = timed(lambda: verify_code(ctx, challenge.challenge_id, code, user_id=user))
+    times["worker claim"], claims = timed(lambda: worker.claim(OWNER, CLAIM_BATCH))
+    given_back = [released(ctx, claim, OWNER, attempt_returned=True) for claim in claims]
+    times["worker release"], states = timed(lambda: record(ctx.engine, given_back, OWNER))
+    assert set(states.values()) <= {"pending"}, states
+    times["claimed"] = len(claims)
+    return times
+
+
+def measure(urls: dict[str, str], calls: int, warm: int, time_ordered: bool) -> tuple[dict[str, dict[str, list[float]]],
+                                                                      dict[str, list[tuple[str, Any]]]]:
+    """Per database and operation, the seconds of ``calls`` rounds; and per database the statements of one round."""
+    run = uuid4().hex[:8]
+    samples: dict[str, dict[str, list[float]]] = {name: {op: [] for op in OPERATIONS} for name in urls}
+    with services(urls["small"], time_ordered) as small, services(urls["large"], time_ordered) as large:
+        both = {"small": small, "large": large}
+        for ctx, _, _ in both.values():
+            # Both queues start empty and grow alike (three emails a round), whatever earlier runs left.
+            Worker(ctx, BenchMailer(), sender=SENDER, owner=OWNER).drain()
+        for n in range(warm + calls):
+            order = ("small", "large") if n % 2 == 0 else ("large", "small")
+            for name in order:
+                ctx, worker, _ = both[name]
+                times = one_round(ctx, worker, f"ls-{run}-{n}")
+                if n >= warm:  # by then 3 × warm emails are queued: every claim is a whole batch
+                    assert times.pop("claimed") == CLAIM_BATCH, "fewer due emails than a batch"
+                    for op, seconds in times.items():
+                        samples[name][op].append(seconds)
+        statements = {}
+        for name, (ctx, worker, captured) in both.items():
+            captured.statements, captured.on = [], True
+            one_round(ctx, worker, f"ls-{run}-plans")
+            captured.on = False
+            statements[name] = captured.statements
+    return samples, statements
+
+
+def explain(conninfo: str, statements: list[tuple[str, Any]]) -> list[tuple[str, str, str | None]]:
+    """(statement, plan, plan without sequential scans) for each distinct statement; writes rolled back.
+
+    A statement planned with a sequential scan is planned again with
+    ``enable_seqscan`` off: on a small table the planner rightly prefers the
+    scan, and the second plan shows whether an index would serve it once the
+    table is large. A write the real call already made (its row is there) is
+    shown with plain EXPLAIN.
+    """
+    plans, seen = [], set()
+    with psycopg.connect(conninfo) as connection:
+        wanted = [(s, p) for s, p in statements if re.match(r"\s*(SELECT|WITH|INSERT|UPDATE|DELETE)", s, re.I)]
+        # The one probe whose cost depends on the data, not only on the size: a new user's check of the
+        # current master key after a rotation, when no key is under it yet.
+        rotated = SAMPLE_UNDER_MASTER.text.replace(":master_key_id", "%(master_key_id)s")
+        labelled = [(s, p, s) for s, p in wanted] + [
+            (rotated, {"master_key_id": "rotated"}, f"{rotated} -- after a rotation: no key under it yet")]
+        for statement, parameters, label in labelled:
+            if label in seen:
+                continue
+            seen.add(label)
+            plan = _plan(connection, statement, parameters)
+            indexed = _plan(connection, statement, parameters, seqscan=False) if SEQ_SCAN.search(plan) else None
+            plans.append((label, plan, indexed))
+    return plans
+
+
+def _plan(connection: psycopg.Connection, statement: str, parameters: Any, *, seqscan: bool = True) -> str:
+    try:
+        connection.execute("SET role authledger_app")
+        connection.execute(f"SET enable_seqscan = {'on' if seqscan else 'off'}")
+        rows = connection.execute(f"EXPLAIN (ANALYZE, BUFFERS, WAL) {statement}", parameters).fetchall()
+        plan = "\n".join(row[0] for row in rows)
+    except psycopg.Error as error:  # a write whose row the real call already wrote
+        connection.rollback()
+        connection.execute("SET role authledger_app")
+        connection.execute(f"SET enable_seqscan = {'on' if seqscan else 'off'}")
+        rows = connection.execute(f"EXPLAIN {statement}", parameters).fetchall()
+        plan = f"(not replayable: {type(error).__name__}; plan only)\n" + "\n".join(row[0] for row in rows)
+    connection.rollback()
+    return plan
+
+
+PREWARM = text("""
+    SELECT coalesce(sum(pg_prewarm(c.oid)), 0) * current_setting('block_size')::bigint
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = 'public' AND (c.relkind = 'i' OR c.relname = 'email_outbox')
+""")
+
+
+def prewarm(url: str) -> int:
+    """Read every index and the outbox table into shared buffers; the bytes read."""
+    admin = Database(url).admin_engine()
+    with admin.begin() as connection:
+        connection.execute(text("CREATE EXTENSION IF NOT EXISTS pg_prewarm"))
+        loaded = connection.execute(PREWARM).scalar_one()
+    admin.dispose()
+    return int(loaded)
+
+
+def table_sizes(conninfo: str) -> list[tuple[str, int, str]]:
+    with psycopg.connect(conninfo) as connection:
+        return connection.execute("""
+            SELECT c.relname, c.reltuples::bigint, pg_size_pretty(pg_total_relation_size(c.oid))
+              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i')
+             ORDER BY pg_total_relation_size(c.oid) DESC LIMIT 16""").fetchall()
+
+
+def report(samples: dict[str, dict[str, list[float]]], sizes: dict[str, int], calls: int) -> None:
+    print(f"\n{calls} rounds, interleaved; log sizes: small {sizes['small']:,}, large {sizes['large']:,} events; "
+          f"load average {', '.join(f'{v:.1f}' for v in os.getloadavg())} at the end\n")
+    print("| operation | small p50 (ms) | small p95 (ms) | large p50 (ms) | large p95 (ms) | "
+          "large ÷ small p50 | p95 | aim |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for op in OPERATIONS:
+        s, big = samples["small"][op], samples["large"][op]
+        r50, r95 = pct(big, .5) / pct(s, .5), pct(big, .95) / pct(s, .95)
+        verdict = "met" if r50 <= AIM and r95 <= AIM else "MISSED"
+        print(f"| {op} | {pct(s, .5):.2f} | {pct(s, .95):.2f} | {pct(big, .5):.2f} | {pct(big, .95):.2f} | "
+              f"{r50:.2f} | {r95:.2f} | ≤ {AIM:.2f}: {verdict} |")
+
+
+def report_plans(plans: list[tuple[str, str, str | None]], path: Path | None) -> None:
+    print(f"\nplans on the large log: {len(plans)} distinct statements; sequential scans:")
+    for statement, plan, indexed in plans:
+        scans = sorted(set(SEQ_SCAN.findall(plan)))
+        if not scans:
+            continue
+        took = re.search(r"Execution Time: ([0-9.]+) ms", plan)
+        instead = re.findall(r"(?:Index|Index Only|Bitmap Index) Scan (?:Backward )?using (\w+)", indexed or "")
+        print(f"  on {', '.join(scans)} ({took.group(1) if took else '?'} ms; "
+              f"{'an index serves it: ' + ', '.join(sorted(set(instead))) if instead else 'NO INDEX serves it'}): "
+              f"{' '.join(statement.split())[:90]}")
+    if path is not None:
+        path.write_text("".join(
+            f"-- {' '.join(s.split())}\n{p}\n" + (f"-- with enable_seqscan off:\n{i}\n" if i else "") + "\n"
+            for s, p, i in plans))
+        print(f"  every plan written to {path}")
+
+
+def compare_plans(plans: dict[str, list[tuple[str, str, str | None]]]) -> None:
+    """The statements whose execution (or WAL) differs most between the logs, one round's worth of each."""
+    def figures(plan: str) -> tuple[float, int, int]:
+        took = re.search(r"Execution Time: ([0-9.]+) ms", plan)
+        return (float(took.group(1)) if took else 0.0,
+                sum(int(n) for n in re.findall(r"^\s*Buffers: shared.*?read=(\d+)", plan, re.M)[:1]),
+                sum(int(n) for n in re.findall(r"^\s*WAL: .*?fpi=(\d+)", plan, re.M)[:1]))
+    small = {statement: figures(plan) for statement, plan, _ in plans["small"]}
+    rows = [(statement, small[statement], figures(plan)) for statement, plan, _ in plans["large"] if statement in small]
+    rows.sort(key=lambda row: row[2][0] - row[1][0], reverse=True)
+    print("\nstatements, EXPLAIN ANALYZE on each log (writes rolled back): execution ms, buffers read, WAL "
+          "full-page images; the five that grew most\n")
+    print("| statement | small ms | large ms | small read | large read | small FPI | large FPI |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for statement, (s_ms, s_read, s_fpi), (l_ms, l_read, l_fpi) in rows[:5]:
+        print(f"| `{' '.join(statement.split())[:60]}…` | {s_ms:.2f} | {l_ms:.2f} | {s_read} | {l_read} | "
+              f"{s_fpi} | {l_fpi} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=10_000_000, help="the large log (default 10,000,000)")
+    parser.add_argument("--small", type=int, default=10_000, help="the small log (default 10,000)")
+    parser.add_argument("--calls", type=int, default=300, help="measured rounds (default 300)")
+    parser.add_argument("--warm", type=int, default=20,
+                        help="rounds first, not counted (default 20; at least 11, to queue a claim's batch)")
+    parser.add_argument("--quick", action="store_true", help="a smoke size: 200,000 events, 40 rounds")
+    parser.add_argument("--data-dir", type=Path, help="keep the server and its databases here, reuse them")
+    parser.add_argument("--no-catch-up", action="store_true",
+                        help="leave audit_index and delivery_stats empty (no measured path reads or writes them; "
+                             "catching up is the longest step of a 10M build)")
+    parser.add_argument("--shared-buffers", help="the server's shared_buffers, e.g. 6GB (default: PostgreSQL's)")
+    parser.add_argument("--prewarm", action="store_true",
+                        help="load every index and email_outbox into shared buffers first, as a server "
+                             "that has run a while holds its hot pages")
+    parser.add_argument("--time-ordered-ids", action="store_true",
+                        help="new ids (requests, messages) and event ids are UUIDv7 instead of random: an "
+                             "experiment on where the claim's cost comes from, not what authledger does")
+    parser.add_argument("--plans", type=Path, help="write every plan of the large log to this file")
+    args = parser.parse_args()
+    logging.getLogger("authledger").setLevel(logging.ERROR)  # one log line per call would be the bench's cost
+    if args.quick:
+        args.events, args.calls, args.warm = 200_000, 40, 11
+
+    server = start_bench_server("authledger-bench-log-size-", data_dir=args.data_dir,
+                                shared_buffers=args.shared_buffers)
+    print(f"{server.describe()}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at start", flush=True)
+    urls = {}
+    for name, events in (("small", args.small), ("large", args.events)):
+        # The small log is rebuilt every run (a second): kept, the bench's own rounds would grow it.
+        kept = built_url(server, name) if name == "large" else None
+        urls[name] = kept or build(server, name, events, () if args.no_catch_up else CAUGHT_UP)
+    sizes = {}
+    for name, url in urls.items():
+        with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1)) as connection:
+            sizes[name] = connection.execute("SELECT count(*) FROM events").fetchone()[0]
+    if args.prewarm:
+        for name, url in urls.items():
+            done = step(f"{name}: pg_prewarm of every index and of email_outbox")
+            print(f" {prewarm(url) / 2**20:,.0f} MB", end="")
+            done()
+    large = urls["large"].replace("postgresql+psycopg://", "postgresql://", 1)
+    print("\nlargest tables and indexes of the large log (an index's rows are its table's):")
+    for relname, rows, size in table_sizes(large):
+        print(f"  {relname:<20} {rows:>12,} rows  {size}")
+    if args.time_ordered_ids:
+        use_time_ordered_ids()
+    samples, statements = measure(urls, args.calls, args.warm, args.time_ordered_ids)
+    report(samples, sizes, args.calls)
+    plans = {name: explain(url.replace("postgresql+psycopg://", "postgresql://", 1), statements[name])
+             for name, url in urls.items()}
+    report_plans(plans["large"], args.plans)
+    compare_plans(plans)
+
+
+if __name__ == "__main__":
+    main()
