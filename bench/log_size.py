@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/log_size.py [--events 10000000] [--small 10000] [--calls 300] [--quick]
                                        [--data-dir DIR] [--no-catch-up] [--plans FILE]
-                                       [--shared-buffers 6GB --prewarm] [--time-ordered-ids]
+                                       [--shared-buffers 6GB --prewarm] [--random-ids]
 
 One embedded PostgreSQL (server defaults: fsync and synchronous_commit on),
 two databases in it built alike: ``small`` (``--small`` events) and
@@ -39,8 +39,8 @@ with the same DIR measures the large log again without rebuilding it (after
 log); the small one is rebuilt, as the bench's own rounds would grow it.
 ``--quick`` is a smoke size: 200,000 events, 40 calls. Two experiments
 locate the claim's growth (bench/RESULTS.md): ``--shared-buffers`` with
-``--prewarm`` holds every index in memory, ``--time-ordered-ids`` makes new
-ids and event ids UUIDv7.
+``--prewarm`` holds every index in memory, ``--random-ids`` makes new ids
+and event ids random UUIDs, as they were before infra/eventlog/ids.py.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import uuid4
 
 import psycopg
 from sqlalchemy import Engine, text
@@ -69,8 +69,12 @@ os.environ.setdefault(generated.MASTER_KEY_VARIABLE, generated.BENCH_MASTER_KEY)
 
 from bench.bench_server import BenchServer, start_bench_server  # noqa: E402
 from bench.console import BenchMailer, Captured, pct  # noqa: E402
-from domain.otp import RequestOtp, fold_otp, otp_code_for, otp_stream  # noqa: E402
-from domain.reset import RequestReset, fold_reset, reset_stream, reset_token_for  # noqa: E402
+from domain.otp import RequestOtp, otp_code_for  # noqa: E402
+from domain.otp_events import otp_stream  # noqa: E402
+from domain.otp_state import fold_otp  # noqa: E402
+from domain.reset import RequestReset, reset_token_for  # noqa: E402
+from domain.reset_events import reset_stream  # noqa: E402
+from domain.reset_state import fold_reset  # noqa: E402
 from domain.tokens import TokenKeys  # noqa: E402
 from infra.db.engine import Database  # noqa: E402
 from infra.db.schema import init_schema  # noqa: E402
@@ -82,6 +86,7 @@ from infra.projector.rebuild import rebuild  # noqa: E402
 from infra.projector.registry import projection_named  # noqa: E402
 from infra.services.otp import request_otp, verify_code  # noqa: E402
 from infra.services.reset import consume_token, request_reset, verify_token  # noqa: E402
+from infra.eventlog.ids import time_ordered_id  # noqa: E402
 from infra.services.unit_of_work import ServiceContext, load_state  # noqa: E402
 
 KEYS = TokenKeys("k2", {"k2": b"bench-log-size-key-0123456789abc"})
@@ -162,37 +167,29 @@ def built_url(server: BenchServer, name: str) -> str | None:
 
 
 @contextmanager
-def services(url: str, time_ordered: bool) -> Iterator[tuple[ServiceContext, Worker, Captured]]:
+def services(url: str, random_ids: bool) -> Iterator[tuple[ServiceContext, Worker, Captured]]:
     engine = Database(url).engine(pool_size=4)
-    ctx = ServiceContext(engine=engine, keys=KEYS, new_id=uuid7 if time_ordered else uuid4)
+    ctx = ServiceContext(engine=engine, keys=KEYS, new_id=uuid4 if random_ids else time_ordered_id)
     try:
         yield ctx, Worker(ctx, NoMailer(), sender=SENDER, owner=OWNER), Captured(engine)
     finally:
         engine.dispose()
 
 
-def uuid7() -> UUID:
-    """A time-ordered UUID (RFC 9562 version 7): ids made one after another sort next to each other."""
-    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10)) & ((1 << 80) - 1)
-    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
-    value = value & ~(0x3 << 62) | 0x2 << 62  # the RFC 4122 variant
-    return UUID(int=value)
+def use_random_ids() -> None:
+    """The comparison of ``--random-ids``: every new id and event id a random UUID, in this process only.
 
-
-def use_time_ordered_ids() -> None:
-    """The experiment of ``--time-ordered-ids``: every new id and event id a UUIDv7, in this process only.
-
-    Patched from outside, as the bench's question is where the claim's cost
-    comes from: random ids put each new event in a random leaf of the log's
-    unique indexes (events_event_id_key, and for a new stream
-    events_stream_version_key), which a 10M-event log no longer holds in memory.
+    Random ids put each new event in a random leaf of the log's unique indexes
+    (events_event_id_key, and for a new stream events_stream_version_key),
+    which a 10M-event log no longer holds in memory: what authledger did
+    before its ids were time-ordered.
     """
     from infra.eventlog import email_leases, postgres
     from infra.services import unit_of_work
 
-    email_leases.CLAIM = text(email_leases.CLAIM.text.replace("gen_random_uuid()", "uuidv7()"))
-    postgres.uuid4 = uuid7  # type: ignore[attr-defined]
-    unit_of_work.uuid4 = uuid7  # type: ignore[attr-defined]
+    email_leases.time_ordered_id = uuid4  # type: ignore[attr-defined]
+    postgres.time_ordered_id = uuid4  # type: ignore[attr-defined]
+    unit_of_work.time_ordered_id = uuid4  # type: ignore[attr-defined]
 
 
 def timed(call: Callable[[], Any]) -> tuple[float, Any]:
@@ -224,12 +221,12 @@ def one_round(ctx: ServiceContext, worker: Worker, user: str) -> dict[str, float
     return times
 
 
-def measure(urls: dict[str, str], calls: int, warm: int, time_ordered: bool) -> tuple[dict[str, dict[str, list[float]]],
+def measure(urls: dict[str, str], calls: int, warm: int, random_ids: bool) -> tuple[dict[str, dict[str, list[float]]],
                                                                       dict[str, list[tuple[str, Any]]]]:
     """Per database and operation, the seconds of ``calls`` rounds; and per database the statements of one round."""
     run = uuid4().hex[:8]
     samples: dict[str, dict[str, list[float]]] = {name: {op: [] for op in OPERATIONS} for name in urls}
-    with services(urls["small"], time_ordered) as small, services(urls["large"], time_ordered) as large:
+    with services(urls["small"], random_ids) as small, services(urls["large"], random_ids) as large:
         both = {"small": small, "large": large}
         for ctx, _, _ in both.values():
             # Both queues start empty and grow alike (three emails a round), whatever earlier runs left.
@@ -388,9 +385,9 @@ def main() -> None:
     parser.add_argument("--prewarm", action="store_true",
                         help="load every index and email_outbox into shared buffers first, as a server "
                              "that has run a while holds its hot pages")
-    parser.add_argument("--time-ordered-ids", action="store_true",
-                        help="new ids (requests, messages) and event ids are UUIDv7 instead of random: an "
-                             "experiment on where the claim's cost comes from, not what authledger does")
+    parser.add_argument("--random-ids", action="store_true",
+                        help="new ids (requests, messages) and event ids random UUIDs instead of UUIDv7, "
+                             "as before infra/eventlog/ids.py: the comparison for the claim's cost")
     parser.add_argument("--plans", type=Path, help="write every plan of the large log to this file")
     args = parser.parse_args()
     logging.getLogger("authledger").setLevel(logging.ERROR)  # one log line per call would be the bench's cost
@@ -418,9 +415,9 @@ def main() -> None:
     print("\nlargest tables and indexes of the large log (an index's rows are its table's):")
     for relname, rows, size in table_sizes(large):
         print(f"  {relname:<20} {rows:>12,} rows  {size}")
-    if args.time_ordered_ids:
-        use_time_ordered_ids()
-    samples, statements = measure(urls, args.calls, args.warm, args.time_ordered_ids)
+    if args.random_ids:
+        use_random_ids()
+    samples, statements = measure(urls, args.calls, args.warm, args.random_ids)
     report(samples, sizes, args.calls)
     plans = {name: explain(url.replace("postgresql+psycopg://", "postgresql://", 1), statements[name])
              for name, url in urls.items()}

@@ -26,6 +26,7 @@ from sqlalchemy import Connection, Row, text
 
 from domain.email import LeaseClaimed, LeaseExpired
 from infra.eventlog.codec import default_codec
+from infra.eventlog.ids import time_ordered_id
 
 # Due rows are locked with SKIP LOCKED so that workers claim side by side;
 # each is numbered in claim order and paired with one of the caller's new
@@ -49,7 +50,8 @@ CLAIM = text("""
           JOIN unnest(CAST(:tokens AS uuid[])) WITH ORDINALITY AS t(token, k) ON t.k = d.n
     ), appended AS (
         INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata)
-        SELECT 'email:' || c.message_id::text, c.stream_version + e.offset_in_stream, gen_random_uuid(),
+        SELECT 'email:' || c.message_id::text, c.stream_version + e.offset_in_stream,
+               (CAST(:event_ids AS uuid[]))[CAST((c.n - 1) * 2 + e.offset_in_stream AS integer)],
                e.event_type, e.schema_version, e.payload, CAST(:metadata AS jsonb)
           FROM claimed c
          CROSS JOIN LATERAL (
@@ -134,6 +136,7 @@ def claim_due_leases(
     expired_tag, expired_version, expired = codec.encode(LeaseExpired(_NO_ID, "", _NO_ID, expired_at=now))
     rows = connection.execute(CLAIM, {
         "now": now, "limit": limit, "tokens": list(tokens[:limit]), "owner": owner,
+        "event_ids": [time_ordered_id() for _ in range(2 * limit)],  # at most two events per row: expired, claimed
         "lease_expires_at": lease_expires_at, "metadata": _encoded_json(metadata),
         "claimed_tag": claimed_tag, "claimed_version": claimed_version, "claimed": json.dumps(claimed),
         "expired_tag": expired_tag, "expired_version": expired_version, "expired": json.dumps(expired),

@@ -12,12 +12,12 @@ import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
-from uuid import uuid4
 
 from domain.errors import ConcurrencyConflict
 from domain.log import Checkpoint, RecordedEvent
 from infra.eventlog.personal_data import MemoryKeyring
 from infra.eventlog.codec import EventCodec, default_codec
+from infra.eventlog.ids import time_ordered_id
 
 
 class InMemoryEventStore:
@@ -61,7 +61,7 @@ class InMemoryEventStore:
                             global_position=len(self._events) + len(recorded) + 1,
                             stream_id=stream_id,
                             stream_version=expected_version + offset,
-                            event_id=uuid4(),
+                            event_id=time_ordered_id(),
                             event_type=tag,
                             schema_version=version,
                             event=event,

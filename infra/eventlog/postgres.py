@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
-from uuid import uuid4
 
 from sqlalchemy import Connection, column, text
 from sqlalchemy.exc import IntegrityError
@@ -16,6 +15,7 @@ from infra.eventlog.codec import EventCodec, default_codec
 from infra.eventlog.personal_data import KEY_ID_PATTERN
 from infra.eventlog.subject_keys import PostgresKeyring
 from infra.eventlog.tags import PERSONAL_FIELDS
+from infra.eventlog.ids import time_ordered_id
 
 # One round trip for any number of events in any number of streams, all or
 # nothing. Each row carries the version its stream must be at; unless every
@@ -125,7 +125,7 @@ class PostgresEventStore:
         must be at its expected version, else ``ConcurrencyConflict``.
         """
         rows_in = [
-            (stream_id, expected, offset, uuid4(), event, *self.codec.encode_json(event, self.keyring))
+            (stream_id, expected, offset, time_ordered_id(), event, *self.codec.encode_json(event, self.keyring))
             for stream_id, expected, events in batches
             for offset, event in enumerate(events, start=1)
         ]

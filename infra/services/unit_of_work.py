@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import attrs
 from attrs import field, frozen
@@ -54,6 +54,7 @@ from infra.projector.snapshots import load_for_decision
 from infra.services.counts import count_call, take_counts
 from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.subject_keys import PostgresKeyring
+from infra.eventlog.ids import time_ordered_id
 
 # The stream lock makes a conflict on a user's stream impossible between
 # services; the retry stays as a safety net for writers that skip the lock.
@@ -100,7 +101,7 @@ class ServiceContext:
     delivery_policy: DeliveryPolicy = field(factory=DeliveryPolicy)
     reset_url: str = "http://localhost:8000/reset"
     email_templates: EmailTemplates = field(factory=default_templates)
-    new_id: Callable[[], UUID] = uuid4
+    new_id: Callable[[], UUID] = time_ordered_id  # request, challenge and message ids: see infra/eventlog/ids.py
     # The secret of each new request and challenge (domain.tokens, derivation 2); generated here, as ids are.
     new_nonce: Callable[[], str] = field(default=random_nonce, repr=False)
 
@@ -236,7 +237,7 @@ def record_fenced(
         for offset, event in enumerate(appended, start=1):
             tag, version, payload = codec.encode(event, keyring)
             events.append({"message_id": row.message_id, "stream_id": email_stream(row.message_id),
-                           "stream_version": held_version + offset, "event_id": uuid4(), "event_type": tag,
+                           "stream_version": held_version + offset, "event_id": time_ordered_id(), "event_type": tag,
                            "schema_version": version, "payload": payload})
     return append_fenced(connection, rows, events, {"actor": owner}) if rows else set()
 
