@@ -47,17 +47,7 @@ def test_a_stream_lock_is_never_a_key_lock_of_the_same_words() -> None:
 def test_a_writer_waits_for_the_stream_lock_and_reads_the_clock_once_it_has_it(
     ctx: ServiceContext, engine: Engine
 ) -> None:
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with engine.begin() as connection:
-            lock_stream(connection, "client:shop")
-            held.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(10)
+    holder = StreamHolder(engine, "client:shop")
     seen: list[datetime] = []
     writer = threading.Thread(target=decide_events_on_stream, args=(
         ctx, "client:shop", fold_client, lambda state, now: seen.append(now) or []))
@@ -65,10 +55,30 @@ def test_a_writer_waits_for_the_stream_lock_and_reads_the_clock_once_it_has_it(
     _wait_for_a_waiter(engine)
     assert seen == [], "it waits for the lock before deciding"
     ctx.clock.advance(5)
-    release.set()
-    holder.join(10)
+    holder.release()
     writer.join(10)
     assert seen == [ctx.clock.now()], "stamped with the time after the wait"
+
+
+class StreamHolder:
+    """A thread holding ``stream``'s lock in an open transaction from construction until ``release``."""
+
+    def __init__(self, engine: Engine, stream: str) -> None:
+        self._engine, self._stream = engine, stream
+        self._held, self._released = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._hold)
+        self._thread.start()
+        assert self._held.wait(10), "the stream lock was taken"
+
+    def _hold(self) -> None:
+        with self._engine.begin() as connection:
+            lock_stream(connection, self._stream)
+            self._held.set()
+            self._released.wait(10)
+
+    def release(self) -> None:
+        self._released.set()
+        self._thread.join(10)
 
 
 def _wait_for_a_waiter(engine: Engine) -> None:
@@ -94,17 +104,7 @@ def test_a_request_holds_its_key_while_it_waits_for_its_stream_and_the_key_is_ta
     # behind the stream) while the first request waits, and nobody holds a stream while waiting for a key.
     first = IdempotencyLock("client", None, "shop", "k-1", "wait")
     retry = IdempotencyLock("client", None, "shop", "k-1", "refuse")
-    held, release = threading.Event(), threading.Event()
-
-    def hold_the_stream() -> None:
-        with engine.begin() as connection:
-            lock_stream(connection, "client:shop")
-            held.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold_the_stream)
-    holder.start()
-    held.wait(10)
+    holder = StreamHolder(engine, "client:shop")
     waiting = threading.Thread(target=_take_both, args=(engine, first))
     waiting.start()
     _wait_for_a_waiter(engine)
@@ -112,8 +112,7 @@ def test_a_request_holds_its_key_while_it_waits_for_its_stream_and_the_key_is_ta
         assert connection.execute(HELD, {"key": first.key}).scalar_one() == 1, "the key is held while it waits"
     with engine.begin() as connection, pytest.raises(RequestInFlight):
         retry.take_with_stream(connection, "client:shop")
-    release.set()
-    holder.join(10)
+    holder.release()
     waiting.join(10)
     assert not waiting.is_alive()
 
