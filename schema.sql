@@ -125,7 +125,9 @@ CREATE TABLE IF NOT EXISTS email_outbox (
 -- The claim query's index: only unfinished rows, so sent mail leaves the hot index.
 CREATE INDEX IF NOT EXISTS email_outbox_due ON email_outbox (available_at)
     WHERE state IN ('pending', 'leased');
-CREATE INDEX IF NOT EXISTS email_outbox_by_request ON email_outbox (request_id);
+-- No query reads the outbox by request; the index only made every claim and
+-- record write one more entry (bench/RESULTS.md, "Cost growth in log size").
+DROP INDEX IF EXISTS email_outbox_by_request;
 -- Given-up mail, newest first (`outbox stuck`, the console's outbox page): a
 -- partial index holding only failed and abandoned rows, which are few.
 CREATE INDEX IF NOT EXISTS email_outbox_given_up ON email_outbox (finished_at)
