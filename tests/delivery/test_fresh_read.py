@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
-import pytest
-from sqlalchemy import Engine, event
 
 from domain.reset import RequestReset
 from infra.clock import ManualClock
@@ -17,24 +14,13 @@ from infra.services.reset import request_reset, verify_token
 from infra.services.unit_of_work import ServiceContext
 from tests.delivery.test_reset_delivery import SENDER, token_in
 from tests.support.mailers import RecordingMailer
+from tests.support.statements import statements_sent
 
 READS_EVENTS = "e.metadata, e.recorded_at"  # columns only the log reader selects: a fold of the history would send them
 
 
-@pytest.fixture
-def statements(engine: Engine) -> Iterator[list[str]]:
-    sent: list[str] = []
-
-    def record(_conn: object, _cursor: object, text: str, *_: object) -> None:
-        sent.append(text)
-
-    event.listen(engine, "before_cursor_execute", record)
-    yield sent
-    event.remove(engine, "before_cursor_execute", record)
-
-
 def test_preparing_the_email_of_a_user_with_a_long_history_reads_as_much_as_for_a_new_user(
-    ctx: ServiceContext, clock: ManualClock, statements: list[str]
+    ctx: ServiceContext, clock: ManualClock
 ) -> None:
     for _ in range(30):  # an hour apart: past the cooldown and the hourly limit, each superseding the last
         request_reset(ctx, RequestReset("veteran", "veteran@example.test"))
@@ -47,12 +33,10 @@ def test_preparing_the_email_of_a_user_with_a_long_history_reads_as_much_as_for_
     by_user = {claim.row.user_id: claim for claim in claims}
     assert set(by_user) == {"veteran", "newcomer"}
 
-    statements.clear()
-    veterans = prepare(ctx, by_user["veteran"], sender=SENDER)
-    read_for_the_veteran = list(statements)
-    statements.clear()
-    prepare(ctx, by_user["newcomer"], sender=SENDER)
-    read_for_the_newcomer = list(statements)
+    with statements_sent(ctx.engine) as read_for_the_veteran:
+        veterans = prepare(ctx, by_user["veteran"], sender=SENDER)
+    with statements_sent(ctx.engine) as read_for_the_newcomer:
+        prepare(ctx, by_user["newcomer"], sender=SENDER)
 
     assert len(read_for_the_veteran) == len(read_for_the_newcomer) == 1, "one statement: the snapshot and its keys"
     assert not any(READS_EVENTS in sent for sent in read_for_the_veteran), "no event of the history is read"

@@ -34,7 +34,7 @@ from tests.support.addresses import ACCEPTED, HOSTILE, LEGACY, assert_mentions_n
 from tests.support.http_provider import FakeHttpProvider
 from tests.support.log_reading import email_event_types, stream_events
 from tests.support.replay import assert_projections_match_log
-from tests.support.smtp_relay import Relay, start_relay
+from tests.support.smtp_relay import Relay
 
 SENDER = "Authledger <no-reply@example.com>"
 
@@ -52,14 +52,6 @@ def recipients_of(message: EmailMessage) -> list[str]:
 def maildir_messages(path: Path) -> list[EmailMessage]:
     box = mailbox.Maildir(path, create=False)
     return [message_from_bytes(box.get_bytes(key), policy=default_policy) for key in box.keys()]
-
-
-@pytest.fixture
-def relay() -> Iterator[Relay]:
-    relay = Relay()
-    controller = start_relay(relay)
-    yield relay
-    controller.stop()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import socket
 import ssl
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +29,6 @@ from tests.support.smtp_relay import Relay, start_relay
 
 TOKEN = "q7Yc2lWmZt0v9bX1kR4sNw"  # stands for the secret a real email carries
 PASSWORD = "hunter2-smtp-secret"
-
-
-@pytest.fixture
-def relay() -> Iterator[Relay]:
-    relay = Relay()
-    controller = start_relay(relay)
-    yield relay
-    controller.stop()
 
 
 def a_mailer(port: int, **options: Any) -> SmtpMailer:

@@ -6,7 +6,6 @@ import asyncio
 import socket
 import time
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,17 +19,8 @@ from infra.delivery.providers import (
     message_id_header,
 )
 from infra.delivery.providers.smtp import SmtpMailer
-from tests.support.smtp_relay import LocalController, Relay, start_relay
+from tests.support.smtp_relay import LocalController, Relay
 from tests.support.emails import a_code_email
-
-
-@pytest.fixture
-def relay() -> Iterator[Relay]:
-    relay = Relay()
-    controller = start_relay(relay)
-    relay.controller = controller  # type: ignore[attr-defined]
-    yield relay
-    controller.stop()
 
 
 def controller_of(relay: Relay) -> LocalController:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 from uuid import UUID, uuid4
 
 import psycopg
-from sqlalchemy import Connection, Engine, event, text
+from sqlalchemy import Engine, text
 
 from domain.delivery import LeaseView, claim_events
 from domain.email import ProviderAccepted, email_stream
@@ -23,6 +21,7 @@ from infra.eventlog.postgres import PostgresEventStore
 from infra.projector.inline import OUTBOX
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
+from tests.support.statements import statements_sent
 from tests.support.replay import assert_projections_match_log
 
 SENDER = "authledger <no-reply@app.test>"
@@ -30,21 +29,6 @@ SENDER = "authledger <no-reply@app.test>"
 
 def queue(ctx: ServiceContext, count: int) -> list[UUID]:
     return [request_reset(ctx, RequestReset(f"user-{n}", f"u{n}@example.test")).message_id for n in range(count)]
-
-
-@contextlib.contextmanager
-def statements_sent(connection: Connection) -> Iterator[list[str]]:
-    """The SQL statements sent on ``connection`` while the block runs."""
-    sent: list[str] = []
-
-    def note(conn: object, cursor: object, statement: str, *args: object) -> None:
-        sent.append(statement)
-
-    event.listen(connection, "before_cursor_execute", note)
-    try:
-        yield sent
-    finally:
-        event.remove(connection, "before_cursor_execute", note)
 
 
 def stored_events(engine: Engine, message_id: UUID) -> list[dict]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, text
 
 from cli import cli
 from domain.errors import ConfigError
@@ -23,6 +23,7 @@ from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
 from infra.eventlog.subject_keys import (
     MASTER_KEY_VARIABLE, SAMPLE_UNDER_MASTER, MasterKeys, PostgresKeyring, bind_master_keys)
+from tests.support.statements import statements_sent
 
 TOKEN_KEYS = "k1:" + base64.urlsafe_b64encode(b"s" * 32).decode()
 NEW_MASTER_KEY = "m2:" + base64.urlsafe_b64encode(b"n" * 32).decode()
@@ -150,19 +151,13 @@ def test_development_keys_warn_once_per_process_however_often_they_load(
     ]
 
 
-def statements_sent(engine: Engine) -> list[str]:
-    sent: list[str] = []
-    event.listen(engine, "before_cursor_execute", lambda _c, _cur, statement, *_: sent.append(statement))
-    return sent
-
-
 def test_a_master_key_proven_on_a_database_is_not_checked_again_for_the_next_new_users(
     ctx: ServiceContext, engine: Engine
 ) -> None:
     request_reset(ctx, RequestReset("1", "ada@example.test"))
     request_reset(ctx, RequestReset("2", "bea@example.test"))  # checked against user 1's key: proven
-    sent = statements_sent(engine)
-    request_reset(ctx, RequestReset("3", "cy@example.test"))
+    with statements_sent(engine) as sent:
+        request_reset(ctx, RequestReset("3", "cy@example.test"))
     assert not any("master_key_id = " in statement for statement in sent), "no sample of the master's keys read"
     assert master_key_ids(engine) == {"1": "test", "2": "test", "3": "test"}
 
