@@ -128,6 +128,32 @@ def test_the_runner_wakes_on_notify_rather_than_the_poll(engine: Engine) -> None
         thread.join()
 
 
+def test_a_burst_of_commits_is_folded_in_one_pass_not_one_per_commit(engine: Engine) -> None:
+    runner = CatchUpRunner(engine, poll_seconds=60, gather_seconds=2.0)
+    thread = threading.Thread(target=runner.run)
+    thread.start()
+    try:
+        with engine.begin() as connection:
+            delivered_emails(connection, 1)
+        wait_for_checkpoint(engine, 3)
+        passes = runner.passes
+        for _ in range(3):  # three requests' commits, each notifying, well within the gathering
+            with engine.begin() as connection:
+                delivered_emails(connection, 1)
+        wait_for_checkpoint(engine, 12)
+        assert runner.passes == passes + 1
+    finally:
+        runner.stop()
+        thread.join()
+
+
+def wait_for_checkpoint(engine: Engine, events: int) -> None:
+    deadline = time.monotonic() + 10
+    while checkpoint_of(engine)[1] < events and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert checkpoint_of(engine)[1] == events
+
+
 def test_an_event_that_commits_late_is_folded_in_its_place_not_skipped(
     engine: Engine, ctx: ServiceContext, clock: ManualClock
 ) -> None:
