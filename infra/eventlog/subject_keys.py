@@ -35,6 +35,7 @@ from sqlalchemy import Connection, Engine, text
 
 from domain.errors import ConfigError
 from infra.config import parse_master_keys
+from infra.db.pipeline import DEFERRED
 from infra.eventlog.tags import PERSONAL_FIELDS
 from infra.eventlog.personal_data import NONCE_BYTES, DataKeyring, envelope_key_ids
 
@@ -56,7 +57,7 @@ SAMPLE_UNDER_MASTER = text("""
 INSERT_KEY = text("""
     INSERT INTO subject_keys (key_id, user_id, master_key_id, wrapped_key)
     VALUES (:key_id, :user_id, :master_key_id, :wrapped_key)
-""")
+""").execution_options(**DEFERRED)
 DELETE_KEYS = text("DELETE FROM subject_keys WHERE user_id = :user_id RETURNING key_id")
 
 

@@ -23,6 +23,7 @@ from sqlalchemy import Connection, Table, TextClause, text
 from sqlalchemy.dialects import postgresql
 
 from domain.log import RecordedEvent
+from infra.db.pipeline import DEFERRED
 
 _DIALECT = postgresql.dialect()
 _QUOTE = _DIALECT.identifier_preparer
@@ -41,13 +42,14 @@ def _unnest_insert(table: Table, conflict: str) -> TextClause:
     columns = [c.name for c in table.columns]
     names = ", ".join(_QUOTE.quote(c) for c in columns)
     arrays = ", ".join(f"CAST(:c{i} AS {_array_type(table, c)})" for i, c in enumerate(columns))
-    return text(f"INSERT INTO {qualified_name(table)} ({names}) SELECT * FROM unnest({arrays}) {conflict}")
+    statement = text(f"INSERT INTO {qualified_name(table)} ({names}) SELECT * FROM unnest({arrays}) {conflict}")
+    return statement.execution_options(**DEFERRED)
 
 
 def _values_upsert(table: Table, key_column: str) -> Any:
     statement = postgresql.insert(table)
     updates = {c.name: statement.excluded[c.name] for c in table.c if c.name != key_column}
-    return statement.on_conflict_do_update(index_elements=[key_column], set_=updates)
+    return statement.on_conflict_do_update(index_elements=[key_column], set_=updates).execution_options(**DEFERRED)
 
 
 def _columns_params(table: Table, rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:

@@ -27,6 +27,7 @@ from domain.log import RecordedEvent
 from domain.otp_state import OtpChallenge, OtpState
 from domain.reset_state import ResetRequest, ResetState
 from infra.db import tables
+from infra.db.pipeline import DEFERRED
 from infra.eventlog.codec import make_converter
 from infra.eventlog.personal_data import FieldContext, Keyring, is_envelope
 from infra.eventlog.queries import personal_fields_at, snapshots_for_decision
@@ -53,7 +54,7 @@ def _upsert(table: Table) -> Any:
         INSERT INTO {qualified_name(table)} (stream_id, version, state)
         VALUES (:stream_id, :version, CAST(:state AS jsonb))
         ON CONFLICT (stream_id) DO UPDATE SET version = EXCLUDED.version, state = EXCLUDED.state
-    """)
+    """).execution_options(**DEFERRED)
 
 
 def encode_state(snapshot: Snapshot) -> dict[str, Any]:

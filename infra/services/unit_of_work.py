@@ -46,6 +46,7 @@ from domain.templates import EmailTemplates
 from domain.tokens import NONCE_BYTES, TokenKeys, nonce_text
 from projections.snapshots import Snapshot, evolve_snapshot, fold_of
 from infra.clock import Clock, SystemClock
+from infra.db.pipeline import DEFERRED, pipelined_transaction
 from infra.emails.templates import default_templates
 from infra.eventlog.codec import default_codec
 from infra.eventlog.email_leases import append_fenced, claim_due_leases
@@ -73,7 +74,9 @@ def random_nonce() -> str:
     """A new request's secret nonce: ``NONCE_BYTES`` from the operating system's CSPRNG."""
     return nonce_text(os.urandom(NONCE_BYTES))
 
-WAIT_FOR_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
+# Locks waited for are deferred (infra.db.pipeline): the next statement, the
+# read, is not run until they are held, and nobody reads what they return.
+WAIT_FOR_LOCK = text("SELECT pg_advisory_xact_lock(:key)").execution_options(**DEFERRED)
 TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(:key)")
 # A request's key and then its stream, in one round trip. CASE evaluates its
 # WHEN before its THEN, so the key is held before the stream is asked for
@@ -81,7 +84,7 @@ TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(:key)")
 # refused, the stream is never asked for. True when both are held.
 WAIT_FOR_KEY_THEN_STREAM = text("""
     SELECT CASE WHEN pg_advisory_xact_lock(:key) IS NOT NULL THEN pg_advisory_xact_lock(:stream) IS NOT NULL END
-""")
+""").execution_options(**DEFERRED)
 TRY_KEY_THEN_WAIT_FOR_STREAM = text("""
     SELECT CASE WHEN pg_try_advisory_xact_lock(:key) THEN pg_advisory_xact_lock(:stream) IS NOT NULL ELSE false END
 """)
@@ -163,8 +166,10 @@ class IdempotencyLock:
 
     def take_with_stream(self, connection: Connection, stream_id: str) -> None:
         """``take``, then ``lock_stream``, in one statement and in that order."""
-        statement = WAIT_FOR_KEY_THEN_STREAM if self.in_flight == "wait" else TRY_KEY_THEN_WAIT_FOR_STREAM
-        if not connection.execute(statement, {"key": self.key, "stream": stream_lock_id(stream_id)}).scalar_one():
+        locks = {"key": self.key, "stream": stream_lock_id(stream_id)}
+        if self.in_flight == "wait":
+            connection.execute(WAIT_FOR_KEY_THEN_STREAM, locks)
+        elif not connection.execute(TRY_KEY_THEN_WAIT_FOR_STREAM, locks).scalar_one():
             raise RequestInFlight()
 
 
@@ -307,7 +312,8 @@ def _serialised(
 ) -> Decided:
     for attempt in range(CONFLICT_RETRIES):
         try:
-            with ctx.engine.begin() as connection:
+            # Pipelined: the locks go out with the read, the rows with the COMMIT.
+            with pipelined_transaction(ctx.engine) as connection:
                 stream_id = stream_of if isinstance(stream_of, str) else stream_of(connection)
                 if idempotency_lock is not None:
                     idempotency_lock.take_with_stream(connection, stream_id)
