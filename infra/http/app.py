@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 from uuid import UUID
 
+from anyio import to_thread
 from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -314,10 +315,12 @@ class RequestContext:
 def create_app(
     ctx: ServiceContext, *, worker: Worker | None = None, catch_up: CatchUpRunner | None = None,
     max_body_bytes: int = MAX_BODY_BYTES, reset_page: bool = False, console: Console | None = None,
+    threads: int | None = None,
 ) -> Starlette:
     """The API over ``ctx``, and the review console at /console; ``worker`` and ``catch_up`` run in threads.
 
     ``/docs`` is always served; the development reset page (``infra.http.pages``) with ``reset_page``.
+    ``threads``: how many requests run at once in the threadpool (anyio's default, 40, without).
     """
     api = Api(ctx, max_body_bytes=max_body_bytes, worker=worker)
     console = console or Console(ctx)
@@ -361,7 +364,7 @@ def create_app(
         routes=routes,
         middleware=[Middleware(RequestContext)],
         exception_handlers={AuthledgerError: on_error, HTTPException: on_http_error},
-        lifespan=_lifespan(api, [part for part in (worker, catch_up) if part is not None]),
+        lifespan=_lifespan(api, [part for part in (worker, catch_up) if part is not None], threads),
     )
 
 
@@ -374,10 +377,12 @@ class Background(Protocol):
 
 
 def _lifespan(
-    api: Api, background: list[Background]
+    api: Api, background: list[Background], request_threads: int | None
 ) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if request_threads is not None:
+            to_thread.current_default_thread_limiter().total_tokens = request_threads
         try:
             await run_in_threadpool(api.start_metrics)
         except AuthledgerError as error:  # the database may come up later; /readyz says so meanwhile

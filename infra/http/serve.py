@@ -50,8 +50,13 @@ log = logging.getLogger("authledger.serve")
 DEV_CLIENT = "dev"
 DEV_KEY_FILE = "dev-api-key"
 SERVE_METADATA = {"actor": "authledger serve", "client": "cli", "command": "serve"}
-# Requests run in a threadpool; each holds at most one connection at a time.
-API_POOL_SIZE = 10
+# Requests run in a threadpool, each holding at most one connection at a time.
+# The pool keeps a connection for every request thread and a few for the
+# catch-up runner and the delivery worker: a thread beyond what the pool keeps
+# makes it open a connection (a new backend) and close it again on return,
+# request after request, and each new connection parses its statements anew.
+API_THREADS = 16
+API_POOL_SIZE = API_THREADS + 4
 # How long ``serve --processes`` waits for its API processes after SIGTERM before it kills them: uvicorn's
 # graceful shutdown (10 s), then the worker's sends in flight.
 STOP_GRACE_SECONDS = 60.0
@@ -157,7 +162,7 @@ def _run(app: App, *, inflight: int, reset_page: bool, host: str, port: int,
     if background:
         catch_up = CatchUpRunner(app.engine, poll_seconds=settings.poll_seconds)
     config = uvicorn.Config(
-        create_app(ctx, worker=worker, catch_up=catch_up, reset_page=reset_page,
+        create_app(ctx, worker=worker, catch_up=catch_up, reset_page=reset_page, threads=API_THREADS,
                    console=Console(ctx, idle=timedelta(minutes=settings.console_idle_minutes),
                                    signing_key=lambda: signing_key(settings))),
         host=host, port=port, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=10,
