@@ -30,7 +30,8 @@ from domain.tenants import DEFAULT_TENANT, scoped_user
 from infra.db import tables
 from infra.services.address_index import address_hmac
 from infra.logs import log_event
-from infra.services.unit_of_work import IdempotencyLock, InFlight, ServiceContext, StreamOf, decide_on_stream
+from infra.services.locks import IdempotencyLock, InFlight
+from infra.services.unit_of_work import ServiceContext, StreamOf, decide_on_stream
 
 log = logging.getLogger("authledger.otp")
 

@@ -40,7 +40,8 @@ from infra.eventlog.queries import stream_payloads
 from infra.eventlog.subject_keys import destroy_keys
 from infra.eventlog.tags import PERSONAL_FIELDS
 from projections.audit_index import MESSAGE_FIELDS  # the fields naming an email an event queued
-from infra.services.unit_of_work import ServiceContext, append_and_fold, lock_stream
+from infra.services.locks import lock_stream
+from infra.services.unit_of_work import ServiceContext, append_and_fold
 
 KEY_IDS = text("SELECT key_id FROM subject_keys WHERE user_id = :user_id ORDER BY key_id")
 # A link or code is outstanding while it is open and not yet expired.

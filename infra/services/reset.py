@@ -24,7 +24,8 @@ from domain.tenants import DEFAULT_TENANT, tenant_of
 from domain.tokens import hash_token
 from infra.db import tables
 from infra.services.address_index import address_hmac
-from infra.services.unit_of_work import IdempotencyLock, InFlight, ServiceContext, StreamOf, decide_on_stream
+from infra.services.locks import IdempotencyLock, InFlight
+from infra.services.unit_of_work import ServiceContext, StreamOf, decide_on_stream
 
 # A token is 32 bytes of HMAC in base64url without padding: 43 characters.
 TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")

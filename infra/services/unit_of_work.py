@@ -21,38 +21,36 @@ backwards.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 import attrs
 from attrs import field, frozen
-from sqlalchemy import Connection, Engine, Row, text
+from sqlalchemy import Connection, Engine, Row
 
 from domain.decisions import Decision
 from domain.delivery import DeliveryPolicy
 from domain.email import email_stream
 from domain.errors import ConcurrencyConflict
-from infra.errors import RequestInFlight
 from domain.log import RecordedEvent
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.templates import EmailTemplates
 from domain.tokens import NONCE_BYTES, TokenKeys, nonce_text
 from projections.snapshots import Snapshot, evolve_snapshot, fold_of
 from infra.clock import Clock, SystemClock
-from infra.db.pipeline import DEFERRED, pipelined_transaction
+from infra.db.pipeline import pipelined_transaction
 from infra.emails.templates import default_templates
 from infra.eventlog.codec import default_codec
 from infra.eventlog.email_leases import append_fenced, claim_due_leases
 from infra.projector.inline import SNAPSHOTS, apply_inline
 from infra.projector.snapshots import load_for_decision
 from infra.services.counts import count_call, take_counts
+from infra.services.locks import IdempotencyLock, lock_stream
 from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.subject_keys import PostgresKeyring
 from infra.eventlog.ids import time_ordered_id
@@ -67,28 +65,10 @@ Batches = Sequence[tuple[str, int, Sequence[object]]]  # (stream_id, expected_ve
 StreamOf = Callable[[Connection], str]
 Decided = TypeVar("Decided")
 
-InFlight = Literal["wait", "refuse"]
-
 
 def random_nonce() -> str:
     """A new request's secret nonce: ``NONCE_BYTES`` from the operating system's CSPRNG."""
     return nonce_text(os.urandom(NONCE_BYTES))
-
-# Locks waited for are deferred (infra.db.pipeline): the next statement, the
-# read, is not run until they are held, and nobody reads what they return.
-WAIT_FOR_LOCK = text("SELECT pg_advisory_xact_lock(:key)").execution_options(**DEFERRED)
-TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(:key)")
-# A request's key and then its stream, in one round trip. CASE evaluates its
-# WHEN before its THEN, so the key is held before the stream is asked for
-# (the one order that keeps two transactions from waiting for each other);
-# refused, the stream is never asked for. True when both are held.
-WAIT_FOR_KEY_THEN_STREAM = text("""
-    SELECT CASE WHEN pg_advisory_xact_lock(:key) IS NOT NULL THEN pg_advisory_xact_lock(:stream) IS NOT NULL END
-""").execution_options(**DEFERRED)
-TRY_KEY_THEN_WAIT_FOR_STREAM = text("""
-    SELECT CASE WHEN pg_try_advisory_xact_lock(:key) THEN pg_advisory_xact_lock(:stream) IS NOT NULL ELSE false END
-""")
-
 
 @frozen
 class ServiceContext:
@@ -115,82 +95,6 @@ class ServiceContext:
             object.__setattr__(self, "_keys", self._keys())  # frozen, but a cache: loading twice is harmless
         assert isinstance(self._keys, TokenKeys)
         return self._keys
-
-
-def _check_in_flight(in_flight: object) -> None:
-    if in_flight not in ("wait", "refuse"):
-        raise ValueError(f"in_flight must be 'wait' or 'refuse', got {in_flight!r}")
-
-
-@frozen
-class IdempotencyLock:
-    """A request's idempotency key, to be held for the length of its transaction.
-
-    ``in_flight`` says what a second request with the same key does while the
-    first still runs: "wait" for it and then get the same answer (the CLI and
-    other in-process callers), or "refuse" with ``RequestInFlight`` (the HTTP
-    API answers 409 and the client retries).
-    """
-
-    flow: str
-    client: str | None
-    user_id: str
-    idempotency_key: str
-    in_flight: InFlight = "wait"
-
-    def __attrs_post_init__(self) -> None:
-        _check_in_flight(self.in_flight)
-
-    @classmethod
-    def for_request(
-        cls, flow: str, client: str | None, user_id: str, idempotency_key: str | None, in_flight: InFlight
-    ) -> IdempotencyLock | None:
-        """The lock for a request, or None when it carries no key."""
-        _check_in_flight(in_flight)  # a wrong value is a bug in the caller, key or not
-        return cls(flow, client, user_id, idempotency_key, in_flight) if idempotency_key is not None else None
-
-    @property
-    def key(self) -> int:
-        """A signed 64-bit digest of (flow, client, user, key): PostgreSQL's advisory lock id.
-
-        A collision only makes two unrelated requests wait for each other.
-        """
-        return _lock_id(["idempotency", self.flow, self.client, self.user_id, self.idempotency_key])
-
-    def take(self, connection: Connection) -> None:
-        """Hold the key until the transaction ends; ``RequestInFlight`` when refusing and taken."""
-        if self.in_flight == "wait":
-            connection.execute(WAIT_FOR_LOCK, {"key": self.key})
-        elif not connection.execute(TRY_LOCK, {"key": self.key}).scalar_one():
-            raise RequestInFlight()
-
-    def take_with_stream(self, connection: Connection, stream_id: str) -> None:
-        """``take``, then ``lock_stream``, in one statement and in that order."""
-        locks = {"key": self.key, "stream": stream_lock_id(stream_id)}
-        if self.in_flight == "wait":
-            connection.execute(WAIT_FOR_KEY_THEN_STREAM, locks)
-        elif not connection.execute(TRY_KEY_THEN_WAIT_FOR_STREAM, locks).scalar_one():
-            raise RequestInFlight()
-
-
-def _lock_id(scope: list[str | None]) -> int:
-    """A signed 64-bit digest of ``scope``; its first item keeps the kinds of lock apart."""
-    text_of_scope = json.dumps(scope)
-    return int.from_bytes(hashlib.sha256(text_of_scope.encode("utf-8")).digest()[:8], "big", signed=True)
-
-
-def stream_lock_id(stream_id: str) -> int:
-    """The advisory lock id of a stream; never equal to a key's but by a 64-bit hash collision."""
-    return _lock_id(["stream", stream_id])
-
-
-def lock_stream(connection: Connection, stream_id: str) -> None:
-    """Wait for, then hold until the transaction ends, the right to decide on ``stream_id``.
-
-    Take it after any idempotency key lock, never before: one order for
-    every transaction is what makes a deadlock between them impossible.
-    """
-    connection.execute(WAIT_FOR_LOCK, {"key": stream_lock_id(stream_id)})
 
 
 def append_and_fold(

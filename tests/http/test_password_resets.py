@@ -11,7 +11,8 @@ from sqlalchemy import Engine, text
 
 from domain.policy import ResetPolicy
 from infra.services.clients import create_client
-from infra.services.unit_of_work import IdempotencyLock, ServiceContext
+from infra.services.locks import IdempotencyLock
+from infra.services.unit_of_work import ServiceContext
 from tests.http.support import asgi_client, assert_problem, log_size, token_for
 from tests.support.log_reading import email_event_types
 from tests.support.replay import assert_projections_match_log

@@ -21,7 +21,8 @@ from infra.clock import ManualClock
 from infra.services.otp import request_otp
 from tests.support.receipts import find_receipt
 from infra.services.reset import request_reset
-from infra.services.unit_of_work import IdempotencyLock, ServiceContext
+from infra.services.locks import IdempotencyLock
+from infra.services.unit_of_work import ServiceContext
 from infra.delivery.worker import Worker
 from tests.support.log_reading import stream_events
 from tests.support.mailers import RecordingMailer

@@ -12,13 +12,8 @@ from sqlalchemy import Engine, text
 from domain.clients import fold_client
 from domain.errors import ConcurrencyConflict
 from infra.errors import RequestInFlight
-from infra.services.unit_of_work import (
-    IdempotencyLock,
-    ServiceContext,
-    decide_events_on_stream,
-    lock_stream,
-    stream_lock_id,
-)
+from infra.services.locks import IdempotencyLock, lock_stream, stream_lock_id
+from infra.services.unit_of_work import ServiceContext, decide_events_on_stream
 
 WAITERS = text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
 
