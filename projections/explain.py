@@ -25,7 +25,7 @@ from uuid import UUID
 
 from attrs import define, field, frozen
 
-from domain import decisions, email, otp_events, outage, privacy, reset_events
+from domain import counting, email, otp_events, outage, privacy, request_rules, reset_events
 from domain.log import RecordedEvent
 from domain.tenants import split_scoped_user
 from projections.timeline import (
@@ -192,19 +192,19 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             story.user_notes.append(Finding(f"A {flow} request by {_who(r)} was refused at {T(at)} ({e.reason}): no "
                                             f"email was queued; a new request is accepted from {T(e.retry_at)}.",
                                             r.event_type, pos, at, {}, {"retry_at": e.retry_at}))
-        case decisions.RequestsCounted(answer="rejected"):
+        case counting.RequestsCounted(answer="rejected"):
             what = "reset links" if e.flow == "reset" else "one-time codes"
             story.user_notes.append(Finding(f"{e.count} further presentations of {what} no longer usable were "
                                             f"refused between {T(e.first_at)} and {T(e.last_at)}, by "
                                             f"{counted_clients(e)}: counted in one line rather than logged one by one.",
                                             r.event_type, pos, at, {}, {"first_at": e.first_at, "last_at": e.last_at}))
-        case decisions.RequestsCounted():
+        case counting.RequestsCounted():
             flow = "reset" if e.flow == "reset" else "one-time code"
             story.user_notes.append(Finding(f"{e.count} further {flow} requests were {counted_answer(e)} between "
                                             f"{T(e.first_at)} and {T(e.last_at)}, by {counted_clients(e)}: counted "
                                             "in one line rather than logged one by one; no email was queued.",
                                             r.event_type, pos, at, {}, {"first_at": e.first_at, "last_at": e.last_at}))
-        case decisions.IdempotencyKeyBound() if e.request_id in story.requests:
+        case request_rules.IdempotencyKeyBound() if e.request_id in story.requests:
             request = story.requests[e.request_id]
             request.said.append(Finding(f"A repeat with idempotency key {e.idempotency_key!r} at {T(at)} was answered "
                                         f"with {request.kind.lower()} {e.request_id}; no new email was queued.",
