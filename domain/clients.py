@@ -22,7 +22,7 @@ from datetime import datetime
 
 from attrs import evolve, frozen
 
-from domain.decisions import require_utc
+from domain.input_checks import require_utc
 from domain.errors import InvalidInput, NotFound, UnknownEventType
 from domain.tenants import DEFAULT_TENANT
 

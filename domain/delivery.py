@@ -12,7 +12,7 @@ from uuid import UUID
 from attrs import frozen
 
 from domain.email import DeliveryAbandoned, DeliveryRedriven, LeaseClaimed, LeaseExpired, SendAttemptFailed
-from domain.decisions import operator_reason
+from domain.input_checks import operator_reason
 from domain.errors import InvalidInput, NotFound
 
 

@@ -17,18 +17,21 @@ from uuid import UUID
 
 from attrs import frozen
 
+from domain.counting import count_floods, count_rejections
 from domain.decisions import (
     Decision,
     Rejected,
     RequestOutcome,
     VerifyOutcome,
-    bind_key_to_reuse,
+)
+from domain.input_checks import (
     check_request_input,
     check_text,
-    count_floods,
-    count_rejections,
-    replay_receipt,
     require_utc,
+)
+from domain.request_rules import (
+    bind_key_to_reuse,
+    replay_receipt,
     reuse_or_refuse,
 )
 from domain.email import EmailQueued

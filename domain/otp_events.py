@@ -81,7 +81,7 @@ class OtpCodeRejected:
     """A code was presented for a known challenge that could no longer be used; it was refused unchecked.
 
     ``reason``: "used", "superseded", "expired", "locked" or "erased". Bounded per
-    window (``domain.decisions.count_rejections``); the caller is in the event's metadata.
+    window (``domain.counting.count_rejections``); the caller is in the event's metadata.
     """
 
     challenge_id: UUID

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from attrs import frozen
 
-from domain.decisions import KEPT_FOR
+from domain.request_rules import KEPT_FOR
 from domain.errors import ConfigError
 from domain.tokens import MAX_OTP_DIGITS
 

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from attrs import frozen
 
-from domain.decisions import check_text, operator_reason, require_utc
+from domain.input_checks import check_text, operator_reason, require_utc
 from domain.errors import NotFound
 from domain.tenants import DEFAULT_TENANT, check_tenant_name, scoped_user, split_scoped_user
 

@@ -14,17 +14,17 @@ from uuid import UUID
 
 from attrs import frozen
 
+from domain.counting import count_floods, count_rejections
 from domain.decisions import (
     ConsumeOutcome,
     Decision,
     Rejected,
     RequestOutcome,
+)
+from domain.input_checks import check_request_input, require_utc
+from domain.request_rules import (
     bind_key_to_reuse,
-    check_request_input,
-    count_floods,
-    count_rejections,
     replay_receipt,
-    require_utc,
     reuse_or_refuse,
 )
 from domain.email import EmailQueued

@@ -67,7 +67,7 @@ class ResetTokenRejected:
     """A known reset link was presented when it could no longer be used; it was refused.
 
     ``reason``: "used", "superseded", "expired" or "erased". Bounded per window
-    (``domain.decisions.count_rejections``); the caller is in the event's metadata.
+    (``domain.counting.count_rejections``); the caller is in the event's metadata.
     """
 
     request_id: UUID

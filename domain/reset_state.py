@@ -12,17 +12,19 @@ from uuid import UUID
 
 from attrs import evolve, field, frozen
 
-from domain.decisions import (
+from domain.counting import (
     CountingRun,
+    RequestsCounted,
+    rejections_after,
+    run_after,
+)
+from domain.decisions import RequestOutcome
+from domain.request_rules import (
     KEPT_FOR,
     IdempotencyKeyBound,
     PastRequest,
     Receipt,
-    RequestOutcome,
-    RequestsCounted,
     kept_receipts,
-    rejections_after,
-    run_after,
 )
 from domain.errors import UnknownEventType
 from domain.reset_events import ResetCompleted, ResetRequestRefused, ResetRequested, ResetSuperseded, ResetTokenRejected

@@ -21,7 +21,7 @@ from datetime import datetime
 
 from attrs import frozen
 
-from domain.decisions import require_utc
+from domain.input_checks import require_utc
 from domain.errors import InvalidInput
 
 DEFAULT_TENANT = "default"

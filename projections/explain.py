@@ -13,6 +13,8 @@ each one in log order, for example:
 Each sentence is a ``Finding`` that also carries its kind, times and ids,
 for tools (``history --json``).
 
+The story itself, one ``Finding`` per event, is folded in ``projections.findings``.
+
 Pure: the caller loads the events; ``now`` says whether an open request has expired.
 """
 
@@ -20,49 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
-from attrs import define, field, frozen
-
-from domain import decisions, email, otp_events, outage, privacy, reset_events
 from domain.log import RecordedEvent
-from domain.tenants import split_scoped_user
-from projections.timeline import (
-    counted_answer,
-    counted_clients,
-    erased_keys,
-    event_times,
-    format_time,
-    presented_after,
-)
+from projections.findings import Finding, Request, Story, build_story, email_label, finding_ids
+from projections.timeline import format_time
 
 T = format_time
-
-
-@frozen
-class Finding:
-    """One sentence of the story, with what it is made of."""
-
-    sentence: str
-    # The type of the event it tells (as in the timeline: "ResetSuperseded", "ProviderAccepted", ...), or
-    # what is still going on: "still-open", "expired-unused", "waiting-for-worker", "leased-no-outcome";
-    # or "not-found", "several-accepted".
-    kind: str
-    position: int | None = None  # the global position of the event it tells; None for what is still going on
-    at: datetime | None = None
-    ids: dict[str, str] = field(factory=dict)  # request_id, message_id, user_id, ... as text
-    times: dict[str, datetime] = field(factory=dict)  # other moments it names: expires_at, retry_at, ...
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "sentence": self.sentence, "position": self.position,
-                "at": self.at.isoformat() if self.at else None, **self.ids,
-                **{name: moment.isoformat() for name, moment in self.times.items()}}
-
-
-
-def _ids(**ids: object) -> dict[str, str]:
-    return {name: str(value) for name, value in ids.items() if value is not None}
 
 
 def _in_log_order(said: Iterable[Finding]) -> list[Finding]:
@@ -71,246 +37,6 @@ def _in_log_order(said: Iterable[Finding]) -> list[Finding]:
 
 def sentences(findings: Iterable[Finding]) -> list[str]:
     return [finding.sentence for finding in findings]
-
-
-@define
-class Attempt:
-    number: int
-    owner: str
-    claimed_at: datetime | None
-    ended: str | None = None  # "expired", "released", "failed", or None while the lease stands
-
-
-@define
-class Message:
-    message_id: UUID
-    template: str
-    request_id: UUID
-    queued_at: datetime | None
-    attempts: list[Attempt] = field(factory=list)
-    said: list[Finding] = field(factory=list)
-    finished: bool = False
-    accepted: bool = False
-
-
-@define
-class Request:
-    request_id: UUID
-    kind: str  # "Reset request" or "OTP challenge"
-    said: list[Finding]
-    expires_at: datetime
-    messages: list[UUID]
-    status: str = "open"
-    superseded_by: UUID | None = None
-
-
-@define
-class Story:
-    requests: dict[UUID, Request] = field(factory=dict)
-    messages: dict[UUID, Message] = field(factory=dict)
-    user_notes: list[Finding] = field(factory=list)  # refusals, account lockouts: about the user, not one request
-    outages: list[Finding] = field(factory=list)  # provider outages, told beside the mail that waited through them
-
-
-def _who(r: RecordedEvent) -> str:
-    metadata = r.metadata or {}
-    actor, client = metadata.get("actor"), metadata.get("client")
-    parts = [str(actor)] if actor else []
-    if client and client not in str(actor):
-        parts.append(f"client {client}")
-    return " via ".join(parts) if parts else "an unrecorded caller"
-
-
-def _label(story: Story, message_id: UUID) -> str:
-    message = story.messages.get(message_id)
-    if message is None:
-        return f"Email {message_id}"
-    request = story.requests.get(message.request_id)
-    owner = f"{request.kind} {message.request_id}" if request else f"Request {message.request_id}"
-    notice = "" if message.template in ("reset_link", "otp_code") else f" ({message.template.replace('_', ' ')} notice)"
-    return f"{owner}'s email {message_id}{notice}"
-
-
-def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
-    e, pos = r.event, r.global_position
-    match e:
-        case reset_events.ResetRequested() | otp_events.OtpChallengeIssued():
-            rid = e.request_id if isinstance(e, reset_events.ResetRequested) else e.challenge_id
-            kind = "Reset request" if isinstance(e, reset_events.ResetRequested) else "OTP challenge"
-            user_id = split_scoped_user(e.user_id)[1]  # as the tenant knows them
-            made = (f"{kind} {rid} for user {user_id} was made at {T(at)} by {_who(r)}, valid until "
-                    f"{T(e.expires_at)} (key {e.key_id}).")
-            found = Finding(made, r.event_type, pos, at, _ids(request_id=rid, user_id=user_id,
-                            message_id=e.message_id), {"expires_at": e.expires_at})
-            story.requests[rid] = Request(rid, kind, [found], e.expires_at, [e.message_id])
-        case reset_events.ResetSuperseded() | otp_events.OtpChallengeSuperseded():
-            rid = e.request_id if isinstance(e, reset_events.ResetSuperseded) else e.challenge_id
-            request = story.requests.get(rid)
-            if request is None:
-                return
-            request.status, request.superseded_by = "superseded", e.superseded_by
-            why = (f"by {e.superseded_by}" if e.superseded_by is not None
-                   else "because the password was changed with another request's link")
-            request.said.append(Finding(f"{request.kind} {rid} was superseded {why} at {T(at)}; its link or code "
-                                        "stopped working then.", r.event_type, pos, at,
-                                        _ids(request_id=rid, superseded_by=e.superseded_by)))
-        case reset_events.ResetCompleted() if e.request_id in story.requests:
-            request = story.requests[e.request_id]
-            request.status = "completed"
-            request.messages.append(e.notice_message_id)
-            request.said.append(Finding(f"Reset request {e.request_id}'s link was used at {T(at)} by {_who(r)}: "
-                                        "the password was changed, and a password-changed notice was queued.",
-                                        r.event_type, pos, at,
-                                        _ids(request_id=e.request_id, notice_message_id=e.notice_message_id)))
-        case otp_events.OtpChallengeVerified() | otp_events.OtpChallengeLockedOut() if e.challenge_id in story.requests:
-            request = story.requests[e.challenge_id]
-            request.status = "verified" if isinstance(e, otp_events.OtpChallengeVerified) else "locked"
-            what = "its code was verified" if request.status == "verified" else f"it was locked ({e.scope})"
-            request.said.append(Finding(f"OTP challenge {e.challenge_id}: {what} at {T(at)}.",
-                                        r.event_type, pos, at, _ids(request_id=e.challenge_id)))
-        case reset_events.ResetTokenRejected() | otp_events.OtpCodeRejected():
-            rid = e.request_id if isinstance(e, reset_events.ResetTokenRejected) else e.challenge_id
-            what = "link" if isinstance(e, reset_events.ResetTokenRejected) else "code"
-            request = story.requests.get(rid)
-            kind = "reset request" if what == "link" else "OTP challenge"
-            said = Finding(f"The {what} of {kind} {rid} was presented again at {T(at)} by {_who(r)} after "
-                           f"it was {presented_after(e.reason)}; it was refused.", r.event_type, pos, at,
-                           _ids(request_id=rid), {})
-            (request.said if request is not None else story.user_notes).append(said)
-        case otp_events.OtpVerificationFailed() if e.challenge_id in story.requests:
-            request = story.requests[e.challenge_id]
-            wrong = (f"OTP challenge {e.challenge_id}: a wrong code was entered at {T(at)} by {_who(r)} (wrong code "
-                     f"{e.attempt} on this challenge, {e.consecutive_failures} in a row for the account).")
-            request.said.append(Finding(wrong, r.event_type, pos, at, _ids(request_id=e.challenge_id)))
-        case otp_events.OtpChallengeLockedOut():
-            until = f" until {T(e.until)}" if e.until else ""
-            story.user_notes.append(Finding(f"One-time codes were locked for the whole account at {T(at)}{until}.",
-                                            r.event_type, pos, at, _ids(request_id=e.challenge_id),
-                                            {"until": e.until} if e.until else {}))
-        case reset_events.ResetRequestRefused() | otp_events.OtpRequestRefused():
-            flow = "reset" if isinstance(e, reset_events.ResetRequestRefused) else "one-time code"
-            story.user_notes.append(Finding(f"A {flow} request by {_who(r)} was refused at {T(at)} ({e.reason}): no "
-                                            f"email was queued; a new request is accepted from {T(e.retry_at)}.",
-                                            r.event_type, pos, at, {}, {"retry_at": e.retry_at}))
-        case decisions.RequestsCounted(answer="rejected"):
-            what = "reset links" if e.flow == "reset" else "one-time codes"
-            story.user_notes.append(Finding(f"{e.count} further presentations of {what} no longer usable were "
-                                            f"refused between {T(e.first_at)} and {T(e.last_at)}, by "
-                                            f"{counted_clients(e)}: counted in one line rather than logged one by one.",
-                                            r.event_type, pos, at, {}, {"first_at": e.first_at, "last_at": e.last_at}))
-        case decisions.RequestsCounted():
-            flow = "reset" if e.flow == "reset" else "one-time code"
-            story.user_notes.append(Finding(f"{e.count} further {flow} requests were {counted_answer(e)} between "
-                                            f"{T(e.first_at)} and {T(e.last_at)}, by {counted_clients(e)}: counted "
-                                            "in one line rather than logged one by one; no email was queued.",
-                                            r.event_type, pos, at, {}, {"first_at": e.first_at, "last_at": e.last_at}))
-        case decisions.IdempotencyKeyBound() if e.request_id in story.requests:
-            request = story.requests[e.request_id]
-            request.said.append(Finding(f"A repeat with idempotency key {e.idempotency_key!r} at {T(at)} was answered "
-                                        f"with {request.kind.lower()} {e.request_id}; no new email was queued.",
-                                        r.event_type, pos, at, _ids(request_id=e.request_id)))
-        case privacy.SubjectErased():
-            story.user_notes.append(Finding(_erasure(e, r, at), r.event_type, pos, at, _ids(user_id=e.user_id)))
-
-
-def _erasure(e: privacy.SubjectErased, r: RecordedEvent, at: datetime | None) -> str:
-    """Ids and times only: the sentence names no address, it says that the addresses are gone."""
-    why = f" (reason: {e.reason})" if e.reason else ""
-    said = f"User {e.user_id}'s personal data was erased at {T(at)} by {_who(r)}{why}: {erased_keys(e)}."
-    if not e.key_ids:
-        return said
-    return (f"{said} From then on their email addresses in the log read [erased] wherever they are opened, and an "
-            "email still queued for them is skipped, not sent; ids, times and who did what stay in the log.")
-
-
-def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
-    e, pos = r.event, r.global_position
-    if isinstance(e, email.EmailQueued):
-        story.messages[e.message_id] = Message(e.message_id, e.template, e.request_id, at)
-        return
-    message = story.messages.get(e.message_id)
-    if message is None:
-        return
-    label, current = _label(story, e.message_id), message.attempts[-1] if message.attempts else None
-    by = f" by {current.owner}" if current is not None else ""
-    match e:
-        case email.LeaseClaimed():
-            message.attempts.append(Attempt(e.attempt, e.lease_owner, at))
-            return
-        case email.LeaseExpired():
-            taken = f" (attempt {current.number}, taken at {T(current.claimed_at)})" if current is not None else ""
-            said = (f"{label}: the lease of {e.lease_owner}{taken} was found expired at {T(at)} with no outcome "
-                    "recorded: that worker stopped mid-delivery and may already have handed the email to the "
-                    "provider. The retry reuses the message id as idempotency key and Message-ID header: a "
-                    "provider that honours it sends one email; one that does not (plain SMTP) may deliver two.")
-            ended = "expired"
-        case email.LeaseReleased(attempt_returned=True):
-            said = (f"{label} was given back unsent by {e.lease_owner} at {T(at)}: its provider was down, so the "
-                    "attempt was not counted.")
-            ended = "released"
-        case email.LeaseReleased():
-            said, ended = f"{label} was given back by {e.lease_owner} at {T(at)} (worker stopping).", "released"
-        case email.SendAttemptFailed(retry_at=None, retryable=True):
-            said = f"{label}: attempt {e.attempt}{by} failed at {T(at)}: {e.error}; that was the last attempt allowed."
-            ended = "failed"
-        case email.SendAttemptFailed(retry_at=None):
-            said = (f"{label}: attempt {e.attempt}{by} failed for good at {T(at)}: {e.error} (the provider refused "
-                    "it permanently); it was not sent.")
-            ended, message.finished = "failed", True
-        case email.SendAttemptFailed():
-            unknown = " (the provider may have received it)" if e.outcome_unknown else ""
-            said = (f"{label}: attempt {e.attempt}{by} failed at {T(at)}: {e.error}{unknown}; retry due at "
-                    f"{T(e.retry_at)}.")
-            ended = "failed"
-        case email.ProviderAccepted():
-            expired = [a.owner for a in message.attempts[:-1] if a.ended == "expired"]
-            after = f", after the lease of {expired[-1]} expired" if expired else ""
-            said = (f"{label} was accepted by provider {e.provider} at {T(at)}, id {e.provider_message_id}, on "
-                    f"attempt {e.attempt}{by}{after}.")
-            ended, message.finished, message.accepted = "sent", True, True
-        case email.DeliverySkipped():
-            worker = (r.metadata or {}).get("actor") or "a worker"
-            why = ("its recipient's personal data had been erased" if e.reason == "erased"
-                   else "it was no longer wanted when a worker picked it up")
-            said = f"{label} was skipped ({e.reason}) by worker {worker} at {T(at)}: it was not sent, because {why}."
-            ended, message.finished = "skipped", True
-        case email.DeliveryAbandoned():
-            said = (f"{label} was abandoned at {T(at)} after {e.attempts} attempts (last error: {e.last_error}): "
-                    "it was not sent.")
-            ended, message.finished = "abandoned", True
-        case email.DeliveryRedriven():
-            said = (f"{label} was re-driven by {e.actor} at {T(at)} ({e.reason}): it was queued again, due at once, "
-                    "its attempts counting from one; the worker still checks that it is wanted before sending.")
-            ended, message.finished = "redriven", False
-        case _:
-            return
-    if current is not None and current.ended is None:
-        current.ended = ended
-    message.said.append(Finding(said, r.event_type, pos, at, _ids(request_id=message.request_id,
-                                                                   message_id=e.message_id)))
-
-
-def outage_sentence(event: outage.ProviderOutageBegan | outage.ProviderOutageEnded) -> str:
-    """What a reviewer reads about a provider outage: why mail queued meanwhile waited."""
-    if isinstance(event, outage.ProviderOutageBegan):
-        return (f"Provider {event.provider} was recognised as down by worker {event.worker} at {T(event.began_at)}, "
-                f"after {event.failures} different emails failed in a row (last error: {event.last_error}); that "
-                "worker stopped claiming mail and probed with one email at a time, without counting attempts.")
-    return (f"Provider {event.provider} answered worker {event.worker} again at {T(event.ended_at)}, ending the "
-            f"outage that began at {T(event.began_at)}; mail held back meanwhile was sent from then on.")
-
-
-def build_story(events: Iterable[RecordedEvent]) -> Story:
-    events = sorted(events, key=lambda r: r.global_position)
-    times, story = event_times(events), Story()
-    for r in events:
-        if isinstance(r.event, (outage.ProviderOutageBegan, outage.ProviderOutageEnded)):
-            story.outages.append(Finding(outage_sentence(r.event), r.event_type, r.global_position,
-                                         times[r.global_position]))
-            continue
-        fold = _email_event if r.stream_id.startswith("email:") else _request_event
-        fold(story, r, times[r.global_position])
-    return story
 
 
 def _still(story: Story, request: Request, now: datetime) -> list[Finding]:
@@ -322,19 +48,19 @@ def _still(story: Story, request: Request, now: datetime) -> list[Finding]:
             continue
         current = message.attempts[-1] if message.attempts else None
         if current is not None and current.ended is None:
-            lines.append(Finding(f"{_label(story, message_id)} is leased to {current.owner} (attempt "
+            lines.append(Finding(f"{email_label(story, message_id)} is leased to {current.owner} (attempt "
                                  f"{current.number}) with no outcome recorded yet.", "leased-no-outcome", None,
-                                 current.claimed_at, _ids(request_id=rid, message_id=message_id)))
+                                 current.claimed_at, finding_ids(request_id=rid, message_id=message_id)))
         else:
-            lines.append(Finding(f"{_label(story, message_id)} has not been sent yet: it is waiting for a worker "
+            lines.append(Finding(f"{email_label(story, message_id)} has not been sent yet: it is waiting for a worker "
                                  f"(queued at {T(message.queued_at)}).", "waiting-for-worker", None,
-                                 message.queued_at, _ids(request_id=rid, message_id=message_id)))
+                                 message.queued_at, finding_ids(request_id=rid, message_id=message_id)))
     if request.status == "open" and now >= request.expires_at:
         lines.append(Finding(f"{request.kind} {rid} expired unused at {T(request.expires_at)}.", "expired-unused",
-                             None, request.expires_at, _ids(request_id=rid)))
+                             None, request.expires_at, finding_ids(request_id=rid)))
     elif request.status == "open":
         lines.append(Finding(f"{request.kind} {rid} is still open; its link or code works until "
-                             f"{T(request.expires_at)}.", "still-open", None, None, _ids(request_id=rid),
+                             f"{T(request.expires_at)}.", "still-open", None, None, finding_ids(request_id=rid),
                              {"expires_at": request.expires_at}))
     return lines
 
@@ -343,7 +69,7 @@ def request_sentences(story: Story, request_id: UUID, now: datetime, *, follow: 
     """The request's story in log order, then its successor's (once)."""
     request = story.requests.get(request_id)
     if request is None:
-        return [Finding(f"No request or challenge {request_id} is in the log.", "not-found", ids=_ids(
+        return [Finding(f"No request or challenge {request_id} is in the log.", "not-found", ids=finding_ids(
             request_id=request_id))]
     said = list(request.said)
     for message_id in request.messages:
@@ -368,7 +94,7 @@ def message_findings(events: Iterable[RecordedEvent], message_id: UUID, *, now: 
     story = build_story(events)
     message = story.messages.get(message_id)
     if message is None:
-        return [Finding(f"No email {message_id} is in the log.", "not-found", ids=_ids(message_id=message_id))]
+        return [Finding(f"No email {message_id} is in the log.", "not-found", ids=finding_ids(message_id=message_id))]
     return request_sentences(story, message.request_id, now)
 
 
@@ -380,9 +106,10 @@ def user_findings(events: Iterable[RecordedEvent], user_id: str, *, now: datetim
         lines += request_sentences(story, request_id, now, follow=False)
     accepted = [m for m in story.messages.values() if m.accepted]
     if len(accepted) > 1:
+        message_ids = ",".join(str(m.message_id) for m in accepted)
         lines.append(Finding(f"{len(accepted)} emails to user {user_id} were accepted by the provider: "
-                             + "; ".join(_label(story, m.message_id) for m in accepted) + ".", "several-accepted",
-                             ids=_ids(user_id=user_id, message_ids=",".join(str(m.message_id) for m in accepted))))
+                             + "; ".join(email_label(story, m.message_id) for m in accepted) + ".", "several-accepted",
+                             ids=finding_ids(user_id=user_id, message_ids=message_ids)))
     return lines
 
 

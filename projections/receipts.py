@@ -20,7 +20,7 @@ from uuid import UUID
 
 from attrs import frozen
 
-from domain.decisions import IdempotencyKeyBound
+from domain.request_rules import IdempotencyKeyBound
 from domain.otp_events import OtpChallengeIssued
 from domain.reset_events import ResetRequested
 

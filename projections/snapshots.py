@@ -17,7 +17,7 @@ in the log.
 
 The state's size grows with the requests a user made (at most the hourly
 limit an hour), not with calls: refusals and repeats are counted
-(``domain.decisions.RequestsCounted``) and change nothing here but the run.
+(``domain.counting.RequestsCounted``) and change nothing here but the run.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from uuid import UUID
 
 from attrs import asdict, frozen
 
-from domain import clients, decisions, email, otp_events, outage, privacy, reset_events, tenants
+from domain import clients, counting, email, otp_events, outage, privacy, request_rules, reset_events, tenants
 from domain.log import RecordedEvent
 
 TIME_FIELDS = (
@@ -114,7 +114,7 @@ def presented_after(reason: str) -> str:
     return PRESENTED_AFTER.get(reason, reason)
 
 
-def counted_answer(event: decisions.RequestsCounted) -> str:
+def counted_answer(event: counting.RequestsCounted) -> str:
     """How the counted calls were answered, in words."""
     if event.answer == "refused":
         return "refused (rate_limited)"
@@ -123,7 +123,7 @@ def counted_answer(event: decisions.RequestsCounted) -> str:
     return "answered with the open request (their idempotency keys not bound)"
 
 
-def counted_clients(event: decisions.RequestsCounted) -> str:
+def counted_clients(event: counting.RequestsCounted) -> str:
     """The clients counted calls came from, in words."""
     names = [f"client {name}" if name is not None else "no client" for name in event.clients]
     return ", ".join(names) or "unknown callers"
@@ -158,10 +158,10 @@ def summary(event: object) -> str:
         case otp_events.OtpChallengeLockedOut():
             until = f" until {format_time(event.until)}" if event.until else ""
             return f"locked ({event.scope}){until}"
-        case decisions.RequestsCounted():
+        case counting.RequestsCounted():
             return (f"{event.count} more calls {counted_answer(event)} from {format_time(event.first_at)} to "
                     f"{format_time(event.last_at)}, by {counted_clients(event)}")
-        case decisions.IdempotencyKeyBound():
+        case request_rules.IdempotencyKeyBound():
             return f"idempotency key {event.idempotency_key!r} answered with the open request {event.request_id}"
         case email.EmailQueued():
             return f"email queued ({event.template}) to {event.recipient}"

@@ -30,7 +30,7 @@ from uuid import UUID
 
 from attrs import define, field
 
-from domain import decisions, email, otp_events, privacy, reset_events
+from domain import counting, email, otp_events, privacy, reset_events
 from domain.log import RecordedEvent
 from projections.timeline import event_times, format_time
 
@@ -181,7 +181,7 @@ def draw(events: list[RecordedEvent]) -> str:
                 f'data-kind="verification" data-outcome="{outcome}" data-request="{request_id or ""}" '
                 + (f'data-reason="{_attr(reason)}" ' if reason else "")
                 + f'data-position="{position}">{_title(f"{told} at {format_time(at)}")}</rect>')
-        elif isinstance(event, decisions.RequestsCounted) and event.answer == "rejected":
+        elif isinstance(event, counting.RequestsCounted) and event.answer == "rejected":
             # Past the per-window bound, rejected presentations are only counted: one marker for the count.
             told = (f"{event.count} more presentations refused from {format_time(event.first_at)} "
                     f"to {format_time(event.last_at)}")

@@ -7,7 +7,7 @@ version here and registering an upcaster in ``infra.eventlog.upcasters``.
 
 from __future__ import annotations
 
-from domain import decisions, email, otp_events, privacy, reset_events
+from domain import counting, email, otp_events, privacy, request_rules, reset_events
 from domain import clients, outage, tenants
 
 # tag -> (class, current schema version)
@@ -24,8 +24,8 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "OtpChallengeLockedOut": (otp_events.OtpChallengeLockedOut, 1),
     "OtpRequestRefused": (otp_events.OtpRequestRefused, 1),
     "OtpCodeRejected": (otp_events.OtpCodeRejected, 1),
-    "IdempotencyKeyBound": (decisions.IdempotencyKeyBound, 1),
-    "RequestsCounted": (decisions.RequestsCounted, 1),
+    "IdempotencyKeyBound": (request_rules.IdempotencyKeyBound, 1),
+    "RequestsCounted": (counting.RequestsCounted, 1),
     "EmailQueued": (email.EmailQueued, 1),
     "LeaseClaimed": (email.LeaseClaimed, 1),
     "LeaseExpired": (email.LeaseExpired, 1),

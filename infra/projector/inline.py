@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from domain import decisions, email, otp_events, reset_events
+from domain import email, otp_events, request_rules, reset_events
 from domain.log import RecordedEvent
 from infra.db import tables
 from infra.projector.appliers import KeyedApplier
@@ -53,7 +53,7 @@ OTP_CHALLENGES = KeyedApplier(
 )
 RECEIPTS = KeyedApplier(
     tables.receipts, ReceiptRow, "receipt_id", receipt_key, evolve_receipt, lock=True,
-    starts=(reset_events.ResetRequested, otp_events.OtpChallengeIssued, decisions.IdempotencyKeyBound),
+    starts=(reset_events.ResetRequested, otp_events.OtpChallengeIssued, request_rules.IdempotencyKeyBound),
 )
 API_KEYS = KeyedApplier(tables.api_keys, ApiKeyRow, "key_id", api_key_key, evolve_api_key, lock=True)
 TENANTS = KeyedApplier(tables.tenants, TenantRow, "name", tenant_key, evolve_tenant, lock=True)

@@ -18,7 +18,7 @@ import sys
 from attrs import frozen
 from sqlalchemy import Table
 
-from domain import clients, decisions, otp_events, privacy, reset_events, tenants
+from domain import clients, counting, otp_events, privacy, request_rules, reset_events, tenants
 from domain.errors import NotFound
 from infra.db import tables
 from infra.eventlog.tags import EVENT_TYPES
@@ -44,7 +44,7 @@ FOLDED_EVENTS: dict[str, tuple[type, ...]] = {
     "reset_tokens": (reset_events.ResetRequested, reset_events.ResetSuperseded, reset_events.ResetCompleted),
     "otp_challenges": (otp_events.OtpChallengeIssued, otp_events.OtpChallengeSuperseded, otp_events.OtpVerificationFailed,
                        otp_events.OtpChallengeVerified, otp_events.OtpChallengeLockedOut),
-    "receipts": (reset_events.ResetRequested, otp_events.OtpChallengeIssued, decisions.IdempotencyKeyBound),
+    "receipts": (reset_events.ResetRequested, otp_events.OtpChallengeIssued, request_rules.IdempotencyKeyBound),
     "api_keys": clients.CLIENT_EVENTS,
     "tenants": (tenants.TenantCreated,),
     "address_index": (reset_events.ResetRequested, otp_events.OtpChallengeIssued, privacy.SubjectErased),
@@ -54,7 +54,7 @@ FOLDED_EVENTS: dict[str, tuple[type, ...]] = {
                          otp_events.OtpChallengeIssued, otp_events.OtpChallengeSuperseded, otp_events.OtpVerificationFailed,
                          otp_events.OtpChallengeVerified, otp_events.OtpChallengeLockedOut, otp_events.OtpRequestRefused,
                          otp_events.OtpCodeRejected,
-                         decisions.IdempotencyKeyBound, decisions.RequestsCounted),
+                         request_rules.IdempotencyKeyBound, counting.RequestsCounted),
 }
 
 

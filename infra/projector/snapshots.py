@@ -22,7 +22,8 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Table, text
 
-from domain.decisions import CountingRun, Receipt
+from domain.counting import CountingRun
+from domain.request_rules import Receipt
 from domain.log import RecordedEvent
 from domain.otp_state import OtpChallenge, OtpState
 from domain.reset_state import ResetRequest, ResetState

@@ -12,12 +12,13 @@ from uuid import UUID
 from attrs import frozen
 from sqlalchemy import Engine
 
-from domain.decisions import check_text
+from domain.input_checks import check_text
 from domain.errors import NotFound
 from domain.log import RecordedEvent
 from domain.tenants import DEFAULT_TENANT, scoped_user
 from infra.review.lookup import about_message, about_request, about_user, looking_up, of_tenant
-from projections.explain import Finding, message_findings, request_findings, user_findings
+from projections.explain import message_findings, request_findings, user_findings
+from projections.findings import Finding
 from projections.timeline import TimelineEntry, timeline
 from projections.timeline import render as render_timeline
 

@@ -19,7 +19,7 @@ from uuid import UUID
 
 from attrs import frozen
 
-from domain.decisions import check_text
+from domain.input_checks import check_text
 from domain.errors import NotFound
 from domain.log import RecordedEvent
 from domain.tenants import DEFAULT_TENANT, scoped_user, split_scoped_user

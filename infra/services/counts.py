@@ -1,4 +1,4 @@
-"""Counting floods: the ``request_counts`` buffer behind ``domain.decisions.RequestsCounted``.
+"""Counting floods: the ``request_counts`` buffer behind ``domain.counting.RequestsCounted``.
 
 A call the domain counts (``Decision.counted``) bumps its stream's row in
 the transaction that answers it; the stream's next append first empties the
@@ -13,7 +13,8 @@ from datetime import UTC
 
 from sqlalchemy import Connection, text
 
-from domain.decisions import Counted, RequestsCounted, window_of
+from domain.counting import RequestsCounted, window_of
+from domain.decisions import Counted
 
 MAX_CLIENTS = 20  # distinct clients named per count; a flood from more is still counted in full
 

@@ -20,7 +20,8 @@ from uuid import UUID
 
 from sqlalchemy import Connection, bindparam, select
 
-from domain.decisions import Decision, Refused, Rejected, RequestOutcome, VerifyOutcome, check_optional_text, check_text
+from domain.decisions import Decision, Refused, Rejected, RequestOutcome, VerifyOutcome
+from domain.input_checks import check_optional_text, check_text
 from domain.errors import CodeRejected, InvalidInput, LockedOut
 from infra.errors import RateLimited
 from domain.otp import RequestOtp, check_code_shape, decide_otp_request, decide_otp_verify

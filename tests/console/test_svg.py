@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from domain.decisions import RequestsCounted
+from domain.counting import RequestsCounted
 from domain.email import EmailQueued, LeaseClaimed, LeaseExpired, ProviderAccepted, SendAttemptFailed
 from domain.log import RecordedEvent
 from domain.privacy import SubjectErased

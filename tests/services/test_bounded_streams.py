@@ -14,7 +14,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine, text
 
-from domain.decisions import BOUND_KEYS_PER_WINDOW, IdempotencyKeyBound, RequestsCounted
+from domain.counting import BOUND_KEYS_PER_WINDOW, RequestsCounted
+from domain.request_rules import IdempotencyKeyBound
 from domain.otp import RequestOtp
 from domain.otp_events import OtpRequestRefused, otp_stream
 from domain.otp_state import fold_otp

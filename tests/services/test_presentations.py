@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy import Engine, text
 
-from domain.decisions import REJECTIONS_PER_WINDOW, RequestsCounted
+from domain.counting import REJECTIONS_PER_WINDOW, RequestsCounted
 from domain.errors import CodeRejected, LockedOut, TokenInvalid
 from domain.otp import RequestOtp
 from domain.otp_events import OtpCodeRejected, otp_stream

@@ -10,7 +10,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine, text
 
-from domain.decisions import IdempotencyKeyBound, RequestOutcome
+from domain.decisions import RequestOutcome
+from domain.request_rules import IdempotencyKeyBound
 from domain.errors import IdempotencyMismatch
 from infra.errors import RateLimited, RequestInFlight
 from domain.otp import RequestOtp

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain.decisions import check_text
+from domain.input_checks import check_text
 
 
 def _case(name: str, address: str) -> object:

@@ -12,7 +12,8 @@ from uuid import UUID
 
 import pytest
 
-from domain.decisions import KEPT_FOR, Refused
+from domain.decisions import Refused
+from domain.request_rules import KEPT_FOR
 from domain.errors import ConfigError, TokenInvalid
 from domain.otp import RequestOtp, decide_otp_request
 from domain.otp_events import OtpChallengeLockedOut, OtpVerificationFailed

@@ -8,7 +8,8 @@ from uuid import UUID
 import attrs
 import pytest
 
-from domain.decisions import REJECTIONS_PER_WINDOW, Counted, Decision, Refused, Rejected, RequestOutcome, VerifyOutcome
+from domain.counting import REJECTIONS_PER_WINDOW
+from domain.decisions import Counted, Decision, Refused, Rejected, RequestOutcome, VerifyOutcome
 from domain.email import EmailQueued
 from domain.errors import (
     CodeRejected,

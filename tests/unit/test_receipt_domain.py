@@ -12,7 +12,8 @@ from uuid import UUID
 
 import pytest
 
-from domain.decisions import Decision, IdempotencyKeyBound, Refused, RequestOutcome
+from domain.decisions import Decision, Refused, RequestOutcome
+from domain.request_rules import IdempotencyKeyBound
 from domain.errors import IdempotencyMismatch
 from domain.otp import RequestOtp, decide_otp_request
 from domain.otp_events import OtpChallengeIssued

@@ -8,7 +8,8 @@ from uuid import UUID
 import attrs
 import pytest
 
-from domain.decisions import REJECTIONS_PER_WINDOW, ConsumeOutcome, Decision, Refused, Rejected, RequestOutcome
+from domain.counting import REJECTIONS_PER_WINDOW
+from domain.decisions import ConsumeOutcome, Decision, Refused, Rejected, RequestOutcome
 from domain.email import EmailQueued
 from domain.errors import ConfigError, IdempotencyMismatch, InvalidInput, TokenInvalid, UnknownEventType
 from domain.policy import ResetPolicy

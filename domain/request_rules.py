@@ -1,0 +1,147 @@
+"""The rules both request flows share before they make a new request.
+
+In order: (a) an idempotency key answered before gets its first answer again
+(``replay_receipt``); (b) a repeat within the cooldown reuses the open request,
+and a new key is bound to it (``reuse_or_refuse``, ``bind_key_to_reuse``);
+(c) past the hourly limit the request is refused (``rate_limit_retry_at``).
+Also how long a user's state remembers past requests and receipts (``KEPT_FOR``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TypeVar
+from uuid import UUID
+
+from attrs import evolve, frozen
+
+from domain.decisions import Decision, Refused, RequestOutcome
+from domain.errors import IdempotencyMismatch
+
+K = TypeVar("K")
+# "At most N emails per user and flow per hour": a sliding window.
+RATE_WINDOW = timedelta(hours=1)
+# How long a user's state remembers a request once it is closed (superseded,
+# completed, verified, locked): older ones can no longer change an answer.
+# Receipts live at most this long (the policies check it), the rate window
+# is an hour, and a closed link or code is refused either way (as "not
+# valid" once forgotten). So the state holds at most two days of requests,
+# and a decision costs the same on day 1 and day 1,000.
+KEPT_FOR = timedelta(hours=48)
+
+
+@frozen
+class PastRequest:
+    """What the shared request rules read of an earlier reset request or OTP
+    challenge."""
+
+    outcome: RequestOutcome  # the answer it was first given
+    created_at: datetime
+    params: tuple[str, ...]  # what a replay or a repeat must match
+    is_open: bool
+
+
+def kept_receipts(receipts: Mapping[K, Receipt], horizon: datetime) -> dict[K, Receipt]:
+    """The receipts created at or after ``horizon``: older ones have lapsed (``KEPT_FOR``)."""
+    return {key: receipt for key, receipt in receipts.items() if receipt.created_at >= horizon}
+
+
+@frozen
+class Receipt:
+    """What an idempotency key names on a user's stream: a request, since when."""
+
+    request_id: UUID
+    created_at: datetime  # when the key was first answered; receipts live from here
+
+
+@frozen
+class IdempotencyKeyBound:
+    """An idempotency key was answered with an existing request (a repeat
+    within the cooldown): a replay of the key returns that request, even
+    after the cooldown has passed. Written on the user's stream of ``flow``."""
+
+    flow: str  # "reset" or "otp"
+    user_id: str
+    request_id: UUID
+    message_id: UUID
+    client: str | None
+    idempotency_key: str
+    bound_at: datetime
+
+
+def bind_key_to_reuse(
+    decision: Decision, *, flow: str, user_id: str, client: str | None,
+    idempotency_key: str | None, now: datetime,
+) -> Decision:
+    """Rule (b) with a key: record that the key now names the reused request.
+
+    Without it the key would name nothing, and a retry after the cooldown
+    would make a new request although the first answer promised the old one.
+    A refusal binds nothing: a retry after ``retry_at`` is meant to succeed.
+    """
+    outcome = decision.outcome
+    if idempotency_key is None or not isinstance(outcome, RequestOutcome) or not outcome.reused:
+        return decision
+    bound = IdempotencyKeyBound(
+        flow, user_id, outcome.request_id, outcome.message_id, client, idempotency_key, now
+    )
+    return evolve(decision, events=(*decision.events, bound))
+
+
+def replay_receipt(
+    first: PastRequest | None, params: tuple[str, ...], *, now: datetime, receipt_ttl: timedelta
+) -> Decision | None:
+    """Rule (a): the first answer again, writing nothing, when ``first`` was
+    created with this idempotency key within ``receipt_ttl``.
+
+    ``IdempotencyMismatch`` when the key comes back with other parameters.
+    """
+    if first is None or now - first.created_at >= receipt_ttl:
+        return None
+    if first.params != params:
+        raise IdempotencyMismatch()
+    return Decision(events=(), emails=(), outcome=evolve(first.outcome, reused=True, replayed=True))
+
+
+def reuse_or_refuse(
+    past: Sequence[PastRequest],
+    params: tuple[str, ...],
+    *,
+    now: datetime,
+    cooldown: timedelta,
+    hourly_limit: int,
+    refusal: Callable[[datetime], object],
+) -> Decision | None:
+    """Rules (b) and (c): reuse the newest open request when it is unexpired,
+    younger than ``cooldown`` and for the same parameters; else, when
+    ``hourly_limit`` requests fall within the last hour, record
+    ``refusal(retry_at)``. None when a new request may be made."""
+    open_requests = [p for p in past if p.is_open]
+    if open_requests:
+        newest = max(open_requests, key=lambda p: p.created_at)
+        if (
+            now < newest.outcome.expires_at
+            and now - newest.created_at < cooldown
+            and newest.params == params
+        ):
+            return Decision(events=(), emails=(), outcome=evolve(newest.outcome, reused=True))
+    retry_at = rate_limit_retry_at((p.created_at for p in past), now=now, limit=hourly_limit)
+    if retry_at is None:
+        return None
+    return Decision(
+        events=(refusal(retry_at),), emails=(), outcome=Refused("rate_limited", retry_at)
+    )
+
+
+def rate_limit_retry_at(
+    times: Iterable[datetime], *, now: datetime, limit: int
+) -> datetime | None:
+    """When the next request is allowed if ``limit`` of ``times`` fall within
+    the last hour, else None."""
+    recent = sorted(t for t in times if t > now - RATE_WINDOW)
+    if len(recent) < limit:
+        return None
+    # The window must shed enough entries to fall below the limit; with a
+    # lowered limit that can be more than just the oldest one.
+    return recent[len(recent) - limit] + RATE_WINDOW
