@@ -44,7 +44,7 @@ def _client_name(request: Request) -> str:
 
 
 class Steps(Protocol):
-    """What the admin handlers use of ``infra.http.app.Api``: its context and shared steps."""
+    """What the admin handlers use of ``infra.http.api.Api``: its context and shared steps."""
 
     ctx: ServiceContext
 

@@ -1,26 +1,22 @@
-"""The HTTP API: a Starlette application over the service functions.
+"""The HTTP application: the API, admin, pages and console routes under one Starlette app.
 
-Handlers are thin: check the headers, read and check the body, then run the
-database work (authenticate the key, call the service) in Starlette's
-threadpool, where the sync SQLAlchemy pool lives. Every error becomes a
-problem+json response in ``infra.http.problems``; anything unexpected is
-logged with its traceback and answered with a bare 500.
+``create_app`` composes the handlers (``infra.http.api``, ``infra.http.admin``,
+``infra.http.pages``) and the console, wraps them in ``RequestContext``
+(``infra.http.request_context``) and installs the exception handlers: every
+error becomes a problem+json response in ``infra.http.problems``; anything
+unexpected is logged with its traceback and answered with a bare 500. Its
+lifespan runs the background loops (delivery worker, catch-up runner).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import threading
-import time
-import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
-from uuid import UUID
+from typing import Protocol
 
 from anyio import to_thread
-from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -28,288 +24,21 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from domain.clients import Caller
-from domain.decisions import RequestOutcome
-from domain.errors import AuthledgerError, InvalidInput, NotFound
-from domain.otp import RequestOtp
-from domain.reset import RequestReset
-from domain.tenants import split_scoped_user
+from domain.errors import AuthledgerError, InvalidInput
 from infra.console.app import Console
-from infra.db import tables
-from infra.db.schema import SCHEMA_VERSION, current_version
 from infra.delivery.worker import Worker
-from infra.errors import DatabaseUnavailable, Forbidden, SchemaMismatch, Unauthorized
-from infra.http import schemas
 from infra.http.admin import Admin, admin_routes
-from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from infra.http.metrics import LogMetrics, render
-from infra.http.openapi import openapi_document
+from infra.http.api import Api
 from infra.http.pages import docs_routes, reset_page_routes
-from infra.http.problems import (
-    InternalError,
-    InvalidQuery,
-    InvalidRequestId,
-    MethodNotAllowed,
-    RouteNotFound,
-    problem_response,
-    safe_json,
-)
-from infra.http.validation import (
-    MAX_BODY_BYTES,
-    bearer_key,
-    canonical_uuid,
-    idempotency_key,
-    read_json,
-    single_query,
-)
-from infra.logs import FIELDS, log_event
+from infra.http.problems import MethodNotAllowed, RouteNotFound, problem_response
+from infra.http.request_context import RequestContext
+from infra.http.validation import MAX_BODY_BYTES
+from infra.logs import log_event
 from infra.projector.catchup import CatchUpRunner
-from infra.review.timeline import message_timeline, request_timeline, user_timeline
-from infra.services import otp as otp_service, reset as reset_service
-from infra.services.clients import authenticate
-# What POST /v1/users/{user_id}/erasure does once the key holds admin; the console's erase form calls it too.
-from infra.services.privacy import erase_user
 from infra.services.unit_of_work import ServiceContext
 
 log = logging.getLogger("authledger.http")
-REQUEST_ID = re.compile(schemas.REQUEST_ID_PATTERN.strip("^$"))
-CONNECTED = text("SELECT 1")
-USER_ID = re.compile(schemas.USER_ID["pattern"].strip("^$"))
-MISSING_TABLES = text("SELECT name FROM unnest(CAST(:names AS text[])) AS name WHERE to_regclass(name) IS NULL")
-REPLAYED = "Idempotency-Replayed"
-
-
-def _json(data: dict[str, Any], status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(safe_json(data), status_code=status_code, headers=headers, media_type="application/json")
-
-
-def _accepted(data: dict[str, Any], outcome: RequestOutcome) -> Response:
-    """A create's 202: ``data`` with ``reused``, and ``Idempotency-Replayed: true`` on a replay of the key."""
-    headers = {REPLAYED: "true"} if outcome.replayed else None
-    return _json({**data, "message_id": str(outcome.message_id), "expires_at": outcome.expires_at.isoformat(),
-                  "reused": outcome.reused}, 202, headers)
-
-
-class Api:
-    """The handlers, bound to one ``ServiceContext``."""
-
-    def __init__(self, ctx: ServiceContext, *, max_body_bytes: int, worker: Worker | None = None) -> None:
-        self.ctx = ctx
-        self.worker = worker
-        self.max_body_bytes = max_body_bytes
-        self.log_metrics = LogMetrics()
-        self.document = openapi_document(max_body_bytes=max_body_bytes)
-
-    # -- shared steps ---------------------------------------------------------------------------
-
-    def _caller(self, api_key: str, scope: str) -> Caller:
-        caller = authenticate(self.ctx.engine, api_key)
-        if caller is None:
-            raise Unauthorized("the API key is unknown or revoked")
-        if not caller.may(scope):
-            raise Forbidden(f"this API key lacks the {scope!r} scope that this operation needs")
-        return caller
-
-    def _metadata(self, request: Request, caller: Caller) -> dict[str, str]:
-        request_id = request.state.request_id
-        return {"client": caller.client, "actor": f"client:{caller.client}", "request_id": request_id,
-                "correlation_id": request_id}
-
-    async def _checked(self, request: Request, schema: schemas.Schema, *, create: bool = False
-                       ) -> tuple[dict[str, Any], str | None]:
-        """The body (and a create's Idempotency-Key), checked before any database work: nothing is written."""
-        bearer_key(request)  # 401 first when there is no key at all
-        key = idempotency_key(request) if create else None
-        return await read_json(request, schema, limit=self.max_body_bytes), key
-
-    async def _authenticated(self, request: Request, scope: str, work: Callable[[Caller], Any]) -> Any:
-        """Run ``work(caller)`` in the threadpool after checking there that the key holds ``scope``."""
-        api_key = bearer_key(request)
-
-        def authenticated_work() -> Any:
-            caller = self._caller(api_key, scope)
-            request.state.client = caller.client  # for the request's log line
-            return work(caller)
-
-        return await run_in_threadpool(authenticated_work)
-
-    # -- password resets ------------------------------------------------------------------------
-
-    async def create_reset(self, request: Request) -> Response:
-        body, key = await self._checked(request, schemas.RESET_CREATE, create=True)
-        outcome = await self._authenticated(request, "send", lambda caller: reset_service.request_reset(
-            self.ctx, RequestReset(body["user_id"], body["email"], key, caller.client, caller.tenant),
-            self._metadata(request, caller),
-            in_flight="refuse"))
-        return _accepted({"request_id": str(outcome.request_id)}, outcome)
-
-    async def verify_reset(self, request: Request) -> Response:
-        body, _ = await self._checked(request, schemas.TOKEN_BODY)
-        found = await self._authenticated(request, "verify", lambda caller: reset_service.verify_token(
-            self.ctx, body["token"], self._metadata(request, caller), tenant=caller.tenant))
-        return _json({"valid": True, "request_id": str(found.request_id), "user_id": _local(found.user_id),
-                      "expires_at": found.expires_at.isoformat()})
-
-    async def consume_reset(self, request: Request) -> Response:
-        body, _ = await self._checked(request, schemas.TOKEN_BODY)
-        outcome = await self._authenticated(request, "verify", lambda caller: reset_service.consume_token(
-            self.ctx, body["token"], self._metadata(request, caller), tenant=caller.tenant))
-        return _json({"consumed": True, "request_id": str(outcome.request_id), "user_id": _local(outcome.user_id),
-                      "completed_at": outcome.completed_at.isoformat()})
-
-    # -- OTP ------------------------------------------------------------------------------------
-
-    async def create_challenge(self, request: Request) -> Response:
-        body, key = await self._checked(request, schemas.OTP_CREATE, create=True)
-        outcome = await self._authenticated(request, "send", lambda caller: otp_service.request_otp(
-            self.ctx, RequestOtp(body["user_id"], body["email"], body.get("purpose", "login"), key, caller.client,
-                                 caller.tenant),
-            self._metadata(request, caller), in_flight="refuse"))
-        return _accepted({"challenge_id": str(outcome.request_id)}, outcome)
-
-    async def verify_challenge(self, request: Request) -> Response:
-        challenge_id = _path_uuid(request.path_params["challenge_id"], "challenge")
-        body, _ = await self._checked(request, schemas.CODE_BODY)
-        await self._authenticated(request, "verify", lambda caller: otp_service.verify_code(
-            self.ctx, challenge_id, body["code"], self._metadata(request, caller), user_id=body["user_id"],
-            purpose=body.get("purpose"), tenant=caller.tenant))
-        return _json({"verified": True, "challenge_id": str(challenge_id)})
-
-    # -- support and operations -----------------------------------------------------------------
-
-    async def timeline(self, request: Request) -> Response:
-        bearer_key(request)
-        query = single_query(request, schemas.TIMELINE_SUBJECTS)
-        if len(query) != 1:
-            raise InvalidQuery("give exactly one of user_id, request_id or message_id")
-        [(name, value)] = query.items()
-
-        def work(caller: Caller) -> Any:
-            if name == "user_id":
-                return user_timeline(self.ctx, value, tenant=caller.tenant)
-            finder = request_timeline if name == "request_id" else message_timeline
-            return finder(self.ctx, UUID(value), tenant=caller.tenant)  # single_query held it to the canonical form
-
-        found = await self._authenticated(request, "review", work)
-        return _json(found.as_json())
-
-    async def erase_user(self, request: Request) -> Response:
-        user_id = _path_user(request.path_params["user_id"])
-        body, _ = await self._checked(request, schemas.ERASURE_BODY)
-        erasure = await self._authenticated(request, "admin", lambda caller: erase_user(
-            self.ctx, caller, user_id, body["reason"], self._metadata(request, caller)))
-        return _json({**erasure.as_dict(), "user_id": user_id})
-
-    async def healthz(self, request: Request) -> Response:
-        return _json({"status": "ok"})
-
-    async def readyz(self, request: Request) -> Response:
-        # Anyone may ask whether the database answers; how it stands (schema
-        # version, missing tables) is told only to a key with the metrics scope.
-        if "authorization" not in request.headers:
-            await run_in_threadpool(self._check_connected)
-            return _json({"status": "ready"})
-        await self._authenticated(request, "metrics", lambda _: self._check_ready())
-        return _json({"status": "ready", "schema_version": SCHEMA_VERSION})
-
-    def _check_connected(self) -> None:
-        try:
-            with self.ctx.engine.connect() as connection:
-                connection.execute(CONNECTED)
-        except AuthledgerError:
-            raise DatabaseUnavailable() from None
-
-    def _check_ready(self) -> None:
-        with self.ctx.engine.connect() as connection:
-            version = current_version(connection)
-            missing = connection.execute(MISSING_TABLES, {"names": list(tables.metadata.tables)}).scalars().all()
-        # A newer schema is fine: schema.sql only ever adds, so during a rolling
-        # deploy the old release stays ready after the new one ran db init.
-        problems = [] if version is not None and version >= SCHEMA_VERSION else [
-            "no authledger schema" if version is None else f"schema version {version}, not {SCHEMA_VERSION}"
-        ]
-        problems += [f"no table {name}" for name in missing]
-        if problems:
-            raise SchemaMismatch(f"the database is not ready: {'; '.join(problems)}; run `authledger db init`")
-
-    def start_metrics(self) -> None:
-        with self.ctx.engine.connect() as connection:
-            self.log_metrics.start(connection)
-
-    async def metrics(self, request: Request) -> Response:
-        # Counters move when an email is queued: for an outsider, an oracle of
-        # who just asked for a reset. Prometheus scrapes with a bearer token.
-        exposition = await self._authenticated(
-            request, "metrics", lambda _: render(self.ctx, self.log_metrics, self.worker))
-        return Response(exposition, media_type=METRICS_CONTENT_TYPE)
-
-    async def openapi(self, request: Request) -> Response:
-        return _json(self.document)
-
-
-def _local(scoped_user_id: str) -> str:
-    """The user id as the caller's tenant knows it: responses never show the scoped id."""
-    return split_scoped_user(scoped_user_id)[1]
-
-def _path_user(value: str) -> str:
-    if len(value) > schemas.USER_ID["maxLength"] or not USER_ID.fullmatch(value):
-        raise NotFound("no such user: a user id is 1-200 printable ASCII characters, no spaces")
-    return value
-
-
-def _path_uuid(value: str, what: str) -> UUID:
-    found = canonical_uuid(value)
-    if found is None:
-        raise NotFound(f"no {what} {value!r}: ids are UUIDs like 123e4567-e89b-12d3-a456-426614174000")
-    return found
-
-
-class RequestContext:
-    """Outermost layer: the request id, one log line per request, and the last-resort 500.
-
-    Errors the handlers raise are turned into problems by the exception
-    handlers below; whatever escapes them is a bug, answered with a 500 that
-    says nothing and logged with its traceback.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started, status = time.perf_counter(), 500
-        given = Request(scope).headers.getlist("x-request-id")
-        valid = len(given) == 1 and REQUEST_ID.fullmatch(given[0]) is not None
-        request_id = given[0] if valid else uuid.uuid4().hex
-        state = scope.setdefault("state", {})
-        state["request_id"] = request_id
-        response_started = False
-
-        async def send_with_id(message: Message) -> None:
-            nonlocal response_started, status
-            if message["type"] == "http.response.start":
-                response_started, status = True, message["status"]
-                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
-            await send(message)
-
-        try:
-            if given and not valid:
-                error = InvalidRequestId("X-Request-Id must be one value of 1-128 of A-Z a-z 0-9 . _ : @ / + = -")
-                await problem_response(error)(scope, receive, send_with_id)
-            else:
-                await self.app(scope, receive, send_with_id)
-        except Exception:
-            log.exception("unhandled error", extra={FIELDS: {"request_id": request_id}})
-            if not response_started:
-                await problem_response(InternalError())(scope, receive, send_with_id)
-        finally:
-            log_event(log, "http request", method=scope["method"], path=scope["path"], status=status,
-                      ms=round((time.perf_counter() - started) * 1000, 1), request_id=request_id,
-                      client=state.get("client"))
 
 
 def create_app(

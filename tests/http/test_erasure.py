@@ -23,8 +23,8 @@ from domain.privacy import SubjectErased, subject_stream
 from domain.reset import RequestReset
 from infra.eventlog.personal_data import ERASED
 from infra.eventlog.postgres import PostgresEventStore
-from infra.http.app import erase_user
 from infra.services.clients import create_client
+from infra.services.privacy import erase_user
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
 from tests.http.support import asgi_client, assert_problem, log_size
@@ -102,15 +102,15 @@ async def test_over_http_a_key_holding_admin_erases_with_its_client_on_record(
     ada: None, ctx: ServiceContext, api: httpx.AsyncClient, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The handler's wiring, until admin keys exist: the real key of "shop", its scopes widened by `admin`."""
-    import infra.http.app
+    import infra.http.api
 
-    real = infra.http.app.authenticate
+    real = infra.http.api.authenticate
 
     def with_admin(engine: Engine, api_key: str) -> Caller | None:
         caller = real(engine, api_key)
         return Caller(caller.client, caller.tenant, caller.scopes | {"admin"}) if caller else None
 
-    monkeypatch.setattr(infra.http.app, "authenticate", with_admin)
+    monkeypatch.setattr(infra.http.api, "authenticate", with_admin)
 
     response = await api.post("/v1/users/42/erasure", json=REASON, headers={"X-Request-Id": "ticket-117"})
     again = await api.post("/v1/users/42/erasure", json=REASON)
