@@ -12,15 +12,11 @@ refuses to run.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import ipaddress
 import sys
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
-from urllib.parse import urlsplit
 
 from attrs import field, fields, frozen
 
@@ -28,169 +24,10 @@ from domain.delivery import RECORD_WITHIN, DeliveryPolicy
 from domain.errors import ConfigError
 from domain.policy import ACCOUNT_LOCK_CEILING, OTP_DIGITS_FLOOR, OtpPolicy, ResetPolicy
 from domain.tokens import MAX_OTP_DIGITS
+from infra import config_values as values
 
 PROVIDERS = ("maildir", "smtp", "http")
 LOG_FORMATS = ("auto", "json", "text")
-
-
-def _whole(low: int, high: int, *, low_because: str = "", high_because: str = "") -> Callable[[str], int]:
-    # A bound set by a standard names it, so that the refusal says why.
-    def parse(raw: str) -> int:
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            raise ValueError(f"must be a whole number, got {raw!r}") from None
-        if not low <= value <= high:
-            because = low_because if value < low else high_because
-            raise ValueError(f"must be between {low} and {high}{f' ({because})' if because else ''}, got {value}")
-        return value
-
-    return parse
-
-
-def _seconds(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"must be a number of seconds, got {raw!r}") from None
-    if not 0 < value <= 3600:
-        raise ValueError(f"must be between 0 and 3600 seconds, got {raw}")
-    return value
-
-
-def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        if raw not in options:
-            raise ValueError(f"must be one of {', '.join(options)}, got {raw!r}")
-        return raw
-
-    return parse
-
-
-def _yes_no(raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"must be true or false, got {raw!r}")
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its userinfo, query and fragment replaced by ``***``: how a URL is shown or quoted.
-
-    ``https://user:pass@host/path?key=abc`` reads ``https://***@host/path?***``. Text
-    that is not a ``scheme://`` URL is masked whole: it might be a secret mistyped.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep or not scheme:
-        return "***"
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    authority, tail = rest[:end], rest[end:]
-    if "@" in authority:
-        authority = "***@" + authority.rpartition("@")[2]
-    tail, has_fragment, _ = tail.partition("#")
-    path, has_query, _ = tail.partition("?")
-    return f"{scheme}://{authority}{path}{'?***' if has_query else ''}{'#***' if has_fragment else ''}"
-
-
-def is_loopback(host: str | None) -> bool:
-    """Whether ``host`` names this machine: localhost, a ``.localhost`` name (RFC 6761) or a
-    loopback address. Nothing is resolved: the check reads the configuration, not the network."""
-    if not host:
-        return False
-    host = host.lower().rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _url_parts(raw: str, schemes: tuple[str, ...]) -> tuple[str, str | None]:
-    """(scheme, host) of ``raw``; ``ValueError`` unless it is a URL of one of ``schemes`` with a host."""
-    try:
-        parts = urlsplit(raw.strip())
-        scheme, host = parts.scheme.lower(), parts.hostname
-        parts.port  # noqa: B018 - read for its check: an invalid port raises ValueError
-    except ValueError:
-        scheme, host = "", None
-    if scheme not in schemes or not host:
-        names = [f"{name}://" for name in schemes]
-        listed = ", ".join(names[:-1]) + " or " + names[-1]
-        raise ValueError(f"must be a URL with a host, starting with {listed}; got {mask_url(raw)!r}")
-    return scheme, host
-
-
-def _https_url(raw: str) -> str:
-    # Floor: a reset link or a provider call carries a credential (the token,
-    # the provider key, the recipient); in clear text only to this machine.
-    scheme, host = _url_parts(raw, ("http", "https"))
-    if scheme != "https" and not is_loopback(host):
-        raise ValueError(f"must use https:// (http:// only for localhost or a loopback address), "
-                         f"got {mask_url(raw)!r}")
-    return raw.strip()
-
-
-def _smtp_url(raw: str) -> str:
-    # Floor: mail holds live links and codes, and the URL a password; plain
-    # smtp:// only to this machine (a local relay), else TLS or STARTTLS.
-    scheme, host = _url_parts(raw, ("smtp", "smtp+starttls", "smtps"))
-    if scheme == "smtp" and not is_loopback(host):
-        raise ValueError(f"must use TLS (smtps:// or smtp+starttls://; plain smtp:// only for localhost "
-                         f"or a loopback address), got {mask_url(raw)!r}")
-    return raw.strip()
-
-
-def parse_token_keys(raw: str) -> dict[str, bytes]:
-    """``id:base64key,...`` newest first -> ordered {id: key}; keys of at least 32 bytes."""
-    return _key_list(raw, lambda key: None if len(key) >= 32 else f"{len(key)} bytes; token keys need at least 32")
-
-
-def parse_master_keys(raw: str) -> dict[str, bytes]:
-    """``id:base64key,...`` newest first -> ordered {id: key}; AES-256 keys of exactly 32 bytes."""
-    return _key_list(raw, lambda key: None if len(key) == 32 else f"{len(key)} bytes; a master key is exactly 32")
-
-
-def _key_list(raw: str, wrong_size: Callable[[bytes], str | None]) -> dict[str, bytes]:
-    keys: dict[str, bytes] = {}
-    for item in filter(None, (part.strip() for part in raw.split(","))):
-        key_id, sep, encoded = item.partition(":")
-        if not sep or not key_id.isidentifier():
-            raise ValueError("must be id:base64key pairs separated by commas (ids are letters, digits, _)")
-        try:
-            key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), altchars=b"-_", validate=False)
-        except (binascii.Error, ValueError):
-            raise ValueError(f"key {key_id!r} is not valid base64") from None
-        if problem := wrong_size(key):
-            raise ValueError(f"key {key_id!r} is {problem}")
-        if key_id in keys:
-            raise ValueError(f"key id {key_id!r} appears twice")
-        keys[key_id] = key
-    if not keys:
-        raise ValueError("names no key")
-    return keys
-
-
-def parse_signing_key(raw: str) -> bytes:
-    """The raw 32-byte Ed25519 private key (seed) from base64; the message never repeats the value."""
-    try:
-        key = base64.b64decode(raw.strip() + "=" * (-len(raw.strip()) % 4), altchars=b"-_", validate=False)
-    except (binascii.Error, ValueError):
-        raise ValueError("is not valid base64") from None
-    if len(key) != 32:
-        raise ValueError(f"must be the base64 of a raw 32-byte Ed25519 private key, got {len(key)} bytes")
-    return key
-
-
-def _checked_text(parse: Callable[[str], object]) -> Callable[[str], str]:
-    # Keys are checked at start but kept as text: each is parsed where it is used.
-    def check(raw: str) -> str:
-        parse(raw)
-        return raw
-
-    return check
 
 
 @frozen
@@ -227,79 +64,79 @@ class Settings:
         doc="Where the embedded PostgreSQL, the development keys and the default Maildir live.")
     database_url: str | None = _setting("DATABASE_URL", None, secret=True, url=True,
         doc="PostgreSQL URL; an embedded server in the data directory when unset.")
-    provider: str = _setting("AUTHLEDGER_PROVIDER", "maildir", _choice(PROVIDERS),
+    provider: str = _setting("AUTHLEDGER_PROVIDER", "maildir", values.choice(PROVIDERS),
         doc="How mail is sent: maildir, smtp or http.")
     maildir: Path | None = _setting("AUTHLEDGER_MAILDIR", None, Path,
         doc="Where the maildir provider delivers; `maildir` in the data directory when unset.")
-    smtp_url: str | None = _setting("AUTHLEDGER_SMTP_URL", None, _smtp_url, secret=True, url=True,
+    smtp_url: str | None = _setting("AUTHLEDGER_SMTP_URL", None, values.smtp_url, secret=True, url=True,
         doc="SMTP server, e.g. `smtp+starttls://user:pass@host:587`; required with the smtp provider. "
             "TLS (`smtps://`) or STARTTLS (`smtp+starttls://`); plain `smtp://` only to a loopback host.")
-    http_provider_url: str | None = _setting("AUTHLEDGER_HTTP_PROVIDER_URL", None, _https_url, url=True,
+    http_provider_url: str | None = _setting("AUTHLEDGER_HTTP_PROVIDER_URL", None, values.https_url, url=True,
         doc="Endpoint of the HTTP JSON provider; required with the http provider. "
             "`https://`; `http://` only to a loopback host.")
     http_provider_key: str | None = _setting("AUTHLEDGER_HTTP_PROVIDER_KEY", None, secret=True,
         doc="API key sent to the HTTP JSON provider.")
     sender: str = _setting("AUTHLEDGER_SENDER", "authledger <no-reply@authledger.localhost>",
         doc="From address of every email.")
-    reset_url: str = _setting("AUTHLEDGER_RESET_URL", "http://localhost:8000/reset", _https_url, url=True,
+    reset_url: str = _setting("AUTHLEDGER_RESET_URL", "http://localhost:8000/reset", values.https_url, url=True,
         doc="Page that reset links open, with `?token=` added. `https://`; `http://` only on localhost "
             "or a loopback address.")
-    dev_reset_page: bool = _setting("AUTHLEDGER_DEV_RESET_PAGE", False, _yes_no,
+    dev_reset_page: bool = _setting("AUTHLEDGER_DEV_RESET_PAGE", False, values.yes_no,
         doc="Serve the development stand-in reset page at /reset with DATABASE_URL set too "
             "(it is always on for the embedded default).")
     templates_dir: Path | None = _setting("AUTHLEDGER_TEMPLATES_DIR", None, Path,
         doc="Folder of email templates that replace the shipped ones, file by file (see README, The emails).")
-    token_keys: str | None = _setting("AUTHLEDGER_TOKEN_KEYS", None, _checked_text(parse_token_keys), secret=True,
+    token_keys: str | None = _setting("AUTHLEDGER_TOKEN_KEYS", None, values.checked_text(values.parse_token_keys), secret=True,
         doc="`id:base64key,...` newest first, each at least 32 bytes: derive tokens and codes.")
     # DESIGN: a reset link never lives past 24 h.
-    reset_ttl: int = _setting("AUTHLEDGER_RESET_TTL", 30 * 60, _whole(1, 24 * 3600), feeds=(ResetPolicy, "ttl"),
+    reset_ttl: int = _setting("AUTHLEDGER_RESET_TTL", 30 * 60, values.whole(1, 24 * 3600), feeds=(ResetPolicy, "ttl"),
         doc="Seconds a reset link stays valid.")
-    reset_cooldown: int = _setting("AUTHLEDGER_RESET_COOLDOWN", 60, _whole(0, 3600), feeds=(ResetPolicy, "cooldown"),
+    reset_cooldown: int = _setting("AUTHLEDGER_RESET_COOLDOWN", 60, values.whole(0, 3600), feeds=(ResetPolicy, "cooldown"),
         doc="Seconds during which the same reset request returns the open one instead of a new link.")
-    reset_hourly_limit: int = _setting("AUTHLEDGER_RESET_HOURLY_LIMIT", 5, _whole(1, 1000),
+    reset_hourly_limit: int = _setting("AUTHLEDGER_RESET_HOURLY_LIMIT", 5, values.whole(1, 1000),
         feeds=(ResetPolicy, "hourly_limit"), doc="Reset requests per user per hour.")
-    otp_ttl: int = _setting("AUTHLEDGER_OTP_TTL", 10 * 60, _whole(1, 3600), feeds=(OtpPolicy, "ttl"),
+    otp_ttl: int = _setting("AUTHLEDGER_OTP_TTL", 10 * 60, values.whole(1, 3600), feeds=(OtpPolicy, "ttl"),
         doc="Seconds a one-time code stays valid.")
-    otp_cooldown: int = _setting("AUTHLEDGER_OTP_COOLDOWN", 60, _whole(0, 3600), feeds=(OtpPolicy, "cooldown"),
+    otp_cooldown: int = _setting("AUTHLEDGER_OTP_COOLDOWN", 60, values.whole(0, 3600), feeds=(OtpPolicy, "cooldown"),
         doc="Seconds during which the same code request returns the open challenge instead of a new code.")
-    otp_hourly_limit: int = _setting("AUTHLEDGER_OTP_HOURLY_LIMIT", 5, _whole(1, 1000),
+    otp_hourly_limit: int = _setting("AUTHLEDGER_OTP_HOURLY_LIMIT", 5, values.whole(1, 1000),
         feeds=(OtpPolicy, "hourly_limit"), doc="Code requests per user per hour.")
     otp_digits: int = _setting("AUTHLEDGER_OTP_DIGITS", 6,
-        _whole(OTP_DIGITS_FLOOR, MAX_OTP_DIGITS, low_because="NIST SP 800-63B: at least 6 digits"),
+        values.whole(OTP_DIGITS_FLOOR, MAX_OTP_DIGITS, low_because="NIST SP 800-63B: at least 6 digits"),
         feeds=(OtpPolicy, "digits"), doc="Digits of new one-time codes, 6 to 10; challenges already sent keep theirs.")
-    otp_max_attempts: int = _setting("AUTHLEDGER_OTP_MAX_ATTEMPTS", 5, _whole(1, 100),
+    otp_max_attempts: int = _setting("AUTHLEDGER_OTP_MAX_ATTEMPTS", 5, values.whole(1, 100),
         feeds=(OtpPolicy, "max_attempts"), doc="Wrong codes that lock one challenge.")
     otp_account_lock_failures: int = _setting("AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES", 100,
-        _whole(1, ACCOUNT_LOCK_CEILING, high_because="NIST SP 800-63B: at most 100 consecutive failures"),
+        values.whole(1, ACCOUNT_LOCK_CEILING, high_because="NIST SP 800-63B: at most 100 consecutive failures"),
         feeds=(OtpPolicy, "account_lock_threshold"),
         doc="Consecutive wrong codes, across challenges, that lock the user's code flow; at most 100.")
     # Up to 30 days: a lock longer than that is a typo (or an extra zero).
-    otp_account_lock_seconds: int = _setting("AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS", 15 * 60, _whole(1, 30 * 24 * 3600),
+    otp_account_lock_seconds: int = _setting("AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS", 15 * 60, values.whole(1, 30 * 24 * 3600),
         feeds=(OtpPolicy, "account_lock_base"), doc="Seconds of the first account lock; each next one doubles.")
     otp_account_lock_max_seconds: int = _setting("AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS", 24 * 3600,
-        _whole(1, 30 * 24 * 3600), feeds=(OtpPolicy, "account_lock_max"), doc="Longest account lock, in seconds.")
-    lease_seconds: int = _setting("AUTHLEDGER_LEASE_SECONDS", 45, _whole(1, 3600), feeds=(DeliveryPolicy, "lease"),
+        values.whole(1, 30 * 24 * 3600), feeds=(OtpPolicy, "account_lock_max"), doc="Longest account lock, in seconds.")
+    lease_seconds: int = _setting("AUTHLEDGER_LEASE_SECONDS", 45, values.whole(1, 3600), feeds=(DeliveryPolicy, "lease"),
         doc="Seconds a worker holds a message; must exceed the provider timeout plus the margin.")
-    lease_margin_seconds: int = _setting("AUTHLEDGER_LEASE_MARGIN", 5, _whole(0, 600), feeds=(DeliveryPolicy, "margin"),
+    lease_margin_seconds: int = _setting("AUTHLEDGER_LEASE_MARGIN", 5, values.whole(0, 600), feeds=(DeliveryPolicy, "margin"),
         doc="Seconds of lease a worker needs left to start a provider call.")
-    provider_timeout: int = _setting("AUTHLEDGER_PROVIDER_TIMEOUT", 10, _whole(1, 600),
+    provider_timeout: int = _setting("AUTHLEDGER_PROVIDER_TIMEOUT", 10, values.whole(1, 600),
         doc="Seconds allowed for one provider call.")
-    delivery_inflight: int = _setting("AUTHLEDGER_DELIVERY_INFLIGHT", 64, _whole(1, 1024),
+    delivery_inflight: int = _setting("AUTHLEDGER_DELIVERY_INFLIGHT", 64, values.whole(1, 1024),
         doc="Provider calls a worker process keeps in flight at once; each provider keeps as many connections.")
-    max_attempts: int | None = _setting("AUTHLEDGER_MAX_ATTEMPTS", None, _whole(1, 1000),
+    max_attempts: int | None = _setting("AUTHLEDGER_MAX_ATTEMPTS", None, values.whole(1, 1000),
         feeds=(DeliveryPolicy, "max_attempts"),
         doc="Optional hard cap on send attempts; unset, a message is retried until its link or code expires.")
-    retry_backoff_cap: int = _setting("AUTHLEDGER_RETRY_BACKOFF_CAP", 60, _whole(1, 3600),
+    retry_backoff_cap: int = _setting("AUTHLEDGER_RETRY_BACKOFF_CAP", 60, values.whole(1, 3600),
         feeds=(DeliveryPolicy, "backoff_cap"), doc="Longest wait, in seconds, between two attempts of one message.")
-    poll_seconds: float = _setting("AUTHLEDGER_POLL_SECONDS", 5.0, _seconds,
+    poll_seconds: float = _setting("AUTHLEDGER_POLL_SECONDS", 5.0, values.seconds,
         doc="Longest an idle worker or catch-up runner waits without a notification.")
-    log_format: str = _setting("AUTHLEDGER_LOG_FORMAT", "auto", _choice(LOG_FORMATS),
+    log_format: str = _setting("AUTHLEDGER_LOG_FORMAT", "auto", values.choice(LOG_FORMATS),
         doc="Log lines as json, text, or auto (JSON when stderr is not a terminal).")
-    master_key: str | None = _setting("AUTHLEDGER_MASTER_KEY", None, _checked_text(parse_master_keys), secret=True,
+    master_key: str | None = _setting("AUTHLEDGER_MASTER_KEY", None, values.checked_text(values.parse_master_keys), secret=True,
         doc="`id:base64key,...` newest first, 32 bytes each: wrap the per-user data keys; required with DATABASE_URL.")
-    signing_key: str | None = _setting("AUTHLEDGER_SIGNING_KEY", None, _checked_text(parse_signing_key), secret=True,
+    signing_key: str | None = _setting("AUTHLEDGER_SIGNING_KEY", None, values.checked_text(values.parse_signing_key), secret=True,
         doc="Base64 Ed25519 private key that signs audit digests.")
-    console_idle_minutes: int = _setting("AUTHLEDGER_CONSOLE_IDLE_MINUTES", 15, _whole(1, 24 * 60),
+    console_idle_minutes: int = _setting("AUTHLEDGER_CONSOLE_IDLE_MINUTES", 15, values.whole(1, 24 * 60),
         doc="Minutes without a request after which a review console session ends.")
     signing_key_file: Path | None = _setting("AUTHLEDGER_SIGNING_KEY_FILE", None, Path,
         doc="File holding the audit signing key, instead of the variable.")
@@ -401,7 +238,7 @@ def _value_and_source(settings: Settings, setting: Setting, environ: Mapping[str
     if value is None:
         return None, source
     if setting.url:
-        return mask_url(value), source
+        return values.mask_url(value), source
     if setting.secret:
         return "***", source
     return (str(value) if isinstance(value, Path) else value), source

@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy import Connection, Engine, text
 
 from domain.errors import ConfigError
-from infra.config import parse_master_keys
+from infra.config_values import parse_master_keys
 from infra.db.pipeline import DEFERRED
 from infra.eventlog.tags import PERSONAL_FIELDS
 from infra.eventlog.personal_data import NONCE_BYTES, DataKeyring, envelope_key_ids
