@@ -13,10 +13,12 @@ a call the domain counts rather than logs (``Decision.counted``) bumps a
 counter row, and the stream's next append first writes those counts as
 ``RequestsCounted`` (``infra.services.counts``). Requests with an idempotency key
 take an advisory lock on the key first (always key, then stream: no two
-transactions can wait for each other), so that retries in flight wait for
-(or are refused while) the first one runs. The time a decision is stamped
-with is read after the locks are held, so a stream's event times never go
-backwards.
+transactions can wait for each other; ``infra.services.locks``), so that
+retries in flight wait for (or are refused while) the first one runs. The
+time a decision is stamped with is read after the locks are held, so a
+stream's event times never go backwards. The transaction is pipelined
+(``infra.db.pipeline``): it waits for the server where it reads, and its
+writes go with the COMMIT.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ Decided = TypeVar("Decided")
 def random_nonce() -> str:
     """A new request's secret nonce: ``NONCE_BYTES`` from the operating system's CSPRNG."""
     return nonce_text(os.urandom(NONCE_BYTES))
+
 
 @frozen
 class ServiceContext:
