@@ -54,17 +54,17 @@ def pipelined_transaction(engine: Engine) -> Iterator[Connection]:
         # In autocommit psycopg sends no BEGIN of its own: ours is deferred,
         # and the transaction is still one block from BEGIN to COMMIT.
         driver.autocommit = True
-        pipelining = driver.pipeline()
-        _PIPELINES[driver] = (pipelining.__enter__(), pipelining)
-        try:
+        try:  # from here on, the connection goes back to the pool as it came, or closed
+            pipelining = driver.pipeline()
+            _PIPELINES[driver] = (pipelining.__enter__(), pipelining)
             connection.execute(_BEGIN)
             yield connection
             # Ends the pipeline (see _execute): its closing sync carries the last writes and the COMMIT, and
             # what failed is raised inside SQLAlchemy's execute, translated as any statement's error is.
             connection.execute(_COMMIT)
         except BaseException as error:
-            if _PIPELINES.pop(driver, None) is not None:
-                pipelining.__exit__(type(error), error, error.__traceback__)  # logs, never raises, a second error
+            if (entry := _PIPELINES.pop(driver, None)) is not None:
+                entry[1].__exit__(type(error), error, error.__traceback__)  # logs, never raises, a second error
             _roll_back(driver)
             raise
         finally:
