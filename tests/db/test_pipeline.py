@@ -82,6 +82,6 @@ def test_a_server_gone_before_the_commit_is_reported_unavailable_and_its_connect
         connection.execute(INSERT, {"id": 1, "body": "a"})
         pid = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
         with admin_engine.connect() as other:
-            other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            other.execute(text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid})  # waits until it is gone
         connection.execute(INSERT, {"id": 2, "body": "b"})  # sent with the COMMIT, to no one
     assert notes(one_connection) == []  # on a new connection
