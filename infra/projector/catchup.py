@@ -125,7 +125,7 @@ class CatchUpRunner:
         self._wake = threading.Event()
         self._checkpoints_ensured = False
         self.applied: dict[str, int] = {p.name: 0 for p in self.projections}
-        self.passes = 0  # times run() folded some events, each time everything committed by then
+        self.passes = 0  # passes of run() that folded some events
 
     def run_once(self) -> dict[str, int]:
         """Catch every projection up to the current horizon; events folded per projection."""
@@ -159,7 +159,8 @@ class CatchUpRunner:
             self._wake.clear()
             try:
                 folded = self.run_once()
-                self.passes += any(folded.values())
+                if any(folded.values()):
+                    self.passes += 1
                 for name, n in folded.items():
                     since_log[name] += n
                 wait = self.held_back_poll_seconds if self._held_back() else self.poll_seconds
