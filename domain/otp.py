@@ -47,6 +47,7 @@ from domain.tokens import (
     otp_code_matches,
 )
 from domain.otp_events import (
+    OTP_CODE,
     OtpChallengeIssued,
     OtpChallengeLockedOut,
     OtpChallengeSuperseded,
@@ -56,7 +57,6 @@ from domain.otp_events import (
     OtpVerificationFailed,
 )
 from domain.otp_state import OtpChallenge, OtpState, account_locked_until, receipt_request
-from domain.otp_events import OTP_CODE
 
 
 @frozen
