@@ -27,7 +27,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -37,8 +36,7 @@ from uuid import uuid4
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psycopg  # noqa: E402 - after the path set-up
-from psycopg import pq  # noqa: E402
-from sqlalchemy import Engine, event  # noqa: E402
+from sqlalchemy import Engine  # noqa: E402
 
 from bench.bench_server import start_bench_server  # noqa: E402
 from domain.otp import RequestOtp, otp_code_for  # noqa: E402
@@ -53,6 +51,7 @@ from infra.projector.catchup import CatchUpRunner  # noqa: E402
 from infra.services.otp import request_otp, verify_code  # noqa: E402
 from infra.services.reset import consume_token, request_reset, verify_token  # noqa: E402
 from infra.services.unit_of_work import ServiceContext, load_state  # noqa: E402
+from tests.support.wire import round_trips  # noqa: E402
 
 KEYS = TokenKeys("bench", {"bench": b"k" * 32})
 
@@ -77,34 +76,10 @@ def round_trip_us(uri: str, samples: int = 3000) -> tuple[float, float]:
     return found[0], found[1]
 
 
-class WireCounter:
-    """Round trips of the engine's connections while ``counting``: ReadyForQuery messages in libpq's trace."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.trace = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the bench
-        self.counting = False
-        event.listen(engine, "checkout", self._traced)
-        event.listen(engine, "checkin", self._untraced)
-
-    def _traced(self, dbapi_connection: psycopg.Connection, _record: object, _proxy: object) -> None:
-        if self.counting:
-            dbapi_connection.pgconn.trace(self.trace.fileno())
-            dbapi_connection.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-
-    def _untraced(self, dbapi_connection: psycopg.Connection, _record: object) -> None:
-        if self.counting:
-            dbapi_connection.pgconn.untrace()
-
-    def of(self, call: Callable[[], object]) -> int:
-        self.trace.seek(0)
-        self.trace.truncate()
-        self.counting = True
-        try:
-            call()
-        finally:
-            self.counting = False
-        self.trace.seek(0)
-        return sum(1 for line in self.trace.read().decode().splitlines() if "\tReadyForQuery\t" in line)
+def round_trips_of(engine: Engine, call: Callable[[], object]) -> int:
+    with round_trips(engine) as waited:
+        call()
+    return waited[0]
 
 
 def p50_ms(calls: list[Callable[[], object]]) -> float:
@@ -127,7 +102,7 @@ def main() -> None:
     print(f"SELECT 1 round trip p50: {same:.0f} us with the backend on this core, {apart:.0f} us on the other "
           f"({apart / same:.1f}x)")
     engine = Database(server.create_database("bench_hot_path")).engine(pool_size=4)
-    ctx, wire = ServiceContext(engine=engine, keys=KEYS), WireCounter(engine)
+    ctx = ServiceContext(engine=engine, keys=KEYS)
     run = uuid4().hex[:8]
 
     def otp_create(user: str) -> Callable[[], object]:
@@ -141,19 +116,19 @@ def main() -> None:
     otps, resets = [f"o-{run}-{i}" for i in range(n + 1)], [f"r-{run}-{i}" for i in range(n + 1)]
     print(f"\n{n} calls each, one at a time, one thread")
     print(f"  otp create     p50 {p50_ms([otp_create(u) for u in otps[1:]]):5.2f} ms, "
-          f"{wire.of(otp_create(otps[0]))} round trips")
+          f"{round_trips_of(engine, otp_create(otps[0]))} round trips")
     challenges = [next(iter(load_state(ctx, otp_stream(u), fold_otp).challenges.values())) for u in otps]
     verifies = [lambda u=u, c=c: verify_code(ctx, c.challenge_id, otp_code_for(c, KEYS), user_id=u)
                 for u, c in zip(otps, challenges, strict=True)]
-    print(f"  otp verify     p50 {p50_ms(verifies[1:]):5.2f} ms, {wire.of(verifies[0])} round trips")
+    print(f"  otp verify     p50 {p50_ms(verifies[1:]):5.2f} ms, {round_trips_of(engine, verifies[0])} round trips")
     print(f"  reset create   p50 {p50_ms([reset_create(u) for u in resets[1:]]):5.2f} ms, "
-          f"{wire.of(reset_create(resets[0]))} round trips")
+          f"{round_trips_of(engine, reset_create(resets[0]))} round trips")
     tokens = [reset_token_for(next(iter(load_state(ctx, reset_stream(u), fold_reset).requests.values())), KEYS)
               for u in resets]
     print(f"  reset verify   p50 {p50_ms([lambda t=t: verify_token(ctx, t) for t in tokens[1:]]):5.2f} ms, "
-          f"{wire.of(lambda: verify_token(ctx, tokens[0]))} round trips")
+          f"{round_trips_of(engine, lambda: verify_token(ctx, tokens[0]))} round trips")
     print(f"  reset consume  p50 {p50_ms([lambda t=t: consume_token(ctx, t) for t in tokens[1:]]):5.2f} ms, "
-          f"{wire.of(lambda: consume_token(ctx, tokens[0]))} round trips")
+          f"{round_trips_of(engine, lambda: consume_token(ctx, tokens[0]))} round trips")
 
     print("\notp create beside the catch-up runner")
     for label, gather in (("no runner", None), ("a pass per commit (gather 0)", 0.0), ("gather 0.2 s", 0.2),
