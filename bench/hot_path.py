@@ -51,7 +51,7 @@ from infra.projector.catchup import CatchUpRunner  # noqa: E402
 from infra.services.otp import request_otp, verify_code  # noqa: E402
 from infra.services.reset import consume_token, request_reset, verify_token  # noqa: E402
 from infra.services.unit_of_work import ServiceContext, load_state  # noqa: E402
-from tests.support.wire import round_trips  # noqa: E402
+from tests.support.wire import at_the_wire  # noqa: E402
 
 KEYS = TokenKeys("bench", {"bench": b"k" * 32})
 
@@ -77,9 +77,9 @@ def round_trip_us(uri: str, samples: int = 3000) -> tuple[float, float]:
 
 
 def round_trips_of(engine: Engine, call: Callable[[], object]) -> int:
-    with round_trips(engine) as waited:
+    with at_the_wire(engine) as wire:
         call()
-    return waited[0]
+    return wire.round_trips
 
 
 def p50_ms(calls: list[Callable[[], object]]) -> float:

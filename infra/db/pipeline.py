@@ -8,40 +8,89 @@ psycopg's pipeline mode sends statements without waiting for their answers;
 the server still runs them one after another, in order, each under its own
 snapshot, so nothing about what a statement sees changes.
 
-SQLAlchemy reads a cursor's description the moment it executes, so inside
-``pipelined_transaction`` every statement waits for its answer as before,
-except those marked ``DEFERRED``: writes whose results are never read (an
-upsert, a lock taken only to wait). They go out with the next statement that
-waits. BEGIN goes with the first statement and COMMIT with the last writes,
-so a reset request waits four times where it waited twelve
-(tests/services/test_hot_path.py counts them at the wire). A deferred
-statement that fails raises at the next wait, and the transaction rolls
-back as it would have.
+Inside ``pipelined_transaction`` a statement run with ``connection.execute``
+waits for its answer, as SQLAlchemy reads a cursor's description at once.
+A write whose result is never read (an upsert, a lock taken only to wait)
+goes through ``execute_deferred`` instead: compiled once, it is queued and
+handed to psycopg, without SQLAlchemy's per-execute work, just before the
+next statement that waits, inside that statement's execute. So BEGIN goes
+with the first read and COMMIT with the last writes, and a reset request
+waits four times where it waited twelve (tests/services/test_hot_path.py
+counts them at the wire). A deferred statement that fails raises inside the
+execute of the statement that waits next, where SQLAlchemy translates it as
+any statement's error, and the transaction rolls back as it would have. A
+deferred statement whose answer is read later (a try-lock) hands back a
+``Pending`` answer, readable once that next wait is over.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 from weakref import WeakKeyDictionary
 
 import psycopg
+from attrs import define, field, frozen
 from psycopg.pq import PipelineStatus, TransactionStatus
-from sqlalchemy import Connection, Engine, event, text
+from sqlalchemy import Connection, Dialect, Engine, event, text
 from sqlalchemy.engine.interfaces import DBAPICursor, ExecutionContext
+from sqlalchemy.sql import ClauseElement, TextClause
 
-DEFERRED: Mapping[str, Any] = {"authledger_deferred": True}  # execution options: nobody reads the result
+Params = Mapping[str, Any]
 # Sent by us rather than by psycopg, which waits for its own BEGIN before
 # the first statement and sends its COMMIT with a wait of its own.
-_BEGIN = text("BEGIN").execution_options(**DEFERRED)
+_BEGIN = "BEGIN"
 _COMMIT = text("COMMIT").execution_options(authledger_ends_pipeline=True)
 _IDLE, _OFF = TransactionStatus.IDLE, PipelineStatus.OFF
-# Each driver connection in a pipelined transaction now: its pipeline, and the context that ends it.
-# Only the thread that holds a connection touches its entry.
-_PIPELINES: WeakKeyDictionary[
-    psycopg.Connection[Any], tuple[psycopg.Pipeline, AbstractContextManager[psycopg.Pipeline]]
-] = WeakKeyDictionary()
+
+
+class Pending:
+    """The answer of a deferred statement, readable once a later statement has waited for the server."""
+
+    def __init__(self) -> None:
+        self._cursor: psycopg.Cursor[Any] | None = None
+        self._answer: Any = None
+
+    def scalar_one(self) -> Any:
+        if self._cursor is not None:
+            (self._answer,) = self._cursor.fetchall()[0]  # arrived with the sync of the statement that waited
+            self._cursor = None
+        return self._answer
+
+
+@frozen
+class _Compiled:
+    statement: ClauseElement  # held, so that its id, the cache's key, is not reused
+    sql: str
+    processors: Mapping[str, Callable[[Any], Any]]  # the bind processors of typed parameters (JSONB, ...)
+
+    def parameters(self, given: Params) -> Params:
+        if not self.processors:
+            return given
+        return {name: (self.processors[name](value) if name in self.processors else value)
+                for name, value in given.items()}
+
+
+@frozen
+class _Queued:
+    compiled: _Compiled
+    parameters: Params | Sequence[Params]
+    pending: Pending | None
+
+
+@define
+class _Pipelined:
+    pipeline: psycopg.Pipeline
+    pipelining: AbstractContextManager[psycopg.Pipeline]
+    queued: list[_Queued | str] = field(factory=list)
+
+
+# Each driver connection in a pipelined transaction now: its pipeline, the context that ends it, and the
+# deferred statements not sent yet. Only the thread that holds a connection touches its entry.
+_PIPELINES: WeakKeyDictionary[psycopg.Connection[Any], _Pipelined] = WeakKeyDictionary()
+# Deferred statements are module constants, so this stays as small as the code: (id, parameter names) -> SQL.
+_COMPILED: dict[tuple[int, tuple[str, ...] | None], _Compiled] = {}
 
 
 @contextmanager
@@ -56,20 +105,73 @@ def pipelined_transaction(engine: Engine) -> Iterator[Connection]:
         driver.autocommit = True
         try:  # from here on, the connection goes back to the pool as it came, or closed
             pipelining = driver.pipeline()
-            _PIPELINES[driver] = (pipelining.__enter__(), pipelining)
-            connection.execute(_BEGIN)
+            _PIPELINES[driver] = _Pipelined(pipelining.__enter__(), pipelining, [_BEGIN])
             yield connection
             # Ends the pipeline (see _execute): its closing sync carries the last writes and the COMMIT, and
             # what failed is raised inside SQLAlchemy's execute, translated as any statement's error is.
             connection.execute(_COMMIT)
         except BaseException as error:
             if (entry := _PIPELINES.pop(driver, None)) is not None:
-                entry[1].__exit__(type(error), error, error.__traceback__)  # logs, never raises, a second error
+                entry.pipelining.__exit__(type(error), error, error.__traceback__)  # logs, never raises, a 2nd error
             _roll_back(driver)
             raise
         finally:
             _hand_back(driver)
         connection.commit()  # ended already: SQLAlchemy's own bookkeeping, nothing is sent
+
+
+def execute_deferred(
+    connection: Connection, statement: ClauseElement, parameters: Params | Sequence[Params], *,
+    answer: bool = False,
+) -> Pending:
+    """Execute a statement nobody waits for: a write, or a lock taken only to wait.
+
+    In a pipelined transaction it is queued, to be sent ahead of the next
+    statement that waits; elsewhere it runs at once. A list of parameter
+    sets runs it once for each. With ``answer`` its one value can be read
+    from the ``Pending`` returned, once that next statement has waited.
+    """
+    pending = Pending()
+    entry = _PIPELINES.get(connection.connection.driver_connection)  # type: ignore[arg-type]
+    if entry is None:
+        result = connection.execute(statement, parameters)
+        if answer:
+            pending._answer = result.scalar_one()
+        return pending
+    first = parameters if isinstance(parameters, Mapping) else parameters[0]
+    compiled = _compiled(statement, connection.dialect, first)
+    entry.queued.append(_Queued(compiled, parameters, pending if answer else None))
+    return pending
+
+
+def _compiled(statement: ClauseElement, dialect: Dialect, parameters: Params) -> _Compiled:
+    """The statement's SQL and bind processors, compiled on first use, as SQLAlchemy would send it."""
+    names = None if isinstance(statement, TextClause) else tuple(parameters)
+    key = (id(statement), names)
+    if (found := _COMPILED.get(key)) is not None:
+        return found
+    compiled = statement.compile(dialect=dialect, column_keys=list(names) if names is not None else None)
+    binds = set(compiled.bind_names.values())  # type: ignore[attr-defined]
+    if not binds <= set(parameters) or compiled.escaped_bind_names or compiled.positional:  # type: ignore[attr-defined]
+        raise TypeError(f"a deferred statement binds only the parameters it is given, by name: {compiled.string}")
+    processors = {name: processor for name, processor in compiled._bind_processors.items()  # type: ignore[attr-defined]
+                  if name in binds}
+    made = _COMPILED[key] = _Compiled(statement, compiled.string, processors)
+    return made
+
+
+def _send_queued(driver: psycopg.Connection[Any], entry: _Pipelined) -> None:
+    for queued in entry.queued:
+        cursor = driver.cursor()
+        if isinstance(queued, str):
+            cursor.execute(queued)
+        elif isinstance(queued.parameters, Mapping):
+            cursor.execute(queued.compiled.sql, queued.compiled.parameters(queued.parameters))
+        else:
+            cursor.executemany(queued.compiled.sql, [queued.compiled.parameters(p) for p in queued.parameters])
+        if not isinstance(queued, str) and queued.pending is not None:
+            queued.pending._cursor = cursor
+    entry.queued.clear()
 
 
 def _roll_back(driver: psycopg.Connection[Any]) -> None:
@@ -97,17 +199,17 @@ def _install(engine: Engine) -> None:
 
 
 def _execute(cursor: DBAPICursor, statement: str, parameters: Any, context: ExecutionContext) -> bool:
-    """Execute in the pipeline, waiting for the answer unless the statement is deferred; False outside one."""
+    """Send what was deferred, then this statement, and wait for the answers; False outside a pipeline."""
     driver = cursor.connection  # type: ignore[attr-defined]
-    if driver not in _PIPELINES:
+    entry = _PIPELINES.get(driver)
+    if entry is None:
         return False  # SQLAlchemy executes as usual
-    pipeline, pipelining = _PIPELINES[driver]
+    _send_queued(driver, entry)
     cursor.execute(statement, parameters)
-    options = context.execution_options
-    if options.get("authledger_ends_pipeline"):
+    if context.execution_options.get("authledger_ends_pipeline"):
         del _PIPELINES[driver]
         try:
-            pipelining.__exit__(None, None, None)  # one sync for all that is pending; leaves pipeline mode
+            entry.pipelining.__exit__(None, None, None)  # one sync for all that is pending; leaves pipeline mode
         except psycopg.Error as error:
             if driver.pgconn.pipeline_status != _OFF:
                 # The answers broke off (the server went away mid-sync), so psycopg could not leave
@@ -116,8 +218,8 @@ def _execute(cursor: DBAPICursor, statement: str, parameters: Any, context: Exec
                 if isinstance(error.__context__, psycopg.Error):
                     raise error.__context__ from None  # what the server said, not what it left behind
             raise
-    elif not options.get("authledger_deferred"):
-        pipeline.sync()
+    else:
+        entry.pipeline.sync()
     return True
 
 

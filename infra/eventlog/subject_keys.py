@@ -35,7 +35,7 @@ from sqlalchemy import Connection, Engine, text
 
 from domain.errors import ConfigError
 from infra.config_values import parse_master_keys
-from infra.db.pipeline import DEFERRED
+from infra.db.pipeline import execute_deferred
 from infra.eventlog.tags import PERSONAL_FIELDS
 from infra.eventlog.personal_data import NONCE_BYTES, DataKeyring, envelope_key_ids
 
@@ -57,7 +57,7 @@ SAMPLE_UNDER_MASTER = text("""
 INSERT_KEY = text("""
     INSERT INTO subject_keys (key_id, user_id, master_key_id, wrapped_key)
     VALUES (:key_id, :user_id, :master_key_id, :wrapped_key)
-""").execution_options(**DEFERRED)
+""")
 DELETE_KEYS = text("DELETE FROM subject_keys WHERE user_id = :user_id RETURNING key_id")
 
 
@@ -216,8 +216,8 @@ class PostgresKeyring(DataKeyring):
         self._check_master()
         key_id, key = secrets.token_hex(16), AESGCM.generate_key(bit_length=256)
         master_key_id, wrapped = self.master.wrap(user_id, key_id, key)
-        self.connection.execute(
-            INSERT_KEY, {"key_id": key_id, "user_id": user_id, "master_key_id": master_key_id, "wrapped_key": wrapped}
+        execute_deferred(
+            self.connection, INSERT_KEY, {"key_id": key_id, "user_id": user_id, "master_key_id": master_key_id, "wrapped_key": wrapped}
         )
         self._by_id[key_id], self._by_user[user_id] = key, key_id
         return key_id

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Table, TextClause, text
 from sqlalchemy.dialects import postgresql
 
 from domain.log import RecordedEvent
-from infra.db.pipeline import DEFERRED
+from infra.db.pipeline import execute_deferred
 
 _DIALECT = postgresql.dialect()
 _QUOTE = _DIALECT.identifier_preparer
@@ -42,14 +42,13 @@ def _unnest_insert(table: Table, conflict: str) -> TextClause:
     columns = [c.name for c in table.columns]
     names = ", ".join(_QUOTE.quote(c) for c in columns)
     arrays = ", ".join(f"CAST(:c{i} AS {_array_type(table, c)})" for i, c in enumerate(columns))
-    statement = text(f"INSERT INTO {qualified_name(table)} ({names}) SELECT * FROM unnest({arrays}) {conflict}")
-    return statement.execution_options(**DEFERRED)
+    return text(f"INSERT INTO {qualified_name(table)} ({names}) SELECT * FROM unnest({arrays}) {conflict}")
 
 
 def _values_upsert(table: Table, key_column: str) -> Any:
     statement = postgresql.insert(table)
     updates = {c.name: statement.excluded[c.name] for c in table.c if c.name != key_column}
-    return statement.on_conflict_do_update(index_elements=[key_column], set_=updates).execution_options(**DEFERRED)
+    return statement.on_conflict_do_update(index_elements=[key_column], set_=updates)
 
 
 def _columns_params(table: Table, rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
@@ -246,9 +245,9 @@ class KeyedApplier:
             elif changed:
                 values = [attrs.asdict(row, recurse=False) for row in changed.values()]
                 if len(values) >= FEW_ROWS:
-                    connection.execute(self._upsert, _columns_params(self.table, values))
+                    execute_deferred(connection, self._upsert, _columns_params(self.table, values))
                 else:
-                    connection.execute(self._upsert_few, values if len(values) > 1 else values[0])
+                    execute_deferred(connection, self._upsert_few, values if len(values) > 1 else values[0])
         except BaseException:
             self._cache.clear()  # the transaction will not commit: forget what it would have written
             raise

@@ -28,7 +28,7 @@ from domain.log import RecordedEvent
 from domain.otp_state import OtpChallenge, OtpState
 from domain.reset_state import ResetRequest, ResetState
 from infra.db import tables
-from infra.db.pipeline import DEFERRED
+from infra.db.pipeline import execute_deferred
 from infra.eventlog.codec import make_converter
 from infra.eventlog.personal_data import FieldContext, Keyring, is_envelope
 from infra.eventlog.queries import personal_fields_at, snapshots_for_decision
@@ -55,7 +55,7 @@ def _upsert(table: Table) -> Any:
         INSERT INTO {qualified_name(table)} (stream_id, version, state)
         VALUES (:stream_id, :version, CAST(:state AS jsonb))
         ON CONFLICT (stream_id) DO UPDATE SET version = EXCLUDED.version, state = EXCLUDED.state
-    """).execution_options(**DEFERRED)
+    """)
 
 
 def encode_state(snapshot: Snapshot) -> dict[str, Any]:
@@ -240,7 +240,7 @@ class SnapshotApplier:
         try:
             changed = self._step(rows, recorded)
             values = [_row(snapshot, encoded=True) for snapshot in changed.values()]
-            connection.execute(self._upsert, values if len(values) > 1 else values[0])
+            execute_deferred(connection, self._upsert, values if len(values) > 1 else values[0])
         except BaseException:
             self._cache.clear()
             raise

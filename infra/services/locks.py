@@ -2,9 +2,9 @@
 
 Transaction-scoped (``pg_advisory_xact_lock``), so a crash or a rollback
 lets go of them. The order is always key, then stream: two transactions
-cannot each hold what the other waits for. Locks only waited for are
-deferred (``infra.db.pipeline``): the read after them is not run until they
-are held, and nobody reads what they return.
+cannot each hold what the other waits for. The locks are deferred
+(``infra.db.pipeline``): the read after them is not run until they are held,
+and a refused key is seen once that read has waited (``LocksAsked``).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import Literal
 from attrs import frozen
 from sqlalchemy import Connection, text
 
-from infra.db.pipeline import DEFERRED
+from infra.db.pipeline import Pending, execute_deferred
 from infra.errors import RequestInFlight
 
 InFlight = Literal["wait", "refuse"]
 
-WAIT_FOR_LOCK = text("SELECT pg_advisory_xact_lock(:key)").execution_options(**DEFERRED)
+WAIT_FOR_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
 TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(:key)")
 # A request's key and then its stream, in one round trip. CASE evaluates its
 # WHEN before its THEN, so the key is held before the stream is asked for
@@ -29,7 +29,7 @@ TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(:key)")
 # refused, the stream is never asked for. True when both are held.
 WAIT_FOR_KEY_THEN_STREAM = text("""
     SELECT CASE WHEN pg_advisory_xact_lock(:key) IS NOT NULL THEN pg_advisory_xact_lock(:stream) IS NOT NULL END
-""").execution_options(**DEFERRED)
+""")
 TRY_KEY_THEN_WAIT_FOR_STREAM = text("""
     SELECT CASE WHEN pg_try_advisory_xact_lock(:key) THEN pg_advisory_xact_lock(:stream) IS NOT NULL ELSE false END
 """)
@@ -78,16 +78,32 @@ class IdempotencyLock:
     def take(self, connection: Connection) -> None:
         """Hold the key until the transaction ends; ``RequestInFlight`` when refusing and taken."""
         if self.in_flight == "wait":
-            connection.execute(WAIT_FOR_LOCK, {"key": self.key})
+            execute_deferred(connection, WAIT_FOR_LOCK, {"key": self.key})
         elif not connection.execute(TRY_LOCK, {"key": self.key}).scalar_one():
             raise RequestInFlight()
 
-    def take_with_stream(self, connection: Connection, stream_id: str) -> None:
-        """``take``, then ``lock_stream``, in one statement and in that order."""
+    def take_with_stream(self, connection: Connection, stream_id: str) -> LocksAsked:
+        """``take``, then ``lock_stream``, in one statement and in that order, sent with the next that waits."""
         locks = {"key": self.key, "stream": stream_lock_id(stream_id)}
         if self.in_flight == "wait":
-            connection.execute(WAIT_FOR_KEY_THEN_STREAM, locks)
-        elif not connection.execute(TRY_KEY_THEN_WAIT_FOR_STREAM, locks).scalar_one():
+            execute_deferred(connection, WAIT_FOR_KEY_THEN_STREAM, locks)
+            return LocksAsked(None)
+        return LocksAsked(execute_deferred(connection, TRY_KEY_THEN_WAIT_FOR_STREAM, locks, answer=True))
+
+
+@frozen
+class LocksAsked:
+    """A key and stream asked for in a pipeline: whether the key was free is known once a statement has waited.
+
+    A refused request learns it with its read rather than a wait of its own;
+    it then rolls back what it read without the stream's lock.
+    """
+
+    refusable: Pending | None  # None: waited for, so held by the time anything after it ran
+
+    def confirm(self) -> None:
+        """``RequestInFlight`` if the key was refused (the stream was then not asked for)."""
+        if self.refusable is not None and not self.refusable.scalar_one():
             raise RequestInFlight()
 
 
@@ -102,10 +118,11 @@ def stream_lock_id(stream_id: str) -> int:
     return _lock_id(["stream", stream_id])
 
 
-def lock_stream(connection: Connection, stream_id: str) -> None:
+def lock_stream(connection: Connection, stream_id: str) -> LocksAsked:
     """Wait for, then hold until the transaction ends, the right to decide on ``stream_id``.
 
     Take it after any idempotency key lock, never before: one order for
     every transaction is what makes a deadlock between them impossible.
     """
-    connection.execute(WAIT_FOR_LOCK, {"key": stream_lock_id(stream_id)})
+    execute_deferred(connection, WAIT_FOR_LOCK, {"key": stream_lock_id(stream_id)})
+    return LocksAsked(None)

@@ -222,12 +222,11 @@ def _serialised(
             # Pipelined: the locks go out with the read, the rows with the COMMIT.
             with pipelined_transaction(ctx.engine) as connection:
                 stream_id = stream_of if isinstance(stream_of, str) else stream_of(connection)
-                if idempotency_lock is not None:
-                    idempotency_lock.take_with_stream(connection, stream_id)
-                else:
-                    lock_stream(connection, stream_id)
+                locks = (idempotency_lock.take_with_stream(connection, stream_id) if idempotency_lock is not None
+                         else lock_stream(connection, stream_id))
                 store = PostgresEventStore(connection)  # one keyring for the read and the write
                 state, version, snapshot = _load_folded(store, {stream_id: fold})[stream_id]
+                locks.confirm()  # the key's answer came with the read: a refused request rolls back here
                 decided = decide(state, ctx.clock.now())
                 batches = _with_counts(connection, stream_id, batches_of(stream_id, version, decided), state, decided)
                 # The snapshot decided on, or None for a stream that has none yet: never read twice.

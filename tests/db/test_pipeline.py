@@ -10,10 +10,10 @@ from sqlalchemy.exc import IntegrityError
 
 from infra.db.engine import Database
 from infra.errors import DatabaseUnavailable
-from infra.db.pipeline import DEFERRED, pipelined_transaction
-from tests.support.wire import round_trips
+from infra.db.pipeline import execute_deferred, pipelined_transaction
+from tests.support.wire import at_the_wire
 
-INSERT = text("INSERT INTO notes (id, body) VALUES (:id, :body)").execution_options(**DEFERRED)
+INSERT = text("INSERT INTO notes (id, body) VALUES (:id, :body)")
 COUNT = text("SELECT count(*) FROM notes")
 
 
@@ -34,13 +34,13 @@ def notes(engine: Engine) -> list[int]:
 
 
 def test_deferred_writes_commit_with_the_transaction_and_wait_only_where_read(one_connection: Engine) -> None:
-    with round_trips(one_connection) as waited, pipelined_transaction(one_connection) as connection:
-        connection.execute(INSERT, {"id": 1, "body": "a"})
-        connection.execute(INSERT, {"id": 2, "body": "b"})
+    with at_the_wire(one_connection) as wire, pipelined_transaction(one_connection) as connection:
+        execute_deferred(connection, INSERT, {"id": 1, "body": "a"})
+        execute_deferred(connection, INSERT, {"id": 2, "body": "b"})
         seen = connection.execute(COUNT).scalar_one()  # the server ran the writes first, in order
-        connection.execute(INSERT, {"id": 3, "body": "c"})
+        execute_deferred(connection, INSERT, {"id": 3, "body": "c"})
     assert seen == 2
-    assert waited == [2]  # BEGIN and two writes with the count; the last write with the COMMIT
+    assert wire.round_trips == 2  # BEGIN and two writes with the count; the last write with the COMMIT
     assert notes(one_connection) == [1, 2, 3]
 
 
@@ -48,26 +48,26 @@ def test_a_deferred_write_that_fails_rolls_everything_back_and_leaves_a_clean_co
     one_connection: Engine,
 ) -> None:
     with pytest.raises(IntegrityError), pipelined_transaction(one_connection) as connection:
-        connection.execute(INSERT, {"id": 1, "body": "a"})
-        connection.execute(INSERT, {"id": 1, "body": "twice"})  # fails at the COMMIT's sync
-        connection.execute(INSERT, {"id": 2, "body": "b"})
+        execute_deferred(connection, INSERT, {"id": 1, "body": "a"})
+        execute_deferred(connection, INSERT, {"id": 1, "body": "twice"})  # fails at the COMMIT's sync
+        execute_deferred(connection, INSERT, {"id": 2, "body": "b"})
     assert notes(one_connection) == []
     with pipelined_transaction(one_connection) as connection:  # the same pooled connection, usable
-        connection.execute(INSERT, {"id": 5, "body": "e"})
+        execute_deferred(connection, INSERT, {"id": 5, "body": "e"})
     assert notes(one_connection) == [5]
 
 
 def test_a_failure_raised_at_a_read_is_the_write_that_failed(one_connection: Engine) -> None:
     with pytest.raises(IntegrityError, match="duplicate key"), pipelined_transaction(one_connection) as connection:
-        connection.execute(INSERT, {"id": 1, "body": "a"})
-        connection.execute(INSERT, {"id": 1, "body": "twice"})
+        execute_deferred(connection, INSERT, {"id": 1, "body": "a"})
+        execute_deferred(connection, INSERT, {"id": 1, "body": "twice"})
         connection.execute(COUNT).scalar_one()
     assert notes(one_connection) == []
 
 
 def test_an_error_in_the_block_rolls_back_what_was_sent(one_connection: Engine) -> None:
     with pytest.raises(ValueError, match="decided against"), pipelined_transaction(one_connection) as connection:
-        connection.execute(INSERT, {"id": 1, "body": "a"})
+        execute_deferred(connection, INSERT, {"id": 1, "body": "a"})
         connection.execute(COUNT).scalar_one()  # the write has run on the server
         raise ValueError("decided against it")
     assert notes(one_connection) == []
@@ -79,9 +79,9 @@ def test_a_server_gone_before_the_commit_is_reported_unavailable_and_its_connect
     one_connection: Engine, admin_engine: Engine
 ) -> None:
     with pytest.raises(DatabaseUnavailable), pipelined_transaction(one_connection) as connection:
-        connection.execute(INSERT, {"id": 1, "body": "a"})
+        execute_deferred(connection, INSERT, {"id": 1, "body": "a"})
         pid = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
         with admin_engine.connect() as other:
             other.execute(text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid})  # waits until it is gone
-        connection.execute(INSERT, {"id": 2, "body": "b"})  # sent with the COMMIT, to no one
+        execute_deferred(connection, INSERT, {"id": 2, "body": "b"})  # sent with the COMMIT, to no one
     assert notes(one_connection) == []  # on a new connection

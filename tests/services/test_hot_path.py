@@ -1,8 +1,8 @@
 """What one request costs the database (issue 13): the statements, transactions and round trips of each hot path.
 
-Statements are counted at the cursor, as bench/api_profile.py counts them
-(BEGIN and COMMIT apart), and round trips at the wire, after a warm-up
-(this process has proven the master key, as a running server has).
+Statements (BEGIN and COMMIT apart) and round trips are counted at the
+wire, after a warm-up (this process has proven the master key, as a
+running server has): deferred statements never pass SQLAlchemy's cursor.
 Pipelined (infra/db/pipeline.py), a request waits for the server only where
 it reads: the locks go with the read, the rows with the COMMIT. A count that
 grows costs every request: say why in the commit that changes it.
@@ -11,7 +11,7 @@ grows costs every request: say why in the commit that changes it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from uuid import uuid4
 
 import pytest
@@ -24,39 +24,31 @@ from infra.services.reset import consume_token, request_reset, verify_token
 from infra.services.unit_of_work import ServiceContext
 from tests.support.replay import assert_projections_match_log
 from tests.support.secrets import otp_code_of, reset_token_of
-from tests.support.wire import round_trips
+from tests.support.wire import at_the_wire
 
 
 @dataclass
 class Sent:
     engine: Engine
-    statements: list[str] = field(default_factory=list)
     transactions: int = 0
 
     def of(self, call: Callable[[], object]) -> tuple[int, int, int]:
         """(statements, transactions, round trips) of one call."""
-        self.statements.clear()
         self.transactions = 0
-        with round_trips(self.engine) as waited:
+        with at_the_wire(self.engine) as wire:
             call()
-        return len(self.statements), self.transactions, waited[0]
+        return len(wire.statements), self.transactions, wire.round_trips
 
 
 @pytest.fixture
 def sent(engine: Engine) -> Iterator[Sent]:
     counted = Sent(engine)
 
-    def statement(_conn: object, _cursor: object, text: str, *_: object) -> None:
-        if text not in ("BEGIN", "COMMIT"):
-            counted.statements.append(text)
-
     def begin(_conn: object) -> None:
         counted.transactions += 1
 
-    event.listen(engine, "before_cursor_execute", statement)
     event.listen(engine, "begin", begin)
     yield counted
-    event.remove(engine, "before_cursor_execute", statement)
     event.remove(engine, "begin", begin)
 
 
@@ -78,6 +70,9 @@ def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements_and_wa
     # Locks, the stream's read, the user's new data key, the append, three new rows, the address index
     # (read and written), the snapshot. Waits: the read, the append, the index's read, the COMMIT.
     assert sent.of(create_reset) == (10, 1, 4)
+    # The API refuses a key in flight rather than wait for it: whether the key was free comes with the read.
+    assert sent.of(lambda: request_reset(ctx, RequestReset(new_user(), "bo@example.test", idempotency_key=uuid4().hex),
+                                         in_flight="refuse")) == (10, 1, 4)
     token = reset_token_of(engine, ctx.keys, created[0].request_id)
     # The token's owner, the lock, the stream's read: the look-up shares the decision's transaction.
     assert sent.of(lambda: verify_token(ctx, token)) == (3, 1, 3)

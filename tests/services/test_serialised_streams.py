@@ -106,7 +106,7 @@ def test_a_request_holds_its_key_while_it_waits_for_its_stream_and_the_key_is_ta
     with engine.connect() as connection:
         assert connection.execute(HELD, {"key": first.key}).scalar_one() == 1, "the key is held while it waits"
     with engine.begin() as connection, pytest.raises(RequestInFlight):
-        retry.take_with_stream(connection, "client:shop")
+        retry.take_with_stream(connection, "client:shop").confirm()
     holder.release()
     waiting.join(10)
     assert not waiting.is_alive()

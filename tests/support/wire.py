@@ -1,25 +1,39 @@
-"""Round trips to PostgreSQL, counted at the wire: libpq's own trace of what each connection exchanged."""
+"""What a block had PostgreSQL do, counted at the wire: libpq's own trace of what each connection exchanged."""
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from psycopg import pq
 from sqlalchemy import Engine, event
 
+SERVER_MESSAGE = re.compile(r'B\t\d+\t(?P<message>\w+)(?:\t "?(?P<tag>[^"]*)"?)?$')
+
+
+@dataclass
+class Wire:
+    """Filled in when the block ends.
+
+    ``round_trips``: the server answers each Sync (and each simple query)
+    with one ReadyForQuery, and a client that sends one waits for it: so the
+    ReadyForQuery messages are the waits, however many statements were
+    pipelined before each. ``statements``: the command tag of each statement
+    the server ran, BEGIN and COMMIT apart, whether SQLAlchemy or psycopg
+    sent it (``infra.db.pipeline.execute_deferred``).
+    """
+
+    round_trips: int = 0
+    statements: list[str] = field(default_factory=list)
+
 
 @contextmanager
-def round_trips(engine: Engine) -> Iterator[list[int]]:
-    """A list that holds, once the block ends, how many times a connection of ``engine`` waited for the server.
-
-    The server answers each Sync (and each simple query) with one
-    ReadyForQuery, and a client that sends one waits for it: so the
-    ReadyForQuery messages in the trace are the round trips, however many
-    statements were pipelined before each.
-    """
-    counted: list[int] = []
+def at_the_wire(engine: Engine) -> Iterator[Wire]:
+    """What the connections of ``engine`` checked out during the block exchanged with the server."""
+    wire = Wire()
     with tempfile.TemporaryFile() as trace:
 
         def traced(dbapi_connection: object, _record: object, _proxy: object) -> None:
@@ -33,9 +47,15 @@ def round_trips(engine: Engine) -> Iterator[list[int]]:
         event.listen(engine, "checkout", traced)
         event.listen(engine, "checkin", untraced)
         try:
-            yield counted
+            yield wire
         finally:
             event.remove(engine, "checkout", traced)
             event.remove(engine, "checkin", untraced)
         trace.seek(0)
-        counted.append(sum(1 for line in trace.read().decode().splitlines() if "\tReadyForQuery\t" in line))
+        for line in trace.read().decode().splitlines():  # a statement's text may span lines: only B's are read
+            if (answer := SERVER_MESSAGE.match(line)) is None:
+                continue
+            if answer["message"] == "ReadyForQuery":
+                wire.round_trips += 1
+            elif answer["message"] == "CommandComplete" and answer["tag"] not in ("BEGIN", "COMMIT"):
+                wire.statements.append(answer["tag"])
