@@ -35,6 +35,7 @@ from sqlalchemy import Connection, Engine, text
 
 from domain.errors import ConfigError
 from infra.config_values import parse_master_keys
+from infra.db.identity import database_identity
 from infra.db.pipeline import execute_deferred
 from infra.eventlog.tags import PERSONAL_FIELDS
 from infra.eventlog.personal_data import NONCE_BYTES, DataKeyring, envelope_key_ids
@@ -247,8 +248,8 @@ _PROVEN: set[tuple[str, str, bytes]] = set()
 
 
 def _proof_of(connection: Connection, master: MasterKeys) -> tuple[str, str, bytes]:
-    # The URL without its password names the database; the key's bytes only as a digest.
-    database = connection.engine.url.set(password=None).render_as_string(hide_password=False)
+    # The key's bytes only as a digest.
+    database = database_identity(connection.engine)
     current = master.current_id
     return database, current, hashlib.sha256(master.keys[current]).digest()
 

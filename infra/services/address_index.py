@@ -21,6 +21,7 @@ docs/operations.md, "Searching by address".
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 
@@ -62,6 +63,7 @@ def normalise_address(address: object) -> str:
     return value
 
 
+@functools.lru_cache(maxsize=64)  # derived once per token key, not on every request: the keys are few
 def _index_key(token_key: bytes) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=INDEX_KEY_INFO).derive(token_key)
 

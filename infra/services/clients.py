@@ -37,6 +37,7 @@ from domain.errors import InvalidInput
 from domain.tenants import DEFAULT_TENANT, check_tenant_name
 from domain.tokens import hash_token
 from infra.db import tables
+from infra.db.identity import database_identity
 from infra.services.tenants import require_tenant
 from infra.services.unit_of_work import ServiceContext, decide_events_on_stream
 from projections.api_keys import ApiKeyRow
@@ -68,7 +69,7 @@ class KeyCache:
 
     def authenticate_hash(self, engine: Engine, key_hash: str) -> Caller | None:
         """Who holds the key whose ``hash_token`` is ``key_hash``, while it is active, or None."""
-        entry = (engine.url.render_as_string(hide_password=True), key_hash)
+        entry = (database_identity(engine), key_hash)
         now = self.clock()
         with self._lock:
             cached = self._found.get(entry)
