@@ -5,9 +5,10 @@
 Runs the service functions the HTTP handlers call (no HTTP, no threadpool),
 one request at a time, on a fresh embedded database: reset create, verify,
 consume; OTP create, verify; plus the API-key lookup. Prints, per step, the
-wall time per call, the SQL statements each call sent (counted at the
-cursor, so every round trip is seen; ``--statements`` lists them) and the
-transactions they ran in (each adds a BEGIN and a COMMIT or ROLLBACK), the
+wall time per call, the SQL statements each call had the server run and the
+round trips it waited for (counted at the wire, tests/support/wire.py, since
+the pipelined hot path sends most statements past SQLAlchemy;
+``--statements`` lists their command tags), the transactions they ran in, the
 functions with the most own CPU time, and (with ``--compile``) how much of
 the run SQLAlchemy spent compiling statements.
 """
@@ -28,7 +29,7 @@ from uuid import uuid4
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sqlalchemy import event  # noqa: E402 - after the path set-up
+from sqlalchemy import Engine  # noqa: E402 - after the path set-up
 
 from bench.bench_server import start_bench_server  # noqa: E402 - after the path set-up
 from domain.otp import RequestOtp, otp_code_for  # noqa: E402
@@ -43,21 +44,18 @@ from infra.services.clients import authenticate, create_client  # noqa: E402
 from infra.services.otp import request_otp, verify_code  # noqa: E402
 from infra.services.reset import consume_token, request_reset, verify_token  # noqa: E402
 from infra.services.unit_of_work import ServiceContext, load_state  # noqa: E402
+from tests.support.wire import at_the_wire  # noqa: E402
 
 CALLERS = ""
 LIST_STATEMENTS = False
-SENT: list[str] = []  # every statement the engine sent to PostgreSQL since the last step began
-BEGIN = "BEGIN"  # a transaction begun: psycopg sends it as a round trip of its own, and ends it with another
 KEYS = TokenKeys("bench", {"bench": b"k" * 32})
 
 
-def profiled(name: str, calls: list[Callable[[], object]], top: int, compile_only: bool) -> None:
+def profiled(engine: Engine, name: str, calls: list[Callable[[], object]], top: int, compile_only: bool) -> None:
     for call in calls[:20]:  # warm the pools and caches, as a running server has
         call()
-    SENT.clear()
-    calls[20]()  # one call alone, to count its statements
-    sent = [statement for statement in SENT if statement is not BEGIN]
-    transactions = sum(1 for statement in SENT if statement is BEGIN)
+    with at_the_wire(engine) as wire:
+        calls[20]()  # one call alone, to count its statements
     profile = cProfile.Profile()
     started = time.perf_counter()
     profile.enable()
@@ -72,10 +70,11 @@ def profiled(name: str, calls: list[Callable[[], object]], top: int, compile_onl
                    if "sqlalchemy/sql/" in file)
     print(f"== {name}: {per_call:.2f} ms per call under the profiler; own time in sqlalchemy/sql "
           f"(statement building and compiling) {compiled / total:.0%} of {total:.2f} s; "
-          f"{len(sent)} statements in {transactions} transaction(s) per call")
+          f"{len(wire.statements)} statements in {wire.transactions} transaction(s) and "
+          f"{wire.round_trips} round trips per call")
     if LIST_STATEMENTS:
-        for statement in sent:
-            print("   ", " ".join(statement.split())[:150])
+        for tag in wire.statements:
+            print("   ", tag)
     if CALLERS:
         stats.print_callers(CALLERS)
         print(out.getvalue()[-3000:])
@@ -98,31 +97,29 @@ def main() -> None:
     os.environ.setdefault("AUTHLEDGER_MASTER_KEY", "bench:" + base64.urlsafe_b64encode(b"b" * 32).decode().rstrip("="))
     server = start_bench_server("authledger-bench-api-profile-")
     engine = Database(server.create_database("bench_api_profile")).engine(pool_size=4)
-    event.listen(engine, "before_cursor_execute", lambda _c, _cur, statement, *_: SENT.append(statement))
-    event.listen(engine, "begin", lambda _c: SENT.append(BEGIN))  # each also costs a COMMIT or ROLLBACK
     ctx = ServiceContext(engine=engine, keys=KEYS)
     api_key = create_client(ctx, "bench").api_key
     run, n = uuid4().hex[:8], args.requests + 20
     users = [f"p-{run}-{i}" for i in range(n)]
 
-    profiled("authenticate", [lambda: authenticate(engine, api_key)] * n, args.top, args.compile)
-    profiled("reset create", [lambda u=u: request_reset(ctx, RequestReset(u, f"{u}@example.com",
+    profiled(engine, "authenticate", [lambda: authenticate(engine, api_key)] * n, args.top, args.compile)
+    profiled(engine, "reset create", [lambda u=u: request_reset(ctx, RequestReset(u, f"{u}@example.com",
                                                                            idempotency_key=uuid4().hex))
                               for u in users], args.top, args.compile)
     tokens = []
     for u in users:
         state = load_state(ctx, reset_stream(u), fold_reset)
         tokens.append(reset_token_for(next(iter(state.requests.values())), KEYS))
-    profiled("reset verify", [lambda t=t: verify_token(ctx, t) for t in tokens], args.top, args.compile)
-    profiled("reset consume", [lambda t=t: consume_token(ctx, t) for t in tokens], args.top, args.compile)
-    profiled("otp create", [lambda u=u: request_otp(ctx, RequestOtp(u, f"{u}@example.com",
+    profiled(engine, "reset verify", [lambda t=t: verify_token(ctx, t) for t in tokens], args.top, args.compile)
+    profiled(engine, "reset consume", [lambda t=t: consume_token(ctx, t) for t in tokens], args.top, args.compile)
+    profiled(engine, "otp create", [lambda u=u: request_otp(ctx, RequestOtp(u, f"{u}@example.com",
                                                                      idempotency_key=uuid4().hex))
                             for u in users], args.top, args.compile)
     pairs = []
     for u in users:
         challenge = next(iter(load_state(ctx, otp_stream(u), fold_otp).challenges.values()))
         pairs.append((u, challenge.challenge_id, otp_code_for(challenge, KEYS)))
-    profiled("otp verify", [lambda p=p: verify_code(ctx, p[1], p[2], user_id=p[0]) for p in pairs],
+    profiled(engine, "otp verify", [lambda p=p: verify_code(ctx, p[1], p[2], user_id=p[0]) for p in pairs],
              args.top, args.compile)
     engine.dispose()
 

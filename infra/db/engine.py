@@ -127,24 +127,30 @@ UNAVAILABLE_CLASSES = ("08", "53", "57P")
 
 
 def _translate_driver_error(context: ExceptionContext) -> Exception | None:
-    """The one place a driver failure becomes an authledger error (SQLAlchemy's ``handle_error``).
+    """SQLAlchemy's ``handle_error`` for every engine made here: see ``translate_driver_error``."""
+    if not isinstance(context.sqlalchemy_exception, DBAPIError):
+        return None
+    return translate_driver_error(context.sqlalchemy_exception, connecting=context.connection is None,
+                                  is_disconnect=context.is_disconnect)
+
+
+def translate_driver_error(error: DBAPIError, *, connecting: bool, is_disconnect: bool) -> Exception | None:
+    """The one place a driver failure becomes an authledger error.
 
     Every statement, commit and connect of an engine made here passes
-    through it, so no call site wraps its own; what is not translated here
-    reaches the caller as SQLAlchemy raised it.
+    through it (as ``handle_error``), and so does every statement psycopg
+    runs itself in a pipelined transaction (``infra.db.pipeline``), so no
+    call site wraps its own; what is not translated here reaches the caller
+    as SQLAlchemy raised it.
     """
-    error = context.sqlalchemy_exception
-    if not isinstance(error, DBAPIError):
-        return None
-    sqlstate = getattr(context.original_exception, "sqlstate", None) or ""
+    sqlstate = getattr(error.orig, "sqlstate", None) or ""
     if isinstance(error, ProgrammingError) and sqlstate == UNDEFINED_TABLE:
         return SchemaMismatch(
             f"the database schema is older than this authledger ({describe_connection_error(error)}); "
             "run `authledger db init`"
         )
-    connecting = context.connection is None
     if isinstance(error, OperationalError) and (
-        connecting or context.is_disconnect or sqlstate.startswith(UNAVAILABLE_CLASSES)
+        connecting or is_disconnect or sqlstate.startswith(UNAVAILABLE_CLASSES)
     ):
         return _unavailable(describe_connection_error(error))
     return None

@@ -8,40 +8,47 @@ psycopg's pipeline mode sends statements without waiting for their answers;
 the server still runs them one after another, in order, each under its own
 snapshot, so nothing about what a statement sees changes.
 
-Inside ``pipelined_transaction`` a statement run with ``connection.execute``
-waits for its answer, as SQLAlchemy reads a cursor's description at once.
-A write whose result is never read (an upsert, a lock taken only to wait)
-goes through ``execute_deferred`` instead: compiled once, it is queued and
-handed to psycopg, without SQLAlchemy's per-execute work, just before the
-next statement that waits, inside that statement's execute. So BEGIN goes
+Inside ``pipelined_transaction`` a write whose result is never read (an
+upsert, a lock taken only to wait) goes through ``execute_deferred``: it is
+queued, and sent just before the next statement that waits. So BEGIN goes
 with the first read and COMMIT with the last writes, and a reset request
 waits four times where it waited twelve (tests/services/test_hot_path.py
-counts them at the wire). A deferred statement that fails raises inside the
-execute of the statement that waits next, where SQLAlchemy translates it as
-any statement's error, and the transaction rolls back as it would have. A
-deferred statement whose answer is read later (a try-lock) hands back a
-``Pending`` answer, readable once that next wait is over.
+counts them at the wire). A deferred statement whose answer is read later
+(a try-lock) hands back a ``Pending`` answer, readable once that wait is over.
+
+The hot statements (the deferred ones, the decision's reads through
+``execute_read``, and the COMMIT) are compiled once and run by psycopg
+itself, without SQLAlchemy's per-execute work: about 0.1 ms of CPU per
+statement on this machine, more than most of them take the server to run.
+What fails is raised as SQLAlchemy would have raised it, translated by
+``infra.db.engine.translate_driver_error``, with a lost connection
+invalidated so the pool replaces it; the transaction rolls back. Any other
+statement run with ``connection.execute`` waits for its answer as usual,
+after what was deferred before it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
-from typing import Any
+from typing import Any, NoReturn
 from weakref import WeakKeyDictionary
 
 import psycopg
 from attrs import define, field, frozen
 from psycopg.pq import PipelineStatus, TransactionStatus
-from sqlalchemy import Connection, Dialect, Engine, event, text
+from psycopg.rows import namedtuple_row
+from sqlalchemy import Connection, Dialect, Engine, event
 from sqlalchemy.engine.interfaces import DBAPICursor, ExecutionContext
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement, TextClause
+
+from infra.db.engine import translate_driver_error
 
 Params = Mapping[str, Any]
 # Sent by us rather than by psycopg, which waits for its own BEGIN before
 # the first statement and sends its COMMIT with a wait of its own.
-_BEGIN = "BEGIN"
-_COMMIT = text("COMMIT").execution_options(authledger_ends_pipeline=True)
+_BEGIN, _COMMIT = "BEGIN", "COMMIT"
 _IDLE, _OFF = TransactionStatus.IDLE, PipelineStatus.OFF
 
 
@@ -83,7 +90,7 @@ class _Queued:
 class _Pipelined:
     pipeline: psycopg.Pipeline
     pipelining: AbstractContextManager[psycopg.Pipeline]
-    queued: list[_Queued | str] = field(factory=list)
+    queued: list[_Queued | str] = field(factory=list)  # str: BEGIN or COMMIT
 
 
 # Each driver connection in a pipelined transaction now: its pipeline, the context that ends it, and the
@@ -105,11 +112,9 @@ def pipelined_transaction(engine: Engine) -> Iterator[Connection]:
         driver.autocommit = True
         try:  # from here on, the connection goes back to the pool as it came, or closed
             pipelining = driver.pipeline()
-            _PIPELINES[driver] = _Pipelined(pipelining.__enter__(), pipelining, [_BEGIN])
+            _PIPELINES[driver] = entry = _Pipelined(pipelining.__enter__(), pipelining, [_BEGIN])
             yield connection
-            # Ends the pipeline (see _execute): its closing sync carries the last writes and the COMMIT, and
-            # what failed is raised inside SQLAlchemy's execute, translated as any statement's error is.
-            connection.execute(_COMMIT)
+            _commit(connection, driver, entry)
         except BaseException as error:
             if (entry := _PIPELINES.pop(driver, None)) is not None:
                 entry.pipelining.__exit__(type(error), error, error.__traceback__)  # logs, never raises, a 2nd error
@@ -118,6 +123,23 @@ def pipelined_transaction(engine: Engine) -> Iterator[Connection]:
         finally:
             _hand_back(driver)
         connection.commit()  # ended already: SQLAlchemy's own bookkeeping, nothing is sent
+
+
+def _commit(connection: Connection, driver: psycopg.Connection[Any], entry: _Pipelined) -> None:
+    """Send the last writes and the COMMIT, and leave pipeline mode: one sync, one wait."""
+    entry.queued.append(_COMMIT)
+    try:
+        _send_queued(driver, entry)
+        del _PIPELINES[driver]
+        entry.pipelining.__exit__(None, None, None)
+    except psycopg.Error as error:
+        if driver not in _PIPELINES and driver.pgconn.pipeline_status != _OFF:
+            # Leaving failed: the answers broke off (the server went away mid-sync), so psycopg could not leave
+            # pipeline mode: the connection is unusable. Closed, it reads as a disconnect.
+            driver.close()
+            if isinstance(error.__context__, psycopg.Error):
+                error = error.__context__  # what the server said, not what it left behind
+        _raise_translated(connection, driver, _COMMIT, None, error)
 
 
 def execute_deferred(
@@ -142,6 +164,42 @@ def execute_deferred(
     compiled = _compiled(statement, connection.dialect, first)
     entry.queued.append(_Queued(compiled, parameters, pending if answer else None))
     return pending
+
+
+def execute_read(connection: Connection, statement: ClauseElement, parameters: Params) -> Sequence[Any]:
+    """The rows of a statement that is read, sent with what was deferred before it, and waited for.
+
+    Rows have the columns as attributes, and ``_asdict()``, whether psycopg
+    ran the statement (in a pipelined transaction) or SQLAlchemy (elsewhere).
+    """
+    driver = connection.connection.driver_connection
+    entry = _PIPELINES.get(driver)  # type: ignore[arg-type]
+    if entry is None:
+        return connection.execute(statement, parameters).all()
+    assert isinstance(driver, psycopg.Connection)
+    compiled = _compiled(statement, connection.dialect, parameters)
+    sent = compiled.parameters(parameters)
+    try:
+        _send_queued(driver, entry)
+        cursor = driver.cursor(row_factory=namedtuple_row)
+        cursor.execute(compiled.sql, sent)
+        entry.pipeline.sync()
+        return cursor.fetchall()
+    except psycopg.Error as error:
+        _raise_translated(connection, driver, compiled.sql, sent, error)
+
+
+def _raise_translated(
+    connection: Connection, driver: psycopg.Connection[Any], sql: str, parameters: Params | None, error: psycopg.Error,
+) -> NoReturn:
+    """Raise for a statement psycopg ran what SQLAlchemy would have: its DBAPIError, or the authledger error
+    the engine's translation makes of it; a lost connection is invalidated, so the pool replaces it."""
+    disconnect = connection.dialect.is_disconnect(error, driver, None)
+    wrapped = DBAPIError.instance(sql, parameters, error, psycopg.Error, connection_invalidated=disconnect,
+                                  dialect=connection.dialect)
+    if disconnect:
+        connection.invalidate(error)
+    raise (translate_driver_error(wrapped, connecting=False, is_disconnect=disconnect) or wrapped) from error
 
 
 def _compiled(statement: ClauseElement, dialect: Dialect, parameters: Params) -> _Compiled:
@@ -206,20 +264,7 @@ def _execute(cursor: DBAPICursor, statement: str, parameters: Any, context: Exec
         return False  # SQLAlchemy executes as usual
     _send_queued(driver, entry)
     cursor.execute(statement, parameters)
-    if context.execution_options.get("authledger_ends_pipeline"):
-        del _PIPELINES[driver]
-        try:
-            entry.pipelining.__exit__(None, None, None)  # one sync for all that is pending; leaves pipeline mode
-        except psycopg.Error as error:
-            if driver.pgconn.pipeline_status != _OFF:
-                # The answers broke off (the server went away mid-sync), so psycopg could not leave
-                # pipeline mode: the connection is unusable. Closed, SQLAlchemy sees a disconnect.
-                driver.close()
-                if isinstance(error.__context__, psycopg.Error):
-                    raise error.__context__ from None  # what the server said, not what it left behind
-            raise
-    else:
-        entry.pipeline.sync()
+    entry.pipeline.sync()
     return True
 
 

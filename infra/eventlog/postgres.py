@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from domain.errors import ConcurrencyConflict
 from domain.log import RecordedEvent
 from infra.eventlog.codec import EventCodec, default_codec
+from infra.db.pipeline import execute_read
 from infra.eventlog.personal_data import KEY_ID_PATTERN
 from infra.eventlog.subject_keys import PostgresKeyring
 from infra.eventlog.tags import PERSONAL_FIELDS
@@ -134,7 +135,7 @@ class PostgresEventStore:
         statement, params = self._append_statement(rows_in, metadata)
         streams = ", ".join(sorted({stream_id for stream_id, _, _ in batches}))
         try:
-            rows = self.connection.execute(statement, params).all()
+            rows = execute_read(self.connection, statement, params)
         except IntegrityError as error:
             # The caller's transaction is aborted: it rolls back and decides again.
             if _unique_violation_on_stream_version(error):

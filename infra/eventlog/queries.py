@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, text
 
 from domain.log import Checkpoint
+from infra.db.pipeline import execute_read
 from infra.eventlog.personal_data import KEY_ID_PATTERN
 
 LAG = text("""
@@ -132,10 +133,10 @@ def snapshots_for_decision(
 ) -> Sequence[Row[Any]]:
     """Each stream's last version and snapshot, its requests' sealed ``fields``, their data keys and
     its user's writing key; see above. ``users_by_stream``: stream id -> the user it belongs to."""
-    return connection.execute(SNAPSHOTS_FOR_DECISION, {
+    return execute_read(connection, SNAPSHOTS_FOR_DECISION, {
         "stream_ids": list(users_by_stream), "user_ids": list(users_by_stream.values()), "fields": list(fields),
         "envelope_key": KEY_ID_PATTERN,
-    }).all()
+    })
 
 
 # The payloads of some streams, as stored (sealed): what an erasure would

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Table, TextClause, text
 from sqlalchemy.dialects import postgresql
 
 from domain.log import RecordedEvent
-from infra.db.pipeline import execute_deferred
+from infra.db.pipeline import execute_deferred, execute_read
 
 _DIALECT = postgresql.dialect()
 _QUOTE = _DIALECT.identifier_preparer
@@ -214,8 +214,8 @@ class KeyedApplier:
 
     def load(self, connection: Connection, keys: Iterable[Any]) -> dict[Any, Any]:
         """The rows of these keys that exist, by key (locked when the applier locks)."""
-        found = connection.execute(self._load, {"keys": list(keys)})
-        return {row._mapping[self.key_column]: self.row_type(**row._mapping) for row in found}
+        found = (row._asdict() for row in execute_read(connection, self._load, {"keys": list(keys)}))
+        return {row[self.key_column]: self.row_type(**row) for row in found}
 
     def apply(
         self, connection: Connection, recorded: Sequence[RecordedEvent], *, loaded: dict[Any, Any] | None = None,

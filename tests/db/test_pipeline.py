@@ -9,12 +9,14 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import IntegrityError
 
 from infra.db.engine import Database
-from infra.errors import DatabaseUnavailable
-from infra.db.pipeline import execute_deferred, pipelined_transaction
+from infra.errors import DatabaseUnavailable, SchemaMismatch
+from infra.db.pipeline import execute_deferred, execute_read, pipelined_transaction
 from tests.support.wire import at_the_wire
 
 INSERT = text("INSERT INTO notes (id, body) VALUES (:id, :body)")
 COUNT = text("SELECT count(*) FROM notes")
+NOTES = text("SELECT id, body FROM notes ORDER BY id")
+MISSING = text("SELECT id FROM no_such_table")
 
 
 @pytest.fixture
@@ -85,3 +87,46 @@ def test_a_server_gone_before_the_commit_is_reported_unavailable_and_its_connect
             other.execute(text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid})  # waits until it is gone
         execute_deferred(connection, INSERT, {"id": 2, "body": "b"})  # sent with the COMMIT, to no one
     assert notes(one_connection) == []  # on a new connection
+
+
+def test_a_read_sees_the_writes_deferred_before_it_and_its_rows_read_alike_in_and_out_of_a_pipeline(
+    one_connection: Engine,
+) -> None:
+    with at_the_wire(one_connection) as wire, pipelined_transaction(one_connection) as connection:
+        execute_deferred(connection, INSERT, {"id": 1, "body": "a"})
+        inside = execute_read(connection, NOTES, {})
+    with one_connection.connect() as connection:
+        outside = execute_read(connection, NOTES, {})
+    assert [(row.id, row.body) for row in inside] == [(row.id, row.body) for row in outside] == [(1, "a")]
+    assert [row._asdict() for row in inside] == [row._asdict() for row in outside] == [{"id": 1, "body": "a"}]
+    assert wire.round_trips == 2  # BEGIN and the write with the read; the COMMIT
+
+
+def test_a_deferred_write_that_fails_is_raised_by_the_next_read_as_sqlalchemy_would(one_connection: Engine) -> None:
+    with pytest.raises(IntegrityError, match="duplicate key"), pipelined_transaction(one_connection) as connection:
+        execute_deferred(connection, INSERT, {"id": 1, "body": "a"})
+        execute_deferred(connection, INSERT, {"id": 1, "body": "twice"})
+        execute_read(connection, NOTES, {})
+    assert notes(one_connection) == []
+
+
+def test_a_read_of_a_missing_table_is_translated_as_any_statement_is(one_connection: Engine) -> None:
+    with pytest.raises(SchemaMismatch, match="db init"), pipelined_transaction(one_connection) as connection:
+        execute_deferred(connection, INSERT, {"id": 1, "body": "a"})
+        execute_read(connection, MISSING, {})
+    with pipelined_transaction(one_connection) as connection:  # the same pooled connection, usable
+        assert execute_read(connection, NOTES, {}) == []
+
+
+def test_a_server_gone_before_a_read_is_reported_unavailable_and_its_connection_replaced(
+    one_connection: Engine, admin_engine: Engine
+) -> None:
+    with pytest.raises(DatabaseUnavailable), pipelined_transaction(one_connection) as connection:
+        pid = execute_read(connection, text("SELECT pg_backend_pid() AS pid"), {})[0].pid
+        with admin_engine.connect() as other:
+            other.execute(text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid})
+        execute_deferred(connection, INSERT, {"id": 1, "body": "a"})
+        execute_read(connection, NOTES, {})
+    with pipelined_transaction(one_connection) as connection:
+        execute_deferred(connection, INSERT, {"id": 2, "body": "b"})
+    assert notes(one_connection) == [2]

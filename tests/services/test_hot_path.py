@@ -10,12 +10,10 @@ grows costs every request: say why in the commit that changes it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from uuid import uuid4
 
-import pytest
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine
 
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
@@ -27,29 +25,11 @@ from tests.support.secrets import otp_code_of, reset_token_of
 from tests.support.wire import at_the_wire
 
 
-@dataclass
-class Sent:
-    engine: Engine
-    transactions: int = 0
-
-    def of(self, call: Callable[[], object]) -> tuple[int, int, int]:
-        """(statements, transactions, round trips) of one call."""
-        self.transactions = 0
-        with at_the_wire(self.engine) as wire:
-            call()
-        return len(wire.statements), self.transactions, wire.round_trips
-
-
-@pytest.fixture
-def sent(engine: Engine) -> Iterator[Sent]:
-    counted = Sent(engine)
-
-    def begin(_conn: object) -> None:
-        counted.transactions += 1
-
-    event.listen(engine, "begin", begin)
-    yield counted
-    event.remove(engine, "begin", begin)
+def cost_of(engine: Engine, call: Callable[[], object]) -> tuple[int, int, int]:
+    """(statements, transactions, round trips) of one call."""
+    with at_the_wire(engine) as wire:
+        call()
+    return len(wire.statements), wire.transactions, wire.round_trips
 
 
 def new_user() -> str:
@@ -57,7 +37,7 @@ def new_user() -> str:
 
 
 def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements_and_waits(
-    ctx: ServiceContext, engine: Engine, sent: Sent
+    ctx: ServiceContext, engine: Engine
 ) -> None:
     for _ in range(2):  # warm: the master key is proven once a key exists under it
         request_reset(ctx, RequestReset(new_user(), "warm@example.test", idempotency_key=uuid4().hex))
@@ -69,15 +49,15 @@ def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements_and_wa
 
     # Locks, the stream's read, the user's new data key, the append, three new rows, the address index
     # (read and written), the snapshot. Waits: the read, the append, the index's read, the COMMIT.
-    assert sent.of(create_reset) == (10, 1, 4)
+    assert cost_of(engine, create_reset) == (10, 1, 4)
     # The API refuses a key in flight rather than wait for it: whether the key was free comes with the read.
-    assert sent.of(lambda: request_reset(ctx, RequestReset(new_user(), "bo@example.test", idempotency_key=uuid4().hex),
+    assert cost_of(engine, lambda: request_reset(ctx, RequestReset(new_user(), "bo@example.test", idempotency_key=uuid4().hex),
                                          in_flight="refuse")) == (10, 1, 4)
     token = reset_token_of(engine, ctx.keys, created[0].request_id)
     # The token's owner, the lock, the stream's read: the look-up shares the decision's transaction.
-    assert sent.of(lambda: verify_token(ctx, token)) == (3, 1, 3)
+    assert cost_of(engine, lambda: verify_token(ctx, token)) == (3, 1, 3)
     # ... then the append, the notice's new outbox row, the token's row (read and written), the snapshot.
-    assert sent.of(lambda: consume_token(ctx, token)) == (8, 1, 5)
+    assert cost_of(engine, lambda: consume_token(ctx, token)) == (8, 1, 5)
 
     challenges = []
 
@@ -85,8 +65,8 @@ def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements_and_wa
         challenges.append(request_otp(ctx, RequestOtp(user, "ada@example.test", idempotency_key=uuid4().hex)))
 
     # The user has a key now and the same address is indexed already: nothing to read or write for either.
-    assert sent.of(create_otp) == (8, 1, 4)
+    assert cost_of(engine, create_otp) == (8, 1, 4)
     code = otp_code_of(engine, ctx.keys, challenges[0].request_id)
     # The owner, the lock, the read, the append, the challenge's row (read and written), the snapshot.
-    assert sent.of(lambda: verify_code(ctx, challenges[0].request_id, code, user_id=user)) == (7, 1, 5)
+    assert cost_of(engine, lambda: verify_code(ctx, challenges[0].request_id, code, user_id=user)) == (7, 1, 5)
     assert_projections_match_log(engine)

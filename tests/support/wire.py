@@ -23,11 +23,12 @@ class Wire:
     ReadyForQuery messages are the waits, however many statements were
     pipelined before each. ``statements``: the command tag of each statement
     the server ran, BEGIN and COMMIT apart, whether SQLAlchemy or psycopg
-    sent it (``infra.db.pipeline.execute_deferred``).
+    sent it (``infra.db.pipeline``). ``transactions``: the BEGINs.
     """
 
     round_trips: int = 0
     statements: list[str] = field(default_factory=list)
+    transactions: int = 0
 
 
 @contextmanager
@@ -57,5 +58,7 @@ def at_the_wire(engine: Engine) -> Iterator[Wire]:
                 continue
             if answer["message"] == "ReadyForQuery":
                 wire.round_trips += 1
-            elif answer["message"] == "CommandComplete" and answer["tag"] not in ("BEGIN", "COMMIT"):
+            elif answer["message"] == "CommandComplete" and answer["tag"] == "BEGIN":
+                wire.transactions += 1
+            elif answer["message"] == "CommandComplete" and answer["tag"] != "COMMIT":
                 wire.statements.append(answer["tag"])
