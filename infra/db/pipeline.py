@@ -53,17 +53,23 @@ _IDLE, _OFF = TransactionStatus.IDLE, PipelineStatus.OFF
 
 
 class Pending:
-    """The answer of a deferred statement, readable once a later statement has waited for the server."""
+    """The rows of a deferred statement, readable once a later statement has waited for the server."""
 
-    def __init__(self) -> None:
-        self._cursor: psycopg.Cursor[Any] | None = None
-        self._answer: Any = None
+    def __init__(self, rows: Sequence[Any] | None = None) -> None:
+        self._cursor: psycopg.Cursor[Any] | None = None  # set when sent; its rows come with the next sync
+        self._rows = rows
+
+    def all(self) -> Sequence[Any]:
+        """The rows, as ``execute_read`` returns them."""
+        if self._cursor is not None:
+            self._rows, self._cursor = self._cursor.fetchall(), None
+        if self._rows is None:
+            raise AssertionError("a deferred statement's rows are read after a statement that waits, not before")
+        return self._rows
 
     def scalar_one(self) -> Any:
-        if self._cursor is not None:
-            (self._answer,) = self._cursor.fetchall()[0]  # arrived with the sync of the statement that waited
-            self._cursor = None
-        return self._answer
+        (row,) = self.all()
+        return row[0]
 
 
 @frozen
@@ -150,16 +156,14 @@ def execute_deferred(
 
     In a pipelined transaction it is queued, to be sent ahead of the next
     statement that waits; elsewhere it runs at once. A list of parameter
-    sets runs it once for each. With ``answer`` its one value can be read
-    from the ``Pending`` returned, once that next statement has waited.
+    sets runs it once for each. With ``answer`` its rows can be read from
+    the ``Pending`` returned, once that next statement has waited.
     """
-    pending = Pending()
     entry = _PIPELINES.get(connection.connection.driver_connection)  # type: ignore[arg-type]
     if entry is None:
         result = connection.execute(statement, parameters)
-        if answer:
-            pending._answer = result.scalar_one()
-        return pending
+        return Pending(result.all() if answer else [])
+    pending = Pending()
     first = parameters if isinstance(parameters, Mapping) else parameters[0]
     compiled = _compiled(statement, connection.dialect, first)
     entry.queued.append(_Queued(compiled, parameters, pending if answer else None))
@@ -220,7 +224,7 @@ def _compiled(statement: ClauseElement, dialect: Dialect, parameters: Params) ->
 
 def _send_queued(driver: psycopg.Connection[Any], entry: _Pipelined) -> None:
     for queued in entry.queued:
-        cursor = driver.cursor()
+        cursor = driver.cursor(row_factory=namedtuple_row)
         if isinstance(queued, str):
             cursor.execute(queued)
         elif isinstance(queued.parameters, Mapping):

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Table, TextClause, text
 from sqlalchemy.dialects import postgresql
 
 from domain.log import RecordedEvent
-from infra.db.pipeline import execute_deferred, execute_read
+from infra.db.pipeline import Pending, execute_deferred, execute_read
 
 _DIALECT = postgresql.dialect()
 _QUOTE = _DIALECT.identifier_preparer
@@ -135,6 +135,14 @@ class Applier(Protocol):
         ...
 
 
+@attrs.frozen
+class Asked:
+    """Rows asked for ahead (``KeyedApplier.ask``): the keys, and their answer once a statement has waited."""
+
+    keys: list[Any]
+    rows: Pending
+
+
 # Below this many rows (an inline fold writes one to ten) a plain upsert of
 # the rows costs the client less than adapting every column to an array:
 # with unnest alone the outbox's claim and record lost about 4% of throughput.
@@ -214,29 +222,53 @@ class KeyedApplier:
 
     def load(self, connection: Connection, keys: Iterable[Any]) -> dict[Any, Any]:
         """The rows of these keys that exist, by key (locked when the applier locks)."""
-        found = (row._asdict() for row in execute_read(connection, self._load, {"keys": list(keys)}))
-        return {row[self.key_column]: self.row_type(**row) for row in found}
+        return self._by_key(execute_read(connection, self._load, {"keys": list(keys)}))
+
+    def _by_key(self, found: Iterable[Any]) -> dict[Any, Any]:
+        return {row[self.key_column]: self.row_type(**row) for row in (row._asdict() for row in found)}
+
+    def ask(self, connection: Connection, events: Sequence[object], loaded: dict[Any, Any] | None = None) -> Asked | None:
+        """Ask ahead for the rows ``apply`` will read for these events, sent with the next statement that
+        waits (the append that records them): their answer comes with its own, with no wait of their own."""
+        missing = self._missing(self._first_events(events), loaded or {})
+        if not missing:
+            return None
+        return Asked(missing, execute_deferred(connection, self._load, {"keys": missing}, answer=True))
+
+    def _first_events(self, events: Iterable[object]) -> dict[Any, object]:
+        """Each key's first event, in log order."""
+        first: dict[Any, object] = {}
+        for event in events:
+            if (key := self.key_of(event)) is not None:
+                first.setdefault(key, event)
+        return first
+
+    def _missing(self, first: Mapping[Any, object], rows: Mapping[Any, Any]) -> list[Any]:
+        """The keys that must be read: neither known already nor made whole by their first event."""
+        return [key for key, event in first.items()
+                if key not in rows and key not in self._cache and not isinstance(event, self.starts)]
 
     def apply(
         self, connection: Connection, recorded: Sequence[RecordedEvent], *, loaded: dict[Any, Any] | None = None,
+        asked: Asked | None = None,
     ) -> int:
         """Fold ``recorded`` into the table; the number of rows written.
 
         ``loaded`` holds rows the caller already read (and locked) by key:
         they are folded instead of read again, and updated in place with the
         rows written, so the caller sees the result without folding twice.
-        Keys whose first event ``starts`` their row are not read.
+        Keys whose first event ``starts`` their row are not read; the others
+        come from ``asked`` (``ask``, before the append) or are read now.
         """
-        first: dict[Any, object] = {}  # each key's first event, in log order
-        for r in recorded:
-            if (key := self.key_of(r.event)) is not None:
-                first.setdefault(key, r.event)
+        first = self._first_events(r.event for r in recorded)
         if not first:
             return 0
         rows = loaded if loaded is not None else {}
         rows.update((key, self._cache[key]) for key in first if key in self._cache and key not in rows)
-        missing = [key for key, event in first.items() if key not in rows and not isinstance(event, self.starts)]
-        if missing:
+        missing = self._missing(first, rows)
+        if asked is not None and asked.keys == missing:
+            rows.update(self._by_key(asked.rows.all()))
+        elif missing:
             rows.update(self.load(connection, missing))
         try:
             changed = self._step(rows, recorded)

@@ -4,7 +4,9 @@ Each projection is a pure fold from ``projections/`` plus the table it lives
 in, held by the same ``KeyedApplier`` that rebuilds, verifies and replays it.
 ``apply_inline`` folds the events an append wrote into the rows they touch
 (read ``FOR UPDATE``), so a read model can never disagree with the log it
-came from. Only the unit of work (``infra.services.unit_of_work``) calls it.
+came from. ``ask_inline`` asks for those rows ahead, before the append, so
+that in a pipelined transaction they come back with the append's own answer.
+Only the unit of work (``infra.services.unit_of_work``) calls them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from sqlalchemy import Connection
 from domain import email, otp_events, request_rules, reset_events
 from domain.log import RecordedEvent
 from infra.db import tables
-from infra.projector.appliers import KeyedApplier
+from infra.projector.appliers import Asked, KeyedApplier
 from infra.projector.snapshots import SnapshotApplier
 from projections.address_index import AddressIndexRow, address_index_key, evolve_address_index
 from projections.api_keys import ApiKeyRow, api_key_key, evolve_api_key
@@ -67,13 +69,30 @@ INLINE: list[KeyedApplier | SnapshotApplier] = [
 ]
 
 
+def ask_inline(
+    connection: Connection, events: Sequence[object], loaded: Mapping[str, dict[Any, Any]] | None = None,
+) -> dict[str, Asked]:
+    """Ask ahead, by projection name, for the rows the events about to be appended will fold."""
+    asked = {}
+    for projection in INLINE:
+        if isinstance(projection, KeyedApplier):
+            if (rows := projection.ask(connection, events, (loaded or {}).get(projection.name))) is not None:
+                asked[projection.name] = rows
+    return asked
+
+
 def apply_inline(
     connection: Connection, recorded: Sequence[RecordedEvent], loaded: Mapping[str, dict[Any, Any]] | None = None,
+    asked: Mapping[str, Asked] | None = None,
 ) -> None:
     """Fold freshly appended events into every inline projection they touch.
 
     ``loaded`` holds, by projection name, rows the caller already read and
-    locked; see ``KeyedApplier.apply``.
+    locked; ``asked``, rows ``ask_inline`` asked for; see ``KeyedApplier.apply``.
     """
     for projection in INLINE:
-        projection.apply(connection, recorded, loaded=(loaded or {}).get(projection.name))
+        rows = (loaded or {}).get(projection.name)
+        if isinstance(projection, KeyedApplier):
+            projection.apply(connection, recorded, loaded=rows, asked=(asked or {}).get(projection.name))
+        else:
+            projection.apply(connection, recorded, loaded=rows)

@@ -49,7 +49,7 @@ from infra.db.pipeline import pipelined_transaction
 from infra.emails.templates import default_templates
 from infra.eventlog.codec import default_codec
 from infra.eventlog.email_leases import append_fenced, claim_due_leases
-from infra.projector.inline import SNAPSHOTS, apply_inline
+from infra.projector.inline import SNAPSHOTS, apply_inline, ask_inline
 from infra.projector.snapshots import load_for_decision
 from infra.services.counts import count_call, take_counts
 from infra.services.locks import IdempotencyLock, lock_stream
@@ -113,8 +113,10 @@ def append_and_fold(
     ``store`` is the one the caller read with on this connection, so that
     the data keys it learnt are not asked for again.
     """
+    # The rows the events will fold are asked for first, so that they come back with the append's answer.
+    asked = ask_inline(connection, [event for _, _, events in batches for event in events], loaded)
     recorded = (store or PostgresEventStore(connection)).append_many(batches, metadata)
-    apply_inline(connection, recorded, loaded)
+    apply_inline(connection, recorded, loaded, asked)
     return recorded
 
 
