@@ -8,15 +8,16 @@ baseline in the same run:
 
 - what a round trip costs on this machine: ``SELECT 1`` with this process
   and its backend on the same core, then on different cores (``taskset``);
-- each hot path's p50 and its round trips, counted at the wire (libpq's
-  trace: one ReadyForQuery per wait);
+- each hot path's p50, its CPU per call in this process (``process_time``:
+  our code, SQLAlchemy and psycopg; not the server's) and its round trips,
+  counted at the wire (libpq's trace: one ReadyForQuery per wait);
 - OTP create's p50 alone, then with a catch-up runner in a thread beside it
   that folds after every commit (``gather_seconds=0``), then one that
   gathers a burst for 0.2 s, as ``authledger serve`` runs it.
 
-To compare with an older commit, copy this file into that commit's
-checkout and run it there (before ``gather_seconds`` existed, leave out the
-runner part).
+To compare with an older commit, copy this file (and tests/support/wire.py)
+into that commit's checkout and run it there (before ``gather_seconds``
+existed, leave out the runner part).
 """
 
 from __future__ import annotations
@@ -82,13 +83,16 @@ def round_trips_of(engine: Engine, call: Callable[[], object]) -> int:
     return wire.round_trips
 
 
-def p50_ms(calls: list[Callable[[], object]]) -> float:
+def timed(calls: list[Callable[[], object]]) -> str:
+    """The calls' p50 and this process's CPU per call, in ms."""
     took = []
+    cpu = time.process_time()
     for call in calls:
         started = time.perf_counter()
         call()
         took.append(time.perf_counter() - started)
-    return statistics.median(took) * 1000
+    cpu_ms = (time.process_time() - cpu) / len(calls) * 1000
+    return f"p50 {statistics.median(took) * 1000:5.2f} ms, CPU {cpu_ms:4.2f} ms per call"
 
 
 def main() -> None:
@@ -115,19 +119,19 @@ def main() -> None:
         otp_create(f"w-{run}-{i}")()
     otps, resets = [f"o-{run}-{i}" for i in range(n + 1)], [f"r-{run}-{i}" for i in range(n + 1)]
     print(f"\n{n} calls each, one at a time, one thread")
-    print(f"  otp create     p50 {p50_ms([otp_create(u) for u in otps[1:]]):5.2f} ms, "
+    print(f"  otp create     {timed([otp_create(u) for u in otps[1:]])}, "
           f"{round_trips_of(engine, otp_create(otps[0]))} round trips")
     challenges = [next(iter(load_state(ctx, otp_stream(u), fold_otp).challenges.values())) for u in otps]
     verifies = [lambda u=u, c=c: verify_code(ctx, c.challenge_id, otp_code_for(c, KEYS), user_id=u)
                 for u, c in zip(otps, challenges, strict=True)]
-    print(f"  otp verify     p50 {p50_ms(verifies[1:]):5.2f} ms, {round_trips_of(engine, verifies[0])} round trips")
-    print(f"  reset create   p50 {p50_ms([reset_create(u) for u in resets[1:]]):5.2f} ms, "
+    print(f"  otp verify     {timed(verifies[1:])}, {round_trips_of(engine, verifies[0])} round trips")
+    print(f"  reset create   {timed([reset_create(u) for u in resets[1:]])}, "
           f"{round_trips_of(engine, reset_create(resets[0]))} round trips")
     tokens = [reset_token_for(next(iter(load_state(ctx, reset_stream(u), fold_reset).requests.values())), KEYS)
               for u in resets]
-    print(f"  reset verify   p50 {p50_ms([lambda t=t: verify_token(ctx, t) for t in tokens[1:]]):5.2f} ms, "
+    print(f"  reset verify   {timed([lambda t=t: verify_token(ctx, t) for t in tokens[1:]])}, "
           f"{round_trips_of(engine, lambda: verify_token(ctx, tokens[0]))} round trips")
-    print(f"  reset consume  p50 {p50_ms([lambda t=t: consume_token(ctx, t) for t in tokens[1:]]):5.2f} ms, "
+    print(f"  reset consume  {timed([lambda t=t: consume_token(ctx, t) for t in tokens[1:]])}, "
           f"{round_trips_of(engine, lambda: consume_token(ctx, tokens[0]))} round trips")
 
     print("\notp create beside the catch-up runner")
@@ -139,11 +143,11 @@ def main() -> None:
             thread = threading.Thread(target=runner.run)
             thread.start()
             time.sleep(1)  # listening, caught up
-        took = p50_ms([otp_create(f"c-{uuid4().hex[:8]}-{i}") for i in range(n)])
+        took = timed([otp_create(f"c-{uuid4().hex[:8]}-{i}") for i in range(n)])
         if runner is not None and thread is not None:
             runner.stop()
             thread.join()
-        print(f"  {label:<30} p50 {took:5.2f} ms")
+        print(f"  {label:<30} {took}")
     engine.dispose()
 
 

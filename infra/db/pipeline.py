@@ -11,10 +11,11 @@ snapshot, so nothing about what a statement sees changes.
 Inside ``pipelined_transaction`` a write whose result is never read (an
 upsert, a lock taken only to wait) goes through ``execute_deferred``: it is
 queued, and sent just before the next statement that waits. So BEGIN goes
-with the first read and COMMIT with the last writes, and a reset request
-waits four times where it waited twelve (tests/services/test_hot_path.py
-counts them at the wire). A deferred statement whose answer is read later
-(a try-lock) hands back a ``Pending`` answer, readable once that wait is over.
+with the first read and COMMIT with the last writes. A deferred statement
+whose answer is read later (a try-lock, the rows an append will fold) hands
+back a ``Pending`` answer, readable once that next wait is over. A reset
+request waits three times where it waited twelve: the stream's read, the
+append, the COMMIT (tests/services/test_hot_path.py counts them at the wire).
 
 The hot statements (the deferred ones, the decision's reads through
 ``execute_read``, and the COMMIT) are compiled once and run by psycopg

@@ -17,8 +17,9 @@ transactions can wait for each other; ``infra.services.locks``), so that
 retries in flight wait for (or are refused while) the first one runs. The
 time a decision is stamped with is read after the locks are held, so a
 stream's event times never go backwards. The transaction is pipelined
-(``infra.db.pipeline``): it waits for the server where it reads, and its
-writes go with the COMMIT.
+(``infra.db.pipeline``): it waits for the server where it reads, the rows
+the append will fold are asked for with the append, and its writes go with
+the COMMIT.
 """
 
 from __future__ import annotations
