@@ -103,7 +103,8 @@ class _Pipelined:
 # Each driver connection in a pipelined transaction now: its pipeline, the context that ends it, and the
 # deferred statements not sent yet. Only the thread that holds a connection touches its entry.
 _PIPELINES: WeakKeyDictionary[psycopg.Connection[Any], _Pipelined] = WeakKeyDictionary()
-# Deferred statements are module constants, so this stays as small as the code: (id, parameter names) -> SQL.
+# The statements psycopg runs here are module constants (or built once per applier), so this stays as small
+# as the code: (id, parameter names) -> SQL. Two threads may compile one at once: the same result, kept once.
 _COMPILED: dict[tuple[int, tuple[str, ...] | None], _Compiled] = {}
 
 
@@ -216,7 +217,7 @@ def _compiled(statement: ClauseElement, dialect: Dialect, parameters: Params) ->
     compiled = statement.compile(dialect=dialect, column_keys=list(names) if names is not None else None)
     binds = set(compiled.bind_names.values())  # type: ignore[attr-defined]
     if not binds <= set(parameters) or compiled.escaped_bind_names or compiled.positional:  # type: ignore[attr-defined]
-        raise TypeError(f"a deferred statement binds only the parameters it is given, by name: {compiled.string}")
+        raise TypeError(f"a statement psycopg runs binds only the parameters it is given, by name: {compiled.string}")
     processors = {name: processor for name, processor in compiled._bind_processors.items()  # type: ignore[attr-defined]
                   if name in binds}
     made = _COMPILED[key] = _Compiled(statement, compiled.string, processors)

@@ -217,9 +217,9 @@ class PostgresKeyring(DataKeyring):
         self._check_master()
         key_id, key = secrets.token_hex(16), AESGCM.generate_key(bit_length=256)
         master_key_id, wrapped = self.master.wrap(user_id, key_id, key)
-        execute_deferred(
-            self.connection, INSERT_KEY, {"key_id": key_id, "user_id": user_id, "master_key_id": master_key_id, "wrapped_key": wrapped}
-        )
+        execute_deferred(self.connection, INSERT_KEY, {
+            "key_id": key_id, "user_id": user_id, "master_key_id": master_key_id, "wrapped_key": wrapped,
+        })
         self._by_id[key_id], self._by_user[user_id] = key, key_id
         return key_id
 

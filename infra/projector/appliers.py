@@ -227,7 +227,9 @@ class KeyedApplier:
     def _by_key(self, found: Iterable[Any]) -> dict[Any, Any]:
         return {row[self.key_column]: self.row_type(**row) for row in (row._asdict() for row in found)}
 
-    def ask(self, connection: Connection, events: Sequence[object], loaded: dict[Any, Any] | None = None) -> Asked | None:
+    def ask(
+        self, connection: Connection, events: Sequence[object], loaded: dict[Any, Any] | None = None,
+    ) -> Asked | None:
         """Ask ahead for the rows ``apply`` will read for these events, sent with the next statement that
         waits (the append that records them): their answer comes with its own, with no wait of their own."""
         missing = self._missing(self._first_events(events), loaded or {})
