@@ -189,9 +189,10 @@ def _decided(stream_id: str, rows: Sequence[Any], keyring: PostgresKeyring) -> t
                      for row in rows if row.key_id is not None)
     found = {row.global_position: (row.global_position, row.event_type, row.user_id, row.field_values)
              for row in rows if row.global_position is not None}  # a field sealed under two keys comes twice
-    recipient_at = {UUID(request_id): position for request_id, position in head.state["recipient_at"].items()}
+    state = json.loads(next(row.state_json for row in rows if row.state_json is not None))
+    recipient_at = {UUID(request_id): position for request_id, position in state["recipient_at"].items()}
     personal = _opened(keyring, recipient_at, found.values()) if recipient_at else {}
-    return decode_snapshot(stream_id, head.version, head.state, personal), head.last_version
+    return decode_snapshot(stream_id, head.version, state, personal), head.last_version
 
 
 class SnapshotApplier:
