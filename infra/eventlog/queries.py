@@ -135,9 +135,10 @@ SNAPSHOTS_FOR_DECISION = text("""
 
 def snapshots_for_decision(
     connection: Connection, users_by_stream: Mapping[str, str], fields: Sequence[str]
-) -> Sequence[Row[Any]]:
+) -> Sequence[Any]:
     """Each stream's last version and snapshot, its requests' sealed ``fields``, their data keys and
-    its user's writing key; see above. ``users_by_stream``: stream id -> the user it belongs to."""
+    its user's writing key; see above. ``users_by_stream``: stream id -> the user it belongs to.
+    Rows as ``execute_read`` returns them: the columns as attributes."""
     return execute_read(connection, SNAPSHOTS_FOR_DECISION, {
         "stream_ids": list(users_by_stream), "user_ids": list(users_by_stream.values()), "fields": list(fields),
         "envelope_key": KEY_ID_PATTERN,
