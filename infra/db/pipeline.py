@@ -125,7 +125,10 @@ def pipelined_transaction(engine: Engine) -> Iterator[Connection]:
             _commit(connection, driver, entry)
         except BaseException as error:
             if (entry := _PIPELINES.pop(driver, None)) is not None:
-                entry.pipelining.__exit__(type(error), error, error.__traceback__)  # logs, never raises, a 2nd error
+                # Leaving an aborted pipeline fails again; told of the error in hand, psycopg would log that
+                # second one as a warning, with the server's detail. The error being raised is the one that matters.
+                with suppress(psycopg.Error):
+                    entry.pipelining.__exit__(None, None, None)
             _roll_back(driver)
             raise
         finally:
@@ -202,7 +205,7 @@ def _raise_translated(
     the engine's translation makes of it; a lost connection is invalidated, so the pool replaces it."""
     disconnect = connection.dialect.is_disconnect(error, driver, None)
     wrapped = DBAPIError.instance(sql, parameters, error, psycopg.Error, connection_invalidated=disconnect,
-                                  dialect=connection.dialect)
+                                  hide_parameters=connection.engine.hide_parameters, dialect=connection.dialect)
     if disconnect:
         connection.invalidate(error)
     raise (translate_driver_error(wrapped, connecting=False, is_disconnect=disconnect) or wrapped) from error
