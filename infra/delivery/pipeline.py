@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from domain.delivery import RECORD_WITHIN
+from infra.db.reading import reading
 from infra.delivery.breaker import Breaker
 from infra.delivery.fresh import Prepared, prepare_all
 from infra.delivery.leases import Claim, still_held
@@ -155,10 +156,9 @@ class Window:
         self._read_cost = cost if not self._read_cost else 0.8 * self._read_cost + 0.2 * cost
 
     def _prepare(self, claims: Sequence[Claim]) -> list[Prepared]:
-        # Autocommit: each statement of the read sees its own snapshot either way,
+        # Each statement of the read sees its own snapshot either way,
         # and no transaction is held across the provider calls that follow.
-        with self.ctx.engine.connect() as connection:
-            connection.execution_options(isolation_level="AUTOCOMMIT")
+        with reading(self.ctx.engine) as connection:
             return prepare_all(self.ctx, claims, sender=self.sender, connection=connection)
 
     async def _take_back(self) -> list[Claim]:
@@ -168,7 +168,7 @@ class Window:
         return self._unstarted
 
     def _still_held(self, claims: list[Claim]) -> list[Claim]:
-        with self.ctx.engine.connect() as connection:
+        with reading(self.ctx.engine) as connection:
             return still_held(connection, claims)
 
     # -- sends -----------------------------------------------------------------

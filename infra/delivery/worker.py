@@ -26,6 +26,7 @@ from typing import Any
 
 from domain.circuit import CircuitPolicy
 from infra.db.listen import start_listener
+from infra.db.reading import reading
 from infra.delivery.breaker import Breaker
 from infra.delivery.leases import Claim, claim_due, next_due
 from infra.delivery.pipeline import Window
@@ -190,7 +191,7 @@ class Worker:
         return min(self.poll_seconds, max((due - self.ctx.clock.now()).total_seconds(), 0.01))
 
     def _next_due(self) -> datetime | None:
-        with self.ctx.engine.connect() as connection:
+        with reading(self.ctx.engine) as connection:
             return next_due(connection)
 
     def _wake_all(self) -> None:

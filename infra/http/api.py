@@ -27,6 +27,7 @@ from domain.otp import RequestOtp
 from domain.reset import RequestReset
 from domain.tenants import split_scoped_user
 from infra.db import tables
+from infra.db.reading import reading
 from infra.db.schema import SCHEMA_VERSION, current_version
 from infra.delivery.worker import Worker
 from infra.errors import DatabaseUnavailable, Forbidden, SchemaMismatch, Unauthorized
@@ -184,13 +185,13 @@ class Api:
 
     def _check_connected(self) -> None:
         try:
-            with self.ctx.engine.connect() as connection:
+            with reading(self.ctx.engine) as connection:
                 connection.execute(CONNECTED)
         except AuthledgerError:
             raise DatabaseUnavailable() from None
 
     def _check_ready(self) -> None:
-        with self.ctx.engine.connect() as connection:
+        with reading(self.ctx.engine) as connection:
             version = current_version(connection)
             missing = connection.execute(MISSING_TABLES, {"names": list(tables.metadata.tables)}).scalars().all()
         # A newer schema is fine: schema.sql only ever adds, so during a rolling

@@ -24,6 +24,7 @@ from sqlalchemy import Connection, Engine, text
 
 from domain.log import Checkpoint
 from infra.db.listen import start_listener
+from infra.db.reading import reading
 from infra.eventlog.reader import COMMITTED, HORIZON, count_events, read_page
 from infra.logs import log_event
 from infra.projector.registry import Projection, catch_up_projections
@@ -181,7 +182,7 @@ class CatchUpRunner:
 
     def _held_back(self) -> bool:
         """True when committed events wait behind an older open transaction: poll soon."""
-        with self.engine.connect() as connection:
+        with reading(self.engine) as connection:
             for projection in self.projections:
                 stored = read_checkpoint(connection, projection.name)
                 visible = count_events(connection, stored.checkpoint, COMMITTED)

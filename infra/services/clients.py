@@ -38,6 +38,7 @@ from domain.tenants import DEFAULT_TENANT, check_tenant_name
 from domain.tokens import hash_token
 from infra.db import tables
 from infra.db.identity import database_identity
+from infra.db.reading import reading
 from infra.services.tenants import require_tenant
 from infra.services.unit_of_work import ServiceContext, decide_events_on_stream
 from projections.api_keys import ApiKeyRow
@@ -94,7 +95,7 @@ KEYS = KeyCache()
 def _caller_of(engine: Engine, key_hash: str) -> Caller | None:
     c = tables.api_keys.c
     query = select(c.client, c.tenant, c.scopes).where(c.key_hash == key_hash, c.status == "active")
-    with engine.connect() as connection:
+    with reading(engine) as connection:
         row = connection.execute(query).one_or_none()
     return None if row is None else Caller(row.client, row.tenant, frozenset(row.scopes.split()))
 

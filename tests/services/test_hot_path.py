@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
+from infra.services.clients import KEYS, authenticate, create_client
 from infra.services.otp import request_otp, verify_code
 from infra.services.reset import consume_token, request_reset, verify_token
 from infra.services.unit_of_work import ServiceContext
@@ -74,3 +75,12 @@ def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements_and_wa
     # the snapshot.
     assert cost_of(engine, lambda: verify_code(ctx, challenges[0].request_id, code, user_id=user)) == (7, 1, 4)
     assert_projections_match_log(engine)
+
+
+def test_authenticating_a_key_waits_once_and_leaves_the_connections_prepared_statements(
+    ctx: ServiceContext, engine: Engine
+) -> None:
+    key = create_client(ctx, f"c-{uuid4().hex[:8]}").api_key
+    KEYS.clear()  # a miss: the key is looked up
+    # No BEGIN and no ROLLBACK: psycopg deallocates every prepared statement on a rollback (infra/db/reading.py).
+    assert cost_of(engine, lambda: authenticate(engine, key)) == (1, 0, 1)
