@@ -26,19 +26,6 @@ What fails is raised as SQLAlchemy would have raised it, translated by
 invalidated so the pool replaces it; the transaction rolls back. Any other
 statement run with ``connection.execute`` waits for its answer as usual,
 after what was deferred before it.
-
-Each transaction asks PostgreSQL for generic plans (``_GENERIC_PLANS``).
-The hot statements take their keys as arrays (``= ANY(:ids)``, ``unnest``),
-and PostgreSQL, which sees the array's length only in a custom plan,
-planned each of them anew on every execution although psycopg had prepared
-it: 0.56 ms of the server's CPU per decision for the stream's read alone,
-more than running it (bench/RESULTS.md). A generic plan is made once per
-connection, and again when autovacuum's ANALYZE changes a table's
-statistics. The statements that run here look rows up by key, so a generic
-plan serves them as a custom one would: the stream's read joins each table
-``LATERAL`` for that reason (``SNAPSHOTS_FOR_DECISION``), and
-tests/services/test_hot_path.py checks that no decision's statement is
-planned per execution.
 """
 
 from __future__ import annotations
@@ -63,8 +50,6 @@ Params = Mapping[str, Any]
 # Sent by us rather than by psycopg, which waits for its own BEGIN before
 # the first statement and sends its COMMIT with a wait of its own.
 _BEGIN, _COMMIT = "BEGIN", "COMMIT"
-# For this transaction only: reads and reports elsewhere, with optional filters, keep PostgreSQL's choice.
-_GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
 _IDLE, _OFF = TransactionStatus.IDLE, PipelineStatus.OFF
 
 
@@ -112,7 +97,7 @@ class _Queued:
 class _Pipelined:
     pipeline: psycopg.Pipeline
     pipelining: AbstractContextManager[psycopg.Pipeline]
-    queued: list[_Queued | str] = field(factory=list)  # str: BEGIN, the plans' setting, or COMMIT
+    queued: list[_Queued | str] = field(factory=list)  # str: BEGIN or COMMIT
 
 
 # Each driver connection in a pipelined transaction now: its pipeline, the context that ends it, and the
@@ -135,10 +120,10 @@ def pipelined_transaction(engine: Engine) -> Iterator[Connection]:
         driver.autocommit = True
         try:  # from here on, the connection goes back to the pool as it came, or closed
             pipelining = driver.pipeline()
-            _PIPELINES[driver] = entry = _Pipelined(pipelining.__enter__(), pipelining, [_BEGIN, _GENERIC_PLANS])
+            _PIPELINES[driver] = entry = _Pipelined(pipelining.__enter__(), pipelining, [_BEGIN])
             yield connection
             _commit(connection, driver, entry)
-        except BaseException:
+        except BaseException as error:
             if (entry := _PIPELINES.pop(driver, None)) is not None:
                 # Leaving an aborted pipeline fails again; told of the error in hand, psycopg would log that
                 # second one as a warning, with the server's detail. The error being raised is the one that matters.

@@ -103,12 +103,7 @@ def personal_fields_at(connection: Connection, positions: Sequence[int], fields:
 # version says there are some. The snapshot's state comes on one row of its
 # stream only, as text to be parsed once: on every row (one per request) a
 # user with 60 recent requests was sent, and parsed, 60 copies of a state
-# that holds all 60 (bench/one_user.py, the peer beside a new user). Every
-# table is joined LATERAL, by the stream's key: a decision runs this with a
-# generic plan (infra/db/pipeline.py), which cannot know that the arrays
-# hold one stream, and a plain join to stream_snapshots was planned as a
-# merge join over all of it. ``LIMIT 1`` keeps PostgreSQL from flattening
-# the subquery back into that join.
+# that holds all 60 (bench/one_user.py, the peer beside a new user).
 SNAPSHOTS_FOR_DECISION = text("""
     SELECT w.stream_id,
            (SELECT coalesce(max(x.stream_version), 0) FROM events x WHERE x.stream_id = w.stream_id) AS last_version,
@@ -122,9 +117,7 @@ SNAPSHOTS_FOR_DECISION = text("""
             SELECT key_id, master_key_id, wrapped_key FROM subject_keys WHERE user_id = w.user_id
              ORDER BY created_at, key_id LIMIT 1
             ) wk ON true
-      LEFT JOIN LATERAL (
-            SELECT version, state FROM stream_snapshots WHERE stream_id = w.stream_id LIMIT 1
-            ) s ON true
+      LEFT JOIN stream_snapshots s ON s.stream_id = w.stream_id
       LEFT JOIN LATERAL (
             SELECT global_position, event_type, payload, payload->>'user_id' AS user_id,
                    ARRAY(SELECT payload->>f FROM unnest(CAST(:fields AS text[])) WITH ORDINALITY AS u(f, n)

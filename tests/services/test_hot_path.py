@@ -13,12 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from uuid import uuid4
 
-from attrs import evolve
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
-from infra.db.engine import Database
 from infra.services.clients import KEYS, authenticate, create_client
 from infra.services.otp import request_otp, verify_code
 from infra.services.reset import consume_token, request_reset, verify_token
@@ -50,20 +48,19 @@ def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements_and_wa
     def create_reset() -> None:
         created.append(request_reset(ctx, RequestReset(user, "ada@example.test", idempotency_key=uuid4().hex)))
 
-    # Every transaction begins by asking for generic plans (infra/db/pipeline.py), then:
-    # locks, the stream's read, the user's new data key, the address index (read, asked for before the append
+    # Locks, the stream's read, the user's new data key, the address index (read, asked for before the append
     # so that it comes back with it), the append, three new rows, the index's row, the snapshot.
     # Waits: the read, the append (with the index's read), the COMMIT.
-    assert cost_of(engine, create_reset) == (11, 1, 3)
+    assert cost_of(engine, create_reset) == (10, 1, 3)
     # The API refuses a key in flight rather than wait for it: whether the key was free comes with the read.
     as_the_api_asks = RequestReset(new_user(), "bo@example.test", idempotency_key=uuid4().hex)
-    assert cost_of(engine, lambda: request_reset(ctx, as_the_api_asks, in_flight="refuse")) == (11, 1, 3)
+    assert cost_of(engine, lambda: request_reset(ctx, as_the_api_asks, in_flight="refuse")) == (10, 1, 3)
     token = reset_token_of(engine, ctx.keys, created[0].request_id)
     # The token's owner, the lock, the stream's read: the look-up shares the decision's transaction.
-    assert cost_of(engine, lambda: verify_token(ctx, token)) == (4, 1, 3)
+    assert cost_of(engine, lambda: verify_token(ctx, token)) == (3, 1, 3)
     # ... then the append, the notice's new outbox row, the token's row (read with the append, then written),
     # the snapshot.
-    assert cost_of(engine, lambda: consume_token(ctx, token)) == (9, 1, 4)
+    assert cost_of(engine, lambda: consume_token(ctx, token)) == (8, 1, 4)
 
     challenges = []
 
@@ -72,29 +69,12 @@ def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements_and_wa
 
     # The user has a data key now, and the address is indexed already: the index is read (with the append),
     # and not written.
-    assert cost_of(engine, create_otp) == (9, 1, 3)
+    assert cost_of(engine, create_otp) == (8, 1, 3)
     code = otp_code_of(engine, ctx.keys, challenges[0].request_id)
     # The owner, the lock, the read, the append, the challenge's row (read with the append, then written),
     # the snapshot.
-    assert cost_of(engine, lambda: verify_code(ctx, challenges[0].request_id, code, user_id=user)) == (8, 1, 4)
+    assert cost_of(engine, lambda: verify_code(ctx, challenges[0].request_id, code, user_id=user)) == (7, 1, 4)
     assert_projections_match_log(engine)
-
-
-def test_each_statement_of_a_decision_is_planned_once_per_connection(ctx: ServiceContext, database: Database) -> None:
-    # One connection, so that every statement psycopg prepares (from its sixth run) is on it.
-    one = database.engine(pool_size=1)
-    on_one = evolve(ctx, engine=one)
-    try:
-        for _ in range(8):
-            user = new_user()
-            challenge = request_otp(on_one, RequestOtp(user, "ada@example.test", idempotency_key=uuid4().hex))
-            verify_code(on_one, challenge.request_id, otp_code_of(ctx.engine, ctx.keys, challenge.request_id), user_id=user)
-        with one.connect() as connection:
-            plans = connection.execute(text("SELECT statement, custom_plans FROM pg_prepared_statements")).all()
-    finally:
-        one.dispose()
-    assert any("stream_snapshots" in plan.statement for plan in plans)  # the stream's read is prepared
-    assert [plan.statement for plan in plans if plan.custom_plans] == []
 
 
 def test_authenticating_a_key_waits_once_and_leaves_the_connections_prepared_statements(
