@@ -1,6 +1,7 @@
 """HTTP API throughput and latency beside /healthz on the same server, in the same run (issues 5 and 13).
 
     .venv/bin/python bench/api.py [--requests 2000] [--clients 16] [--rounds 3] [--processes 1] [--quick]
+                                  [--statements]
 
 Starts its own embedded PostgreSQL in a temporary directory with the
 server's default durability (the output lists the settings), initialises a
@@ -29,6 +30,13 @@ Each round measures, in turn, with ``--clients`` requests in flight:
   challenge just created;
 - ``POST /v1/password-resets`` (new user and key each), then
   ``POST /v1/password-resets/consume`` with each request's token.
+
+With ``--statements`` the database server loads pg_stat_statements (which
+costs it some CPU of its own: compare runs with it only to runs with it),
+and after the rounds the run prints the statements that took the server
+the most time: calls, how many times each was planned, and the time spent
+planning and running it. That is where a statement planned on every
+execution shows (bench/RESULTS.md).
 
 The rounds alternate the order of healthz against the rest. Before the
 rounds, a single-client pass (``--single`` requests per endpoint, one in
@@ -75,7 +83,7 @@ from domain.reset_events import reset_stream
 from domain.reset_state import fold_reset
 from domain.tokens import TokenKeys
 from infra.eventlog.postgres import PostgresEventStore
-from infra.db.embedded import start_embedded
+from infra.db.embedded import start_embedded, stop_embedded
 from infra.services.clients import create_client
 from infra.services.unit_of_work import ServiceContext
 from infra.db.schema import init_schema
@@ -106,6 +114,34 @@ def _prepare(uri: str) -> tuple[str, dict[str, str]]:
     api_key = create_client(ServiceContext(engine=app_engine, keys=TokenKeys("bench", {"bench": KEY})), "bench").api_key
     app_engine.dispose()
     return api_key, settings
+
+
+STATEMENTS = """
+    SELECT calls, plans, total_plan_time, total_exec_time, regexp_replace(query, '\\s+', ' ', 'g') AS query
+      FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+     ORDER BY total_plan_time + total_exec_time DESC LIMIT %s
+"""
+
+
+def _track_statements(data_dir: Path, uri: str) -> str:
+    """Restart the embedded server with pg_stat_statements loaded, planning counted; its new URI."""
+    with psycopg.connect(_url(uri, "postgres"), autocommit=True) as connection:
+        connection.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+        connection.execute("ALTER SYSTEM SET pg_stat_statements.track_planning = on")
+    stop_embedded(data_dir)
+    uri = start_embedded(data_dir)
+    with psycopg.connect(_url(uri, DATABASE), autocommit=True) as connection:
+        connection.execute("CREATE EXTENSION pg_stat_statements")
+        connection.execute("SELECT pg_stat_statements_reset()")  # from here: the server's statements only
+    return uri
+
+
+def _print_statements(uri: str, limit: int = 15) -> None:
+    print(f"\nThe {limit} statements that took the server the most time (pg_stat_statements):\n")
+    print("| calls | plans | planning ms | running ms | statement |\n|---:|---:|---:|---:|---|")
+    with psycopg.connect(_url(uri, DATABASE)) as connection:
+        for calls, plans, planning, running, query in connection.execute(STATEMENTS, (limit,)):
+            print(f"| {calls:,} | {plans:,} | {planning:,.0f} | {running:,.0f} | `{query[:90]}` |")
 
 
 def _free_port() -> int:
@@ -309,6 +345,8 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=300, help="requests per endpoint, one in flight (default 300)")
     parser.add_argument("--processes", type=int, default=1, help="`serve --processes` (default 1)")
     parser.add_argument("--quick", action="store_true", help="200 requests, 1 round: a smoke test for CI")
+    parser.add_argument("--statements", action="store_true",
+                        help="load pg_stat_statements; print where the database server's time went")
     args = parser.parse_args()
     count, rounds, single = (200, 1, 50) if args.quick else (args.requests, args.rounds, args.single)
 
@@ -316,6 +354,8 @@ def main() -> None:
     atexit.register(shutil.rmtree, data_dir, ignore_errors=True)  # after the embedded server's exit hook
     uri = start_embedded(data_dir / "pg")
     api_key, settings = _prepare(uri)
+    if args.statements:
+        uri = _track_statements(data_dir / "pg", uri)
     # The bench reads each request's sealed nonce as the server does: under the same master key.
     os.environ.setdefault("AUTHLEDGER_MASTER_KEY", MASTER_KEY)
     server, port = _start_server(_url(uri, DATABASE), data_dir, args.processes)
@@ -364,6 +404,8 @@ def main() -> None:
         busy = statistics.median(r.machine_busy for r in runs)
         print(f"| {LABELS[name]} | {_ms(alone[name].latencies, 50):.2f} | {rate:,.0f} | {p50:.1f} | {p99:.1f} | "
               f"{ratio:.2f} | {client:.0%} | {served:.2f} | {busy:.0%} |")
+    if args.statements:
+        _print_statements(uri)
 
 
 if __name__ == "__main__":
