@@ -123,7 +123,7 @@ def pipelined_transaction(engine: Engine) -> Iterator[Connection]:
             _PIPELINES[driver] = entry = _Pipelined(pipelining.__enter__(), pipelining, [_BEGIN])
             yield connection
             _commit(connection, driver, entry)
-        except BaseException as error:
+        except BaseException:
             if (entry := _PIPELINES.pop(driver, None)) is not None:
                 # Leaving an aborted pipeline fails again; told of the error in hand, psycopg would log that
                 # second one as a warning, with the server's detail. The error being raised is the one that matters.
