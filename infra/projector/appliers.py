@@ -182,11 +182,12 @@ class KeyedApplier:
         self._cache: OrderedDict[Any, Any] = OrderedDict()
         key = _QUOTE.quote(key_column)
         names = ", ".join(_QUOTE.quote(c.name) for c in table.columns)
-        self._load = text(
-            f"SELECT {names} FROM {qualified_name(table)} "
-            f"WHERE {key} = ANY(CAST(:keys AS {_array_type(table, key_column)}))"
-            + (" FOR UPDATE" if lock else "")
-        )
+        locking = " FOR UPDATE" if lock else ""
+        self._load = text(f"SELECT {names} FROM {qualified_name(table)} "
+                          f"WHERE {key} = ANY(CAST(:keys AS {_array_type(table, key_column)})){locking}")
+        # One key, the usual case inline, as a scalar: PostgreSQL caches a generic plan for it, where it
+        # plans the array form on every call.
+        self._load_one = text(f"SELECT {names} FROM {qualified_name(table)} WHERE {key} = :key{locking}")
         updates = ", ".join(f"{_QUOTE.quote(c.name)} = EXCLUDED.{_QUOTE.quote(c.name)}"
                             for c in table.columns if c.name != key_column)
         conflict = f"ON CONFLICT ({key}) DO UPDATE SET {updates}"
@@ -222,7 +223,11 @@ class KeyedApplier:
 
     def load(self, connection: Connection, keys: Iterable[Any]) -> dict[Any, Any]:
         """The rows of these keys that exist, by key (locked when the applier locks)."""
-        return self._by_key(execute_read(connection, self._load, {"keys": list(keys)}))
+        return self._by_key(execute_read(connection, *self._load_of(list(keys))))
+
+    def _load_of(self, keys: list[Any]) -> tuple[TextClause, dict[str, Any]]:
+        """The statement that reads (and locks) these keys' rows, and its parameters."""
+        return (self._load_one, {"key": keys[0]}) if len(keys) == 1 else (self._load, {"keys": keys})
 
     def _by_key(self, found: Iterable[Any]) -> dict[Any, Any]:
         return {row[self.key_column]: self.row_type(**row) for row in (row._asdict() for row in found)}
@@ -235,7 +240,7 @@ class KeyedApplier:
         missing = self._missing(self._first_events(events), loaded or {})
         if not missing:
             return None
-        return Asked(missing, execute_deferred(connection, self._load, {"keys": missing}, answer=True))
+        return Asked(missing, execute_deferred(connection, *self._load_of(missing), answer=True))
 
     def _first_events(self, events: Iterable[object]) -> dict[Any, object]:
         """Each key's first event, in log order."""
