@@ -8,10 +8,12 @@ the caller's connection and returns plain rows; the caller keeps its meaning.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Row, text
+from sqlalchemy import Connection, Row, TextClause, text
 
 from domain.log import Checkpoint
 from infra.db.pipeline import execute_read
@@ -104,7 +106,7 @@ def personal_fields_at(connection: Connection, positions: Sequence[int], fields:
 # stream only, as text to be parsed once: on every row (one per request) a
 # user with 60 recent requests was sent, and parsed, 60 copies of a state
 # that holds all 60 (bench/one_user.py, the peer beside a new user).
-SNAPSHOTS_FOR_DECISION = text("""
+_DECISION_READ = """
     SELECT w.stream_id,
            (SELECT coalesce(max(x.stream_version), 0) FROM events x WHERE x.stream_id = w.stream_id) AS last_version,
            s.version, CASE WHEN row_number() OVER (PARTITION BY w.stream_id) = 1 THEN CAST(s.state AS text) END
@@ -112,7 +114,7 @@ SNAPSHOTS_FOR_DECISION = text("""
            e.global_position, e.event_type, e.user_id, e.field_values,
            k.key_user_id, k.key_id, k.master_key_id, k.wrapped_key,
            wk.key_id AS writer_key_id, wk.master_key_id AS writer_master_key_id, wk.wrapped_key AS writer_wrapped_key
-      FROM unnest(CAST(:stream_ids AS text[]), CAST(:user_ids AS text[])) AS w(stream_id, user_id)
+      FROM {streams} AS w(stream_id, user_id)
       LEFT JOIN LATERAL (
             SELECT key_id, master_key_id, wrapped_key FROM subject_keys WHERE user_id = w.user_id
              ORDER BY created_at, key_id LIMIT 1
@@ -120,17 +122,41 @@ SNAPSHOTS_FOR_DECISION = text("""
       LEFT JOIN stream_snapshots s ON s.stream_id = w.stream_id
       LEFT JOIN LATERAL (
             SELECT global_position, event_type, payload, payload->>'user_id' AS user_id,
-                   ARRAY(SELECT payload->>f FROM unnest(CAST(:fields AS text[])) WITH ORDINALITY AS u(f, n)
-                          ORDER BY n) AS field_values
+                   ARRAY(SELECT payload->>f FROM unnest({fields}) WITH ORDINALITY AS u(f, n) ORDER BY n)
+                       AS field_values
               FROM events
-             WHERE global_position IN (SELECT CAST(p.value AS bigint) FROM jsonb_each_text(s.state->'recipient_at') p)
+             WHERE global_position = ANY(ARRAY(SELECT CAST(p.value AS bigint)
+                                                 FROM jsonb_each_text(s.state->'recipient_at') p))
             ) e ON true
       LEFT JOIN LATERAL (
             SELECT sk.user_id AS key_user_id, sk.key_id, sk.master_key_id, sk.wrapped_key
-              FROM unnest(CAST(:fields AS text[])) AS f(name)
+              FROM unnest({fields}) AS f(name)
               JOIN subject_keys sk ON sk.key_id = substring(e.payload->>f.name FROM CAST(:envelope_key AS text))
             ) k ON true
-""")
+"""
+# A decision reads one stream, and for it the statement takes scalars and
+# spells the fields out: PostgreSQL then settles on a generic plan after five
+# runs. Given arrays, it judged a generic plan (sized for arrays of unknown
+# length) dearer than planning anew, and planned on every call: 0.56 ms of
+# planning against 0.15 ms of running (bench/RESULTS.md, "Where the database
+# server's time went"). Delivery's fresh read of a batch's streams keeps arrays.
+# A generic plan is kept until autovacuum's next ANALYZE, so it must stay
+# good as the log grows: the requests' events are found through the primary
+# key (``= ANY(ARRAY(...))``, estimated at 10 positions). As ``IN (SELECT ...
+# jsonb_each_text ...)``, estimated at 100, the plan for a log of a few
+# hundred events scanned the whole of it, and went on scanning as it grew:
+# 7.3 ms a call (tests/eventlog/test_decision_plans.py).
+_ONE_STREAM = "(SELECT CAST(:stream_id AS text), CAST(:user_id AS text))"
+_STREAMS = "unnest(CAST(:stream_ids AS text[]), CAST(:user_ids AS text[]))"
+
+
+@cache
+def decision_read(fields: tuple[str, ...], one_stream: bool) -> TextClause:
+    """The statement above for these personal fields, for one stream (scalars) or several (arrays)."""
+    if not all(re.fullmatch("[a-z_]+", name) for name in fields):  # written into the SQL: names only
+        raise ValueError(f"not a field name: {fields!r}")
+    spelled = "CAST(ARRAY[{}] AS text[])".format(", ".join(f"'{name}'" for name in fields))
+    return text(_DECISION_READ.format(streams=_ONE_STREAM if one_stream else _STREAMS, fields=spelled))
 
 
 def snapshots_for_decision(
@@ -139,10 +165,13 @@ def snapshots_for_decision(
     """Each stream's last version and snapshot, its requests' sealed ``fields``, their data keys and
     its user's writing key; see above. ``users_by_stream``: stream id -> the user it belongs to.
     Rows as ``execute_read`` returns them: the columns as attributes."""
-    return execute_read(connection, SNAPSHOTS_FOR_DECISION, {
-        "stream_ids": list(users_by_stream), "user_ids": list(users_by_stream.values()), "fields": list(fields),
-        "envelope_key": KEY_ID_PATTERN,
-    })
+    if len(users_by_stream) == 1:
+        [(stream_id, user_id)] = users_by_stream.items()
+        streams: dict[str, Any] = {"stream_id": stream_id, "user_id": user_id}
+    else:
+        streams = {"stream_ids": list(users_by_stream), "user_ids": list(users_by_stream.values())}
+    statement = decision_read(tuple(fields), len(users_by_stream) == 1)
+    return execute_read(connection, statement, {**streams, "envelope_key": KEY_ID_PATTERN})
 
 
 # The payloads of some streams, as stored (sealed): what an erasure would
