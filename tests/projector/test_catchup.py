@@ -24,6 +24,7 @@ from infra.services.unit_of_work import ServiceContext
 from tests.support.embedded import fresh_data_dir
 from tests.support.replay import assert_projections_match_log
 from tests.support.traffic import delivered_emails, some_traffic
+from tests.support.wire import at_the_wire
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
 
@@ -76,6 +77,23 @@ def test_a_runner_failing_mid_batch_resumes_without_loss_or_double_counting(engi
         assert connection.execute(text("SELECT sum(attempts) FROM delivery_messages")).scalar_one() == 5
     assert catch_up(engine)["delivery_stats"] == 46
     assert checkpoint_of(engine) == (60, 60)
+    assert_projections_match_log(engine, run_catch_up=False)
+
+
+def test_projections_at_different_checkpoints_catch_up_together_in_one_transaction_a_batch(engine: Engine) -> None:
+    stats, audit = projection_named("delivery_stats"), projection_named("audit_index")
+    with engine.begin() as connection:
+        delivered_emails(connection, 20)
+    CatchUpRunner(engine, [audit]).run_once()  # the audit index ahead, as after a rebuild of it alone
+    both = CatchUpRunner(engine, [stats, audit], batch_size=25)
+
+    assert both.run_once() == {"delivery_stats": 60, "audit_index": 0}
+    assert checkpoint_of(engine, "delivery_stats") == checkpoint_of(engine, "audit_index") == (60, 60)
+    with engine.begin() as connection:
+        delivered_emails(connection, 5)
+    with at_the_wire(engine) as wire:
+        assert both.run_once() == {"delivery_stats": 15, "audit_index": 15}
+    assert wire.transactions == 1, "one read of the log, folded into both"
     assert_projections_match_log(engine, run_catch_up=False)
 
 
