@@ -166,7 +166,7 @@ def _run(app: App, *, inflight: int, reset_page: bool, host: str, port: int,
                    console=Console(ctx, idle=timedelta(minutes=settings.console_idle_minutes),
                                    signing_key=lambda: signing_key(settings))),
         host=host, port=port, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=10,
-        server_header=False,
+        server_header=False, loop="uvloop", http="httptools",  # C event loop and parser: see pyproject.toml
     )
     server = uvicorn.Server(config)
 
