@@ -126,3 +126,9 @@ class ApiProcessExited(AuthledgerError):
     """An API process of `serve --processes` exited on its own; the others were stopped."""
 
     exit_code = 70  # EX_SOFTWARE: a crash, as an internal error is; never an HTTP answer
+
+
+class PortUnavailable(AuthledgerError):
+    """`serve` cannot listen where it was asked to: the port is taken, or the address is not this host's."""
+
+    exit_code = 69  # EX_UNAVAILABLE

@@ -4,7 +4,7 @@ uvicorn runs the app; the app's lifespan runs the delivery worker in a
 thread, so one SIGTERM or Ctrl-C stops both: uvicorn stops accepting,
 finishes the requests in hand, then the worker finishes its sends in flight
 and gives back what it claimed and had not started. With ``--processes N``
-this process supervises N such API processes on one socket, the first of
+this process supervises N such API processes on one port, the first of
 them with the worker and the catch-up runner (``serve_processes``). On the embedded default the database is initialised on
 start and a development API key (every scope, default tenant) is made (once) and printed.
 """
@@ -35,7 +35,7 @@ from domain.errors import NotFound
 from infra.bootstrap import App, stop_on_sigterm
 from infra.config import Settings
 from infra.db.engine import Database
-from infra.errors import ApiProcessExited
+from infra.errors import ApiProcessExited, PortUnavailable
 from infra.http.app import create_app
 from infra.console.app import Console
 from infra.audit.digest import signing_key
@@ -103,8 +103,8 @@ def _route_uvicorn_logs() -> None:
 def serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str], None], processes: int = 1) -> None:
     """Run until SIGTERM or SIGINT, then stop the API and the workers and return.
 
-    With ``processes`` above 1, that many API processes share one listening
-    socket (see ``serve_processes``); this process only supervises them.
+    With ``processes`` above 1, that many API processes share the port (see
+    ``serve_processes``); this process only supervises them.
     """
     stop_on_sigterm()  # until uvicorn takes over: a SIGTERM during start-up exits cleanly
     configure_logging(app.settings.log_format)
@@ -203,25 +203,32 @@ class ApiProcess:
 
 def serve_processes(plan: ApiProcess, *, host: str, port: int, processes: int,
                     announce: Callable[[], None]) -> None:
-    """Run ``processes`` API processes on one listening socket until SIGTERM or SIGINT; stop them all.
+    """Run ``processes`` API processes on one port until SIGTERM or SIGINT; stop them all.
 
-    The supervisor binds the socket once and hands it to each process (the
-    kernel gives each new connection to whichever process accepts first, so
-    a stopped or busy process leaves its share to the others; SO_REUSEPORT
-    would instead pin connections to a process by hash). Processes are
-    spawned, not forked: each builds its own engine and pool from nothing.
-    The first process also runs the delivery worker and the catch-up runner,
-    so there is one delivery window and one provider connection pool as
-    with one process (running them in every process would be safe too: leases
-    and checkpoints are claimed with SKIP LOCKED; it would only multiply the
-    window). A process that exits on its own stops the others:
-    ``ApiProcessExited``, for the service manager to restart the whole. One
-    that has not stopped ``STOP_GRACE_SECONDS`` after SIGTERM is killed.
+    Each process listens on a socket of its own, bound with SO_REUSEPORT, and
+    the kernel spreads new connections over them by their addresses. With one
+    socket shared instead, whichever process woke first accepted every
+    connection waiting: a client opening its pool of keep-alive connections
+    at once had them all on one process, and a second process served nothing
+    (bench/api.py: 16 connections, 16 on one process). The price: a process
+    that stalls keeps its share of new connections waiting until it runs
+    again. The supervisor first binds the port alone, without SO_REUSEPORT:
+    that fails if anything holds it, another ``serve`` included, which would
+    otherwise share the port unnoticed. Processes are spawned, not forked: each builds its own engine and
+    pool from nothing. The first process also runs the delivery worker and
+    the catch-up runner, so there is one delivery window and one provider
+    connection pool as with one process (running them in every process would
+    be safe too: leases and checkpoints are claimed with SKIP LOCKED; it would
+    only multiply the window). A process that exits on its own stops the
+    others: ``ApiProcessExited``, for the service manager to restart the
+    whole. One that has not stopped ``STOP_GRACE_SECONDS`` after SIGTERM is
+    killed.
     """
-    listener = uvicorn.Config(app=None, host=host, port=port).bind_socket()
+    with port_socket(host, port, shared=False) as alone:
+        port = alone.getsockname()[1]  # the one chosen, when asked for port 0
     spawn = multiprocessing.get_context("spawn")
     children = [spawn.Process(target=run_api_process, name=f"authledger-api-{index}",
-                              args=(attrs.evolve(plan, background=index == 0), listener))
+                              args=(attrs.evolve(plan, background=index == 0), host, port))
                 for index in range(processes)]
     started: list[multiprocessing.process.BaseProcess] = []
     stop_by: list[float] = []  # when the stop began: the grace period's end
@@ -245,7 +252,6 @@ def serve_processes(plan: ApiProcess, *, host: str, port: int, processes: int,
             started.append(child)
             log_event(log, "api process started", index=index, pid=child.pid,
                       background="delivery and catch-up" if index == 0 else None)
-        listener.close()  # the children hold it now
         announce()
         while live := [child for child in started if child.exitcode is None]:
             timeout = max(0.0, stop_by[0] - time.monotonic()) if stop_by else None
@@ -271,11 +277,30 @@ def serve_processes(plan: ApiProcess, *, host: str, port: int, processes: int,
                                f"{failed.exitcode}; the others were stopped")
 
 
-def run_api_process(plan: ApiProcess, listener: socket.socket) -> None:
-    """One API process: its own engine and pool, serving on the supervisor's socket until SIGTERM."""
+def port_socket(host: str, port: int, *, shared: bool = True) -> socket.socket:
+    """A TCP socket bound to ``host``:``port``; ``shared``: with SO_REUSEPORT, so that each API process binds one."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if shared:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise PortUnavailable(f"cannot listen on {host}:{port}: {error.strerror}") from error
+    return sock
+
+
+def run_api_process(plan: ApiProcess, host: str, port: int) -> None:
+    """One API process: its own engine and pool, and its own socket on the shared port, until SIGTERM."""
     stop_on_sigterm()
     configure_logging(plan.settings.log_format)
     _route_uvicorn_logs()
+    try:
+        listener = port_socket(host, port)
+    except PortUnavailable as error:  # taken since the supervisor found it free
+        log_event(log, str(error), logging.ERROR)
+        sys.exit(3)
     app = App(plan.settings, database=plan.database, pool_size=API_POOL_SIZE)
     try:
         app.check_keys()

@@ -7,6 +7,7 @@ import json
 import mailbox
 import os
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -223,12 +224,36 @@ def api_processes(tmp_path: Path, count: int) -> list[int] | None:
 
 @contextmanager
 def stopped(pid: int) -> Iterator[None]:
-    """``pid`` stopped meanwhile: only the other API process accepts new connections."""
+    """``pid`` stopped meanwhile: only the other API process answers."""
     os.kill(pid, signal.SIGSTOP)
     try:
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+@contextmanager
+def answered_by_the_running_process(base: str, **options: object) -> Iterator[httpx.Client]:
+    """A client whose keep-alive connection the running API process accepted, the other being stopped.
+
+    The kernel hashes each new connection to one process's socket
+    (SO_REUSEPORT): one that lands on the stopped process waits, so it is
+    dropped and another is opened, until one is answered.
+    """
+    for _ in range(50):  # each lands on the running process one time in two
+        client = httpx.Client(base_url=base, timeout=10, **options)  # type: ignore[arg-type]
+        try:
+            answered = client.get("/healthz", timeout=0.5).status_code == 200
+        except httpx.TimeoutException:
+            answered = False
+        if answered:
+            try:
+                yield client
+            finally:
+                client.close()
+            return
+        client.close()
+    raise AssertionError("no connection reached the running API process")
 
 
 def gone(pid: int) -> bool:
@@ -249,9 +274,9 @@ def test_serve_with_two_processes_answers_from_each_delivers_from_one_and_stops_
         created = subprocess.run([AUTHLEDGER, "clients", "create", "e2e", "--scope", "send", "--json"],
                                  env=env, capture_output=True, text=True, check=True)
         headers = {"Authorization": f"Bearer {json.loads(created.stdout)['api_key']}"}
-        # With one process stopped, only the other can accept: each answers a create alone in turn.
+        # With one process stopped, only the other answers: each answers a create alone in turn.
         for answering, other in ((first, second), (second, first)):
-            with stopped(other), httpx.Client(base_url=base, headers=headers, timeout=10) as api:
+            with stopped(other), answered_by_the_running_process(base, headers=headers) as api:
                 answer = api.post("/v1/password-resets", json={"user_id": str(answering), "email": "ada@example.com"},
                                   headers={"Idempotency-Key": f"from-{answering}"})
             assert answer.status_code == 202, answer.text
@@ -259,14 +284,14 @@ def test_serve_with_two_processes_answers_from_each_delivers_from_one_and_stops_
         # A reviewer signed in by the first process stays signed in when the second answers.
         reviewer = subprocess.run([AUTHLEDGER, "clients", "create", "reviewer", "--scope", "review", "--json"],
                                   env=env, capture_output=True, text=True, check=True)
-        with httpx.Client(base_url=base, timeout=10, limits=httpx.Limits(max_keepalive_connections=0)) as browser:
-            with stopped(second):
-                form = browser.get("/console/sign-in")
-                signed_in = browser.post("/console/sign-in", data={
-                    "csrf": csrf_of(form), "api_key": json.loads(reviewer.stdout)["api_key"]})
-            with stopped(first):
-                page = browser.get("/console/")
-                found = browser.post("/console/search", data={"csrf": csrf_of(page), "q": str(first)})
+        with stopped(second), answered_by_the_running_process(base) as browser:
+            form = browser.get("/console/sign-in")
+            signed_in = browser.post("/console/sign-in", data={
+                "csrf": csrf_of(form), "api_key": json.loads(reviewer.stdout)["api_key"]})
+            cookies = browser.cookies
+        with stopped(first), answered_by_the_running_process(base, cookies=cookies) as browser:
+            page = browser.get("/console/")
+            found = browser.post("/console/search", data={"csrf": csrf_of(page), "q": str(first)})
         assert signed_in.headers["location"] == "/console/" and page.status_code == 200, page.text
         assert found.headers["location"] == f"/console/case?kind=user&id={first}", found.text
     finally:
@@ -298,3 +323,16 @@ def test_when_one_api_process_dies_serve_stops_the_others_and_exits_with_an_erro
     said = (tmp_path / "serve.err").read_text()
     assert f"API process 1 (pid {second}) exited with -9; the others were stopped" in said
     assert "Traceback" not in said
+
+
+def test_serve_with_two_processes_refuses_a_port_in_use_even_by_another_serve(env: dict[str, str]) -> None:
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # as an API process binds it
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = subprocess.run([AUTHLEDGER, "serve", "--port", str(port), "--processes", "2", "--inflight", "0"],
+                                 env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 69, refused.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in refused.stderr
+    assert "Traceback" not in refused.stderr
