@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
 import re
 from collections.abc import Iterable, Mapping
+from json.encoder import encode_basestring_ascii as _quoted  # what json.dumps quotes strings with
 from typing import Any, Protocol
 
 from attrs import frozen
@@ -46,8 +46,11 @@ class FieldContext:
     field: str
 
     def associated_data(self) -> bytes:
-        return json.dumps(["authledger-personal-v1", self.user_id, self.tag, self.field],
-                          separators=(",", ":")).encode("utf-8")
+        # json.dumps(["authledger-personal-v1", user_id, tag, field], separators=(",", ":")), byte for byte,
+        # from the C string encoder json.dumps itself uses: a decision opens two fields per request it
+        # keeps, and building an encoder for each was a third of the cost of opening one.
+        quoted = ",".join(_quoted(part) for part in (self.user_id, self.tag, self.field))
+        return f'["authledger-personal-v1",{quoted}]'.encode("utf-8")
 
     def describe(self) -> str:
         return f"{self.tag}.{self.field} of user {self.user_id!r}"
