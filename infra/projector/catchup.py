@@ -119,7 +119,7 @@ class CatchUpRunner:
     A wake-up is followed by ``gather_seconds`` of waiting, so that the
     commits of a busy moment are folded in one pass: every API request
     commits and notifies, and a pass per request cost the database more than
-    the request itself (a transaction, and its fsync, per projection). The
+    the request itself (then a transaction, and its fsync, per projection). The
     catch-up projections lag the log by that much more; nothing that decides
     reads them.
     """
