@@ -214,9 +214,11 @@ def serve_processes(plan: ApiProcess, *, host: str, port: int, processes: int,
     that stalls keeps its share of new connections waiting until it runs
     again. The supervisor first binds the port alone, without SO_REUSEPORT:
     that fails if anything holds it, another ``serve`` included, which would
-    otherwise share the port unnoticed. Processes are spawned, not forked: each builds its own engine and
-    pool from nothing. The first process also runs the delivery worker and
-    the catch-up runner, so there is one delivery window and one provider
+    otherwise share the port unnoticed.
+
+    Processes are spawned, not forked: each builds its own engine and pool
+    from nothing. The first process also runs the delivery worker and the
+    catch-up runner, so there is one delivery window and one provider
     connection pool as with one process (running them in every process would
     be safe too: leases and checkpoints are claimed with SKIP LOCKED; it would
     only multiply the window). A process that exits on its own stops the

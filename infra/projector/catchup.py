@@ -2,9 +2,9 @@
 
 Each batch is one transaction: lock the projections' checkpoint rows, read
 the next events below the transaction-id horizon once, fold them into each
-projection's tables, move the checkpoints. A runner killed mid-batch leaves nothing behind, and the
-next one resumes from the last committed checkpoint: nothing is lost and
-nothing is counted twice. Two runners never fold the same batch: the
+projection's tables, move the checkpoints. A runner killed mid-batch leaves
+nothing behind, and the next one resumes from the last committed
+checkpoint: nothing is lost and nothing is counted twice. Two runners never fold the same batch: the
 checkpoint row is locked with SKIP LOCKED, so the second one moves on.
 
 ``authledger serve`` starts one in a thread (``CatchUpRunner(engine).run()``
@@ -67,7 +67,9 @@ def read_checkpoint(connection: Connection, name: str) -> StoredCheckpoint:
                             row.updated_at)
 
 
-def catch_up_batch(connection: Connection, projections: Sequence[Projection], batch_size: int) -> tuple[int, dict[str, int]]:
+def catch_up_batch(
+    connection: Connection, projections: Sequence[Projection], batch_size: int
+) -> tuple[int, dict[str, int]]:
     """Fold one batch into ``projections`` inside the caller's transaction, from one read of the log.
 
     The page starts after the checkpoint furthest behind; a projection

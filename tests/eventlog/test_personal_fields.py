@@ -138,7 +138,9 @@ def test_a_stream_whose_user_id_looks_like_an_envelope_stays_readable(ctx: Servi
 
 
 @given(st.text(), st.text(), st.text())
-def test_the_associated_data_is_the_json_array_every_envelope_was_sealed_with(user_id: str, tag: str, field: str) -> None:
+def test_the_associated_data_is_the_json_array_every_envelope_was_sealed_with(
+    user_id: str, tag: str, field: str
+) -> None:
     # Envelopes already in logs were sealed with json.dumps' bytes: the faster spelling must match them exactly.
     expected = json.dumps(["authledger-personal-v1", user_id, tag, field], separators=(",", ":")).encode("utf-8")
     assert FieldContext(user_id, tag, field).associated_data() == expected
