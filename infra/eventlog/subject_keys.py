@@ -24,7 +24,6 @@ import functools
 import hashlib
 import json
 import os
-import secrets
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -37,6 +36,7 @@ from domain.errors import ConfigError
 from infra.config_values import parse_master_keys
 from infra.db.identity import database_identity
 from infra.db.pipeline import execute_deferred
+from infra.eventlog.ids import time_ordered_id
 from infra.eventlog.tags import PERSONAL_FIELDS
 from infra.eventlog.personal_data import NONCE_BYTES, DataKeyring, envelope_key_ids
 
@@ -215,7 +215,10 @@ class PostgresKeyring(DataKeyring):
         # writer's whole transaction (and two that each hold one user's new
         # key and want the other's would deadlock); here each keeps its own.
         self._check_master()
-        key_id, key = secrets.token_hex(16), AESGCM.generate_key(bit_length=256)
+        # A time-ordered id, as the log's own (infra/eventlog/ids.py): a random one landed each new user's key
+        # in a random leaf of subject_keys_pkey, on a 10M-event log a page read from disk and a full-page
+        # image in the WAL (bench/RESULTS.md, "Reset create on the large log").
+        key_id, key = time_ordered_id().hex, AESGCM.generate_key(bit_length=256)
         master_key_id, wrapped = self.master.wrap(user_id, key_id, key)
         execute_deferred(self.connection, INSERT_KEY, {
             "key_id": key_id, "user_id": user_id, "master_key_id": master_key_id, "wrapped_key": wrapped,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from uuid import UUID
 
 from sqlalchemy import Engine, text
 
@@ -41,3 +42,16 @@ def test_every_event_a_request_and_a_claim_append_and_every_new_id_is_time_order
     assert [event_type for event_type, _ in appended] == ["ResetRequested", "EmailQueued", "LeaseClaimed"]
     assert {event_id.version for _, event_id in appended} == {7}
     assert outcome.request_id.version == outcome.message_id.version == 7
+
+
+def test_new_users_data_keys_get_time_ordered_ids_in_the_order_they_were_made(
+    ctx: ServiceContext, engine: Engine
+) -> None:
+    for user in ("zoe", "adam", "mia"):  # user ids out of order: the key ids still follow creation
+        request_reset(ctx, RequestReset(user, f"{user}@example.test"))
+        time.sleep(0.002)
+    with engine.connect() as connection:
+        keys = connection.execute(text("SELECT user_id, key_id FROM subject_keys ORDER BY created_at")).all()
+    assert [user for user, _ in keys] == ["zoe", "adam", "mia"]
+    assert [key_id for _, key_id in keys] == sorted(key_id for _, key_id in keys)
+    assert {UUID(key_id).version for _, key_id in keys} == {7}
