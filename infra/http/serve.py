@@ -12,6 +12,7 @@ start and a development API key (every scope, default tenant) is made (once) and
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -177,6 +178,11 @@ def _run(app: App, *, inflight: int, reset_page: bool, host: str, port: int,
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    # What the process keeps for its lifetime (modules, the app, SQLAlchemy's and psycopg's machinery) is moved
+    # out of the collector's way: each full collection scanned it all, stopping every request for 60-150 ms
+    # under load (bench/RESULTS.md, "Full garbage collections").
+    gc.collect()
+    gc.freeze()
     try:
         server.run(sockets=sockets)
     finally:
