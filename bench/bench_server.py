@@ -54,30 +54,40 @@ class BenchServer:
                 f"synchronous_commit={s['synchronous_commit']}, shared_buffers={s['shared_buffers']})")
 
 
-def start_bench_server(prefix: str, data_dir: Path | None = None, shared_buffers: str | None = None) -> BenchServer:
+def start_bench_server(prefix: str, data_dir: Path | None = None, shared_buffers: str | None = None,
+                       statements: bool = False) -> BenchServer:
     """Start an embedded server in a temporary directory, stopped and removed at exit.
 
     With ``data_dir``, the server lives there instead and is kept (stopped at
     exit, not removed), so that a later run can reuse a log that took long to build.
     With ``shared_buffers`` (e.g. "4GB"), the server is set so (ALTER SYSTEM)
-    and restarted; without, a kept server goes back to the default.
+    and restarted; with ``statements``, it loads pg_stat_statements (planning
+    tracked, the view in its maintenance database). Without them, a kept
+    server goes back to the defaults.
     """
     if data_dir is None:
         data_dir = Path(tempfile.mkdtemp(prefix=prefix))
         atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     atexit.register(stop_embedded, data_dir)  # runs first: stop, then remove
     uri = start_embedded(data_dir)
-    altered = "shared_buffers" in (data_dir / "pgdata" / "postgresql.auto.conf").read_text()
-    if shared_buffers is not None or altered:
+    altered = (data_dir / "pgdata" / "postgresql.auto.conf").read_text()
+    if shared_buffers is not None or statements or "shared_buffers" in altered or "pg_stat_statements" in altered:
         server = create_engine(uri.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
         with server.connect() as connection:
             connection.execute(text("ALTER SYSTEM RESET shared_buffers" if shared_buffers is None else
                                     f"ALTER SYSTEM SET shared_buffers = '{shared_buffers}'"))
+            for setting, value in (("shared_preload_libraries", "pg_stat_statements"),
+                                   ("pg_stat_statements.track_planning", "on")):
+                connection.execute(text(f"ALTER SYSTEM SET {setting} = '{value}'" if statements else
+                                        f"ALTER SYSTEM RESET {setting}"))
         server.dispose()
-        stop_embedded(data_dir)  # the setting takes a restart
+        stop_embedded(data_dir)  # the settings take a restart
         uri = start_embedded(data_dir)
     engine = create_engine(uri.replace("postgresql://", "postgresql+psycopg://", 1))
     with engine.connect() as connection:
         settings = {name: connection.execute(text(f"SHOW {name}")).scalar_one() for name in SHOWN_SETTINGS}
+        if statements:
+            connection.execute(text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
+            connection.commit()
     engine.dispose()
     return BenchServer(uri, settings)

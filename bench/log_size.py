@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/log_size.py [--events 10000000] [--small 10000] [--calls 300] [--quick]
                                        [--data-dir DIR] [--no-catch-up] [--plans FILE]
-                                       [--shared-buffers 6GB --prewarm] [--random-ids]
+                                       [--shared-buffers 6GB --prewarm] [--random-ids] [--statements]
 
 One embedded PostgreSQL (server defaults: fsync and synchronous_commit on),
 two databases in it built alike: ``small`` (``--small`` events) and
@@ -31,7 +31,10 @@ Then the plans: every statement those paths sent on the large database
 does) is run again under EXPLAIN (ANALYZE, BUFFERS, WAL), writes in a transaction
 rolled back; a write that cannot be replayed (its row is already there) is
 shown with plain EXPLAIN. Sequential scans are flagged; ``--plans`` writes
-every plan to a file.
+every plan to a file. Those are only the statements SQLAlchemy sends: the
+hot path's pipelined ones go through psycopg (infra/db/pipeline.py), and
+``--statements`` loads pg_stat_statements to compare every statement's time
+per call, blocks read and full-page images on the two logs.
 
 ``--data-dir`` keeps the server and its databases in DIR, and a later run
 with the same DIR measures the large log again without rebuilding it (after
@@ -58,7 +61,7 @@ from typing import Any
 from uuid import uuid4
 
 import psycopg
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, make_url, text
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -369,6 +372,36 @@ def compare_plans(plans: dict[str, list[tuple[str, str, str | None]]]) -> None:
               f"{s_fpi} | {l_fpi} |")
 
 
+# Each statement's time per call in each database, as pg_stat_statements counted it during the rounds.
+PER_DATABASE = """
+    SELECT d.datname, regexp_replace(s.query, '\\s+', ' ', 'g') AS query, s.calls,
+           s.total_exec_time / s.calls AS ms, s.shared_blks_read::float / s.calls AS read,
+           s.wal_fpi::float / s.calls AS fpi
+      FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+     WHERE d.datname = ANY(%s) AND s.calls >= 20
+"""
+
+
+def report_statements(uri: str, databases: dict[str, str], top: int = 10) -> None:
+    """The statements whose time per call grew most from the small log to the large, with the blocks each
+    read from outside shared buffers and the full-page images each wrote to the WAL."""
+    with psycopg.connect(uri) as connection:
+        rows = connection.execute(PER_DATABASE, (list(databases.values()),)).fetchall()
+    name_of = {database: name for name, database in databases.items()}
+    by_query: dict[str, dict[str, tuple[float, float, float]]] = {}
+    for database, query, _calls, ms, read, fpi in rows:
+        by_query.setdefault(query, {})[name_of[database]] = (ms, read, fpi)
+    grown = sorted(((d["large"][0] - d["small"][0], query, d) for query, d in by_query.items() if len(d) == 2),
+                   reverse=True)
+    print(f"\nthe {top} statements whose time per call grew most (pg_stat_statements, the measured rounds)\n")
+    print("| statement | small µs | large µs | blocks read, small / large | full-page images, small / large |")
+    print("|---|---:|---:|---|---|")
+    for _, query, d in grown[:top]:
+        (small_ms, small_read, small_fpi), (large_ms, large_read, large_fpi) = d["small"], d["large"]
+        print(f"| `{query[:60]}…` | {small_ms * 1000:,.0f} | {large_ms * 1000:,.0f} | "
+              f"{small_read:.2f} / {large_read:.2f} | {small_fpi:.2f} / {large_fpi:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=10_000_000, help="the large log (default 10,000,000)")
@@ -389,13 +422,16 @@ def main() -> None:
                         help="new ids (requests, messages) and event ids random UUIDs instead of UUIDv7, "
                              "as before infra/eventlog/ids.py: the comparison for the claim's cost")
     parser.add_argument("--plans", type=Path, help="write every plan of the large log to this file")
+    parser.add_argument("--statements", action="store_true",
+                        help="load pg_stat_statements and print each statement's time per call on both logs: "
+                             "the plans above see only what SQLAlchemy sends, not the hot path's pipelined statements")
     args = parser.parse_args()
     logging.getLogger("authledger").setLevel(logging.ERROR)  # one log line per call would be the bench's cost
     if args.quick:
         args.events, args.calls, args.warm = 200_000, 40, 11
 
     server = start_bench_server("authledger-bench-log-size-", data_dir=args.data_dir,
-                                shared_buffers=args.shared_buffers)
+                                shared_buffers=args.shared_buffers, statements=args.statements)
     print(f"{server.describe()}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at start", flush=True)
     urls = {}
     for name, events in (("small", args.small), ("large", args.events)):
@@ -417,8 +453,13 @@ def main() -> None:
         print(f"  {relname:<20} {rows:>12,} rows  {size}")
     if args.random_ids:
         use_random_ids()
+    if args.statements:
+        with psycopg.connect(server.uri, autocommit=True) as connection:
+            connection.execute("SELECT pg_stat_statements_reset()")  # from here: the measured rounds only
     samples, statements = measure(urls, args.calls, args.warm, args.random_ids)
     report(samples, sizes, args.calls)
+    if args.statements:
+        report_statements(server.uri, {name: make_url(url).database for name, url in urls.items()})
     plans = {name: explain(url.replace("postgresql+psycopg://", "postgresql://", 1), statements[name])
              for name, url in urls.items()}
     report_plans(plans["large"], args.plans)
