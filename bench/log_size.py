@@ -423,8 +423,8 @@ def main() -> None:
                              "as before infra/eventlog/ids.py: the comparison for the claim's cost")
     parser.add_argument("--plans", type=Path, help="write every plan of the large log to this file")
     parser.add_argument("--statements", action="store_true",
-                        help="load pg_stat_statements and print each statement's time per call on both logs: "
-                             "the plans above see only what SQLAlchemy sends, not the hot path's pipelined statements")
+                        help="load pg_stat_statements and print each statement's time per call on both logs "
+                             "(the plan section sees only what SQLAlchemy sends, not the pipelined hot path)")
     args = parser.parse_args()
     logging.getLogger("authledger").setLevel(logging.ERROR)  # one log line per call would be the bench's cost
     if args.quick:
