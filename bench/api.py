@@ -75,6 +75,7 @@ import uvloop
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
+from bench.bench_server import start_bench_server
 from domain.otp import otp_code_for
 from domain.otp_events import otp_stream
 from domain.otp_state import fold_otp
@@ -83,7 +84,6 @@ from domain.reset_events import reset_stream
 from domain.reset_state import fold_reset
 from domain.tokens import TokenKeys
 from infra.eventlog.postgres import PostgresEventStore
-from infra.db.embedded import start_embedded, stop_embedded
 from infra.services.clients import create_client
 from infra.services.unit_of_work import ServiceContext
 from infra.db.schema import init_schema
@@ -116,31 +116,19 @@ def _prepare(uri: str) -> tuple[str, dict[str, str]]:
     return api_key, settings
 
 
+# Read in the maintenance database, where start_bench_server(statements=True) creates the view.
 STATEMENTS = """
     SELECT calls, plans, total_plan_time, total_exec_time, regexp_replace(query, '\\s+', ' ', 'g') AS query
-      FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+      FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = %s)
      ORDER BY total_plan_time + total_exec_time DESC LIMIT %s
 """
-
-
-def _track_statements(data_dir: Path, uri: str) -> str:
-    """Restart the embedded server with pg_stat_statements loaded, planning counted; its new URI."""
-    with psycopg.connect(_url(uri, "postgres"), autocommit=True) as connection:
-        connection.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-        connection.execute("ALTER SYSTEM SET pg_stat_statements.track_planning = on")
-    stop_embedded(data_dir)
-    uri = start_embedded(data_dir)
-    with psycopg.connect(_url(uri, DATABASE), autocommit=True) as connection:
-        connection.execute("CREATE EXTENSION pg_stat_statements")
-        connection.execute("SELECT pg_stat_statements_reset()")  # from here: the server's statements only
-    return uri
 
 
 def _print_statements(uri: str, limit: int = 15) -> None:
     print(f"\nThe {limit} statements that took the server the most time (pg_stat_statements):\n")
     print("| calls | plans | planning ms | running ms | statement |\n|---:|---:|---:|---:|---|")
-    with psycopg.connect(_url(uri, DATABASE)) as connection:
-        for calls, plans, planning, running, query in connection.execute(STATEMENTS, (limit,)):
+    with psycopg.connect(uri) as connection:
+        for calls, plans, planning, running, query in connection.execute(STATEMENTS, (DATABASE, limit)):
             print(f"| {calls:,} | {plans:,} | {planning:,.0f} | {running:,.0f} | `{query[:90]}` |")
 
 
@@ -352,10 +340,11 @@ def main() -> None:
 
     data_dir = Path(tempfile.mkdtemp(prefix="authledger-bench-api-"))
     atexit.register(shutil.rmtree, data_dir, ignore_errors=True)  # after the embedded server's exit hook
-    uri = start_embedded(data_dir / "pg")
+    uri = start_bench_server("authledger-bench-api-", data_dir=data_dir / "pg", statements=args.statements).uri
     api_key, settings = _prepare(uri)
     if args.statements:
-        uri = _track_statements(data_dir / "pg", uri)
+        with psycopg.connect(uri, autocommit=True) as connection:
+            connection.execute("SELECT pg_stat_statements_reset()")  # from here: the server's statements only
     # The bench reads each request's sealed nonce as the server does: under the same master key.
     os.environ.setdefault("AUTHLEDGER_MASTER_KEY", MASTER_KEY)
     server, port = _start_server(_url(uri, DATABASE), data_dir, args.processes)
