@@ -165,12 +165,13 @@ def snapshots_for_decision(
     """Each stream's last version and snapshot, its requests' sealed ``fields``, their data keys and
     its user's writing key; see above. ``users_by_stream``: stream id -> the user it belongs to.
     Rows as ``execute_read`` returns them: the columns as attributes."""
-    if len(users_by_stream) == 1:
+    one_stream = len(users_by_stream) == 1
+    if one_stream:
         [(stream_id, user_id)] = users_by_stream.items()
         streams: dict[str, Any] = {"stream_id": stream_id, "user_id": user_id}
     else:
         streams = {"stream_ids": list(users_by_stream), "user_ids": list(users_by_stream.values())}
-    statement = decision_read(tuple(fields), len(users_by_stream) == 1)
+    statement = decision_read(tuple(fields), one_stream)
     return execute_read(connection, statement, {**streams, "envelope_key": KEY_ID_PATTERN})
 
 
