@@ -17,7 +17,6 @@ from sqlalchemy import Connection, Row, TextClause, text
 
 from domain.log import Checkpoint
 from infra.db.pipeline import execute_read
-from infra.eventlog.personal_data import KEY_ID_PATTERN
 
 LAG = text("""
     SELECT count(*) AS events, extract(epoch FROM now() - min(recorded_at)) AS seconds
@@ -97,42 +96,43 @@ def personal_fields_at(connection: Connection, positions: Sequence[int], fields:
 
 # What a decision reads of its stream, in one round trip (and what delivery's
 # fresh read reads of several): each stream's last version, its snapshot (if
-# any), and for each request the snapshot names the sealed personal fields of
-# the event that carries them, with the data keys they were sealed under (one
-# row per request and key; one row when there is no snapshot), and the user's
-# oldest data key, the one a write seals under (subject_keys.SELECT_BY_USER).
-# A decision then needs the events after the snapshot only when the last
-# version says there are some. The snapshot's state comes on one row of its
-# stream only, as text to be parsed once: on every row (one per request) a
-# user with 60 recent requests was sent, and parsed, 60 copies of a state
-# that holds all 60 (bench/one_user.py, the peer beside a new user).
+# any), its user's data keys oldest first (the first is the one a write seals
+# under, as subject_keys.SELECT_BY_USER orders them), and for each request the
+# snapshot names the sealed personal fields of the event that carries them
+# (one row per request; one row when there is no snapshot). A decision then
+# needs the events after the snapshot only when the last version says there
+# are some. The state and the keys come on one row of each stream only (the
+# ``first`` one), the state as text to be parsed once: on every row a user
+# with 60 recent requests was sent, and parsed, 60 copies of a state that
+# holds all 60 (bench/one_user.py, the peer beside a new user). The keys
+# were once joined to each sealed field, by the key id in its envelope: a
+# row per request and field, and a pattern match on each.
 _DECISION_READ = """
     SELECT w.stream_id,
            (SELECT coalesce(max(x.stream_version), 0) FROM events x WHERE x.stream_id = w.stream_id) AS last_version,
-           s.version, CASE WHEN row_number() OVER (PARTITION BY w.stream_id) = 1 THEN CAST(s.state AS text) END
-                      AS state_json,
-           e.global_position, e.event_type, e.user_id, e.field_values,
-           k.key_user_id, k.key_id, k.master_key_id, k.wrapped_key,
-           wk.key_id AS writer_key_id, wk.master_key_id AS writer_master_key_id, wk.wrapped_key AS writer_wrapped_key
+           s.version,
+           row_number() OVER (PARTITION BY w.stream_id) = 1 AS first,
+           CASE WHEN row_number() OVER (PARTITION BY w.stream_id) = 1 THEN CAST(s.state AS text) END AS state_json,
+           CASE WHEN row_number() OVER (PARTITION BY w.stream_id) = 1 THEN uk.key_ids END AS key_ids,
+           CASE WHEN row_number() OVER (PARTITION BY w.stream_id) = 1 THEN uk.master_key_ids END AS master_key_ids,
+           CASE WHEN row_number() OVER (PARTITION BY w.stream_id) = 1 THEN uk.wrapped_keys END AS wrapped_keys,
+           e.global_position, e.event_type, e.user_id, e.field_values
       FROM {streams} AS w(stream_id, user_id)
       LEFT JOIN LATERAL (
-            SELECT key_id, master_key_id, wrapped_key FROM subject_keys WHERE user_id = w.user_id
-             ORDER BY created_at, key_id LIMIT 1
-            ) wk ON true
+            SELECT array_agg(key_id ORDER BY created_at, key_id) AS key_ids,
+                   array_agg(master_key_id ORDER BY created_at, key_id) AS master_key_ids,
+                   array_agg(wrapped_key ORDER BY created_at, key_id) AS wrapped_keys
+              FROM subject_keys WHERE user_id = w.user_id
+            ) uk ON true
       LEFT JOIN stream_snapshots s ON s.stream_id = w.stream_id
       LEFT JOIN LATERAL (
-            SELECT global_position, event_type, payload, payload->>'user_id' AS user_id,
+            SELECT global_position, event_type, payload->>'user_id' AS user_id,
                    ARRAY(SELECT payload->>f FROM unnest({fields}) WITH ORDINALITY AS u(f, n) ORDER BY n)
                        AS field_values
               FROM events
              WHERE global_position = ANY(ARRAY(SELECT CAST(p.value AS bigint)
                                                  FROM jsonb_each_text(s.state->'recipient_at') p))
             ) e ON true
-      LEFT JOIN LATERAL (
-            SELECT sk.user_id AS key_user_id, sk.key_id, sk.master_key_id, sk.wrapped_key
-              FROM unnest({fields}) AS f(name)
-              JOIN subject_keys sk ON sk.key_id = substring(e.payload->>f.name FROM CAST(:envelope_key AS text))
-            ) k ON true
 """
 # A decision reads one stream, and for it the statement takes scalars and
 # spells the fields out: PostgreSQL then settles on a generic plan after five
@@ -162,8 +162,8 @@ def decision_read(fields: tuple[str, ...], one_stream: bool) -> TextClause:
 def snapshots_for_decision(
     connection: Connection, users_by_stream: Mapping[str, str], fields: Sequence[str]
 ) -> Sequence[Any]:
-    """Each stream's last version and snapshot, its requests' sealed ``fields``, their data keys and
-    its user's writing key; see above. ``users_by_stream``: stream id -> the user it belongs to.
+    """Each stream's last version and snapshot, its requests' sealed ``fields`` and its user's data keys;
+    see above. ``users_by_stream``: stream id -> the user it belongs to.
     Rows as ``execute_read`` returns them: the columns as attributes."""
     one_stream = len(users_by_stream) == 1
     if one_stream:
@@ -172,7 +172,7 @@ def snapshots_for_decision(
     else:
         streams = {"stream_ids": list(users_by_stream), "user_ids": list(users_by_stream.values())}
     statement = decision_read(tuple(fields), one_stream)
-    return execute_read(connection, statement, {**streams, "envelope_key": KEY_ID_PATTERN})
+    return execute_read(connection, statement, streams)
 
 
 # The payloads of some streams, as stored (sealed): what an erasure would

@@ -24,7 +24,7 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from attrs import frozen
@@ -167,19 +167,20 @@ class PostgresKeyring(DataKeyring):
             if key_id not in self._by_id:
                 self._by_id[key_id] = self.master.unwrap(user_id, key_id, master_key_id, bytes(wrapped))
 
-    def expect_writer(self, user_id: str, row: tuple[str, str, bytes] | None) -> None:
-        """The key ``writing_key`` would find for the user, read by the caller's own statement.
+    def expect_keys(self, user_id: str, rows: Sequence[tuple[str, str, bytes]]) -> None:
+        """All of the user's keys, read by the caller's own statement: (key_id, master_key_id, wrapped_key),
+        oldest first as ``SELECT_BY_USER`` orders them, so that the first is the one ``writing_key`` would
+        find; none when the user has no key yet, and then a write creates one without asking again.
 
-        ``row`` is (key_id, master_key_id, wrapped_key) of the user's oldest
-        key, as ``SELECT_BY_USER`` orders them, or None when the user has
-        none yet: then a write creates one without asking again. A decision
-        reads it with its stream, in the same transaction (and under the
-        same stream lock) as the write it makes.
+        A decision reads them with its stream, in the same transaction (and
+        under the same stream lock) as the write it makes. An envelope naming
+        a key not among them was sealed under a key since destroyed, or
+        another user's: ``reading_key`` asks for it.
         """
-        if row is None:
+        if not rows:
             self._keyless.add(user_id)
-        else:
-            key_id, master_key_id, wrapped = row
+            return
+        for key_id, master_key_id, wrapped in reversed(rows):  # the oldest last: the one to write with
             self._remember(user_id, key_id, master_key_id, wrapped)
 
     def reading_key(self, key_id: str) -> bytes | None:

@@ -179,19 +179,17 @@ def load_for_decision(
 
 
 def _decided(stream_id: str, rows: Sequence[Any], keyring: PostgresKeyring) -> tuple[Snapshot | None, int]:
-    head = rows[0]
-    writer = head.writer_key_id
+    head = next(row for row in rows if row.first)
     user_id = stream_id.partition(":")[2]
-    keyring.expect_writer(user_id, (writer, head.writer_master_key_id, head.writer_wrapped_key) if writer else None)
+    keyring.expect_keys(user_id, list(zip(head.key_ids, head.master_key_ids, head.wrapped_keys))
+                        if head.key_ids is not None else [])
     if head.version is None:
         return None, head.last_version
-    keyring.remember((row.key_user_id, row.key_id, row.master_key_id, row.wrapped_key)
-                     for row in rows if row.key_id is not None)
-    found = {row.global_position: (row.global_position, row.event_type, row.user_id, row.field_values)
-             for row in rows if row.global_position is not None}  # a field sealed under two keys comes twice
-    state = json.loads(next(row.state_json for row in rows if row.state_json is not None))
+    found = [(row.global_position, row.event_type, row.user_id, row.field_values)
+             for row in rows if row.global_position is not None]
+    state = json.loads(head.state_json)
     recipient_at = {UUID(request_id): position for request_id, position in state["recipient_at"].items()}
-    personal = _opened(keyring, recipient_at, found.values()) if recipient_at else {}
+    personal = _opened(keyring, recipient_at, found) if recipient_at else {}
     return decode_snapshot(stream_id, head.version, state, personal), head.last_version
 
 

@@ -11,6 +11,7 @@ from datetime import timedelta
 from uuid import UUID, uuid4
 
 import attrs
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, text
@@ -27,6 +28,8 @@ from tests.support.secrets import otp_code_of, reset_token_of
 from infra.clock import ManualClock
 from infra.errors import RateLimited
 from infra.eventlog.postgres import PostgresEventStore
+from infra.eventlog.personal_data import key_id_of
+from infra.eventlog.subject_keys import master_keys_from_environment
 from infra.projector.registry import projection_named
 from infra.projector.snapshots import load_for_decision, load_snapshots
 from infra.projector.verify import verify
@@ -134,3 +137,40 @@ def test_a_decision_on_a_snapshot_behind_its_stream_reads_the_events_after_it(
 
     again = request_reset(ctx, RequestReset("9", ADA))  # within the cooldown of the second, which only the events hold
     assert again.reused and again.request_id == second.request_id
+
+
+def test_a_user_with_two_data_keys_has_the_fields_sealed_under_each_opened_and_writes_with_the_oldest(
+    ctx: ServiceContext, admin_engine: Engine, clock: ManualClock
+) -> None:
+    # Two writers that make a user's first key at once each keep their own (subject_keys.user_id is not unique).
+    # Made here by hand: a second key, dated before the first, so that the user's next write seals under it.
+    first = request_reset(ctx, RequestReset("8", ADA, "k1"))
+    user, new_key_id = "8", "0" * 32  # the default tenant's user 8
+    with admin_engine.begin() as connection:
+        master_key_id, wrapped = master_keys_from_environment().wrap(user, new_key_id, AESGCM.generate_key(256))
+        connection.execute(text("""
+            INSERT INTO subject_keys (key_id, user_id, master_key_id, wrapped_key, created_at)
+            SELECT :key_id, :user_id, :master_key_id, :wrapped, min(created_at) - interval '1 day'
+              FROM subject_keys WHERE user_id = :user_id
+        """), {"key_id": new_key_id, "user_id": user, "master_key_id": master_key_id, "wrapped": wrapped})
+    clock.advance(ctx.reset_policy.cooldown + timedelta(seconds=1))
+    second = request_reset(ctx, RequestReset("8", EVE, "k2"))
+
+    with admin_engine.connect() as connection:
+        sealed = connection.execute(text("""
+            SELECT payload->>'request_id', payload->>'recipient'
+              FROM events WHERE event_type = 'ResetRequested' AND payload->>'user_id' = :user_id
+        """), {"user_id": user}).all()
+    sealed_under = {request_id: key_id_of(envelope) for request_id, envelope in sealed}
+    assert sealed_under[str(second.request_id)] == new_key_id != sealed_under[str(first.request_id)]
+    assert_snapshot_equals_the_fold(ctx.engine, reset_stream(user), fold_reset)
+    with ctx.engine.connect() as connection:
+        store = PostgresEventStore(connection)
+        decided, _ = load_for_decision(connection, [reset_stream(user)], store.keyring)[reset_stream(user)]
+        assert store.keyring.writing_key(user)[0] == new_key_id
+    assert decided is not None
+    assert {r.request_id: r.recipient for r in decided.state.requests.values()} == {
+        first.request_id: ADA, second.request_id: EVE}
+    # A replay of either key finds its first answer: its recipient was opened under its own key.
+    assert request_reset(ctx, RequestReset("8", ADA, "k1")).request_id == first.request_id
+    assert request_reset(ctx, RequestReset("8", EVE, "k2")).request_id == second.request_id
