@@ -90,9 +90,10 @@ PERSONAL = ("recipient", "nonce")
 
 
 def decode_snapshot(
-    stream_id: str, version: int, encoded: Mapping[str, Any], personal: Mapping[UUID, Mapping[str, str | None]]
+    stream_id: str, version: int, encoded: Mapping[str, Any], personal: Mapping[str, Mapping[str, str | None]]
 ) -> Snapshot:
-    """The snapshot a row holds, with each request's ``personal`` fields (opened) by request id."""
+    """The snapshot a row holds, with each request's ``personal`` fields (opened) by request id as the row
+    spells it (each id is parsed once, by the converter)."""
     recipient_at = {UUID(request_id): position for request_id, position in encoded["recipient_at"].items()}
     receipts = {(client, key): _converter.structure(receipt, Receipt) for client, key, receipt in encoded["receipts"]}
     run = _converter.structure(encoded["run"], CountingRun) if encoded["run"] is not None else None
@@ -100,13 +101,13 @@ def decode_snapshot(
     rejections = _converter.structure(rejections, CountingRun) if rejections is not None else None
     state: State
     if "account" in encoded:
-        challenges = [_converter.structure({**data, **personal[UUID(data["challenge_id"])]}, OtpChallenge)
+        challenges = [_converter.structure({**data, **personal[data["challenge_id"]]}, OtpChallenge)
                       for data in encoded["requests"]]
         failures, lockouts, locked_until = encoded["account"]
         state = OtpState({c.challenge_id: c for c in challenges}, receipts, failures, lockouts,
                          _converter.structure(locked_until, datetime | None), run, rejections)
     else:
-        requests = [_converter.structure({**data, **personal[UUID(data["request_id"])]}, ResetRequest)
+        requests = [_converter.structure({**data, **personal[data["request_id"]]}, ResetRequest)
                     for data in encoded["requests"]]
         state = ResetState({r.request_id: r for r in requests}, {r.token_hash: r.request_id for r in requests},
                            receipts, run, rejections)
@@ -114,8 +115,8 @@ def decode_snapshot(
 
 
 def _personal(
-    connection: Connection, keyring: Keyring | None, recipient_at: Mapping[UUID, int]
-) -> dict[UUID, dict[str, str | None]]:
+    connection: Connection, keyring: Keyring | None, recipient_at: Mapping[str, int]
+) -> dict[str, dict[str, str | None]]:
     """Each request's recipient and nonce, opened as the codec opens the event's (``[erased]`` once forgotten).
 
     Without a keyring none is read: the applier only writes snapshots, and
@@ -127,8 +128,8 @@ def _personal(
 
 
 def _opened(
-    keyring: Keyring, recipient_at: Mapping[UUID, int], found: Iterable[tuple[int, str, str, Sequence[str | None]]]
-) -> dict[UUID, dict[str, str | None]]:
+    keyring: Keyring, recipient_at: Mapping[str, int], found: Iterable[tuple[int, str, str, Sequence[str | None]]]
+) -> dict[str, dict[str, str | None]]:
     """Each request's ``PERSONAL`` fields opened, from (position, event type, user id, sealed values) rows."""
     by_position = {}
     for position, tag, user_id, values in found:
@@ -151,8 +152,7 @@ def load_snapshots(connection: Connection, stream_ids: Iterable[str], table: Tab
     found = connection.execute(_select(table), {"stream_ids": sorted(stream_ids)}).all()
     snapshots = {}
     for row in found:
-        recipient_at = {UUID(request_id): position for request_id, position in row.state["recipient_at"].items()}
-        personal = _personal(connection, keyring, recipient_at)
+        personal = _personal(connection, keyring, row.state["recipient_at"])
         snapshots[row.stream_id] = decode_snapshot(row.stream_id, row.version, row.state, personal)
     return snapshots
 
@@ -188,8 +188,7 @@ def _decided(stream_id: str, rows: Sequence[Any], keyring: PostgresKeyring) -> t
     found = [(row.global_position, row.event_type, row.user_id, row.field_values)
              for row in rows if row.global_position is not None]
     state = json.loads(head.state_json)
-    recipient_at = {UUID(request_id): position for request_id, position in state["recipient_at"].items()}
-    personal = _opened(keyring, recipient_at, found) if recipient_at else {}
+    personal = _opened(keyring, state["recipient_at"], found) if state["recipient_at"] else {}
     return decode_snapshot(stream_id, head.version, state, personal), head.last_version
 
 
