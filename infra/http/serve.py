@@ -114,8 +114,10 @@ def serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str],
     try:
         lines, reset_page = _prepare(app, host=host, port=port, inflight=inflight)
         if processes == 1:
-            say("\n".join(lines))
-            _run(app, inflight=inflight, reset_page=reset_page, host=host, port=port)
+            # Bound here rather than by uvicorn: a port in use is refused as with several processes (exit 69).
+            with port_socket(host, port, shared=False) as listener:
+                say("\n".join(lines))
+                _run(app, inflight=inflight, reset_page=reset_page, host=host, port=port, sockets=[listener])
             return
         app.close()  # the supervisor holds no connections; each API process opens its own pool
         lines.append(f"processes: {processes} API processes; the first also runs delivery and the catch-up runner")

@@ -325,13 +325,14 @@ def test_when_one_api_process_dies_serve_stops_the_others_and_exits_with_an_erro
     assert "Traceback" not in said
 
 
-def test_serve_with_two_processes_refuses_a_port_in_use_even_by_another_serve(env: dict[str, str]) -> None:
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_serve_refuses_a_port_in_use_even_by_another_serve(env: dict[str, str], processes: str) -> None:
     with socket.socket() as taken:
         taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # as an API process binds it
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        refused = subprocess.run([AUTHLEDGER, "serve", "--port", str(port), "--processes", "2", "--inflight", "0"],
+        refused = subprocess.run([AUTHLEDGER, "serve", "--port", str(port), "--processes", processes, "--inflight", "0"],
                                  env=env, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 69, refused.stderr
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in refused.stderr
