@@ -7,11 +7,12 @@
 One embedded PostgreSQL (server defaults: fsync and synchronous_commit on),
 two databases in it built alike: ``small`` (``--small`` events) and
 ``large`` (``--events``). Each log is made by bench/rebuild.py's generator
-(reset requests and their emails, workers trailing them, recipients sealed
-per user) with COPY in large transactions, then brought up to date as
-``serve`` keeps it: the inline projections the generated events feed
-rebuilt (``email_outbox``, ``reset_tokens``, ``receipts``, ``address_index``,
-``stream_snapshots``), the catch-up projections (``audit_index``,
+(reset requests and OTP challenges with idempotency keys and address
+hashes, their emails, workers trailing them, recipients sealed per user)
+with COPY in large transactions, then brought up to date as ``serve`` keeps
+it: the inline projections the generated events feed rebuilt
+(``email_outbox``, ``reset_tokens``, ``otp_challenges``, ``receipts``,
+``address_index``, ``stream_snapshots``), the catch-up projections (``audit_index``,
 ``delivery_stats``) caught up, VACUUM ANALYZE. Every step is timed.
 
 Measured through the service functions the HTTP handlers call (no HTTP),
@@ -78,7 +79,6 @@ from domain.otp_state import fold_otp  # noqa: E402
 from domain.reset import RequestReset, reset_token_for  # noqa: E402
 from domain.reset_events import reset_stream  # noqa: E402
 from domain.reset_state import fold_reset  # noqa: E402
-from domain.tokens import TokenKeys  # noqa: E402
 from infra.db.engine import Database  # noqa: E402
 from infra.db.schema import init_schema  # noqa: E402
 from infra.delivery.send import record, released  # noqa: E402
@@ -92,8 +92,8 @@ from infra.services.reset import consume_token, request_reset, verify_token  # n
 from infra.eventlog.ids import time_ordered_id  # noqa: E402
 from infra.services.unit_of_work import ServiceContext, load_state  # noqa: E402
 
-KEYS = TokenKeys("k2", {"k2": b"bench-log-size-key-0123456789abc"})
-REBUILT = ("email_outbox", "reset_tokens", "receipts", "address_index", "stream_snapshots")
+KEYS = generated.KEYS  # the keys the generated requests were made and hashed under
+REBUILT = ("email_outbox", "reset_tokens", "otp_challenges", "receipts", "address_index", "stream_snapshots")
 CAUGHT_UP = ("audit_index", "delivery_stats")
 ROWS_PER_TRANSACTION = 200_000  # large transactions: fewer commits and flushes than rebuild.py's 10,000
 CLAIM_BATCH = 32

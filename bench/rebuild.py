@@ -8,11 +8,14 @@ schema.sql and fills ``events`` with COPY, 10,000 rows per transaction so
 that the log spans many transaction ids. Payloads are made by encoding
 domain events with authledger's own codec, so that they decode, recipients
 sealed under per-user data keys that are stored wrapped in ``subject_keys``
-as in production (a fixed bench master key): each reset
-request is a ``ResetRequested`` on its user's stream and an ``EmailQueued``,
-``LeaseClaimed`` and ``ProviderAccepted`` on its email's stream, and workers
-trail the requests (a claim comes 50 requests later, its acceptance 100), so
-an email's events are spread over the log as in production.
+as in production (a fixed bench master key): each new user makes one
+request, a reset request and an OTP challenge in turn, with an idempotency
+key and its address's keyed hash as the service records them; each is a
+``ResetRequested`` or ``OtpChallengeIssued`` on its user's stream and an
+``EmailQueued``, ``LeaseClaimed`` and ``ProviderAccepted`` on its email's
+stream, and workers trail the requests (a claim comes 50 requests later,
+its acceptance 100), so an email's events are spread over the log as in
+production.
 
 Then, each in a fresh process so that its peak memory is its own:
 
@@ -35,13 +38,12 @@ import json
 import os
 import platform
 import resource
-import secrets
 import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import psycopg
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -51,17 +53,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from domain.email import EmailQueued, LeaseClaimed, ProviderAccepted  # noqa: E402 - after the path set-up
-from domain.reset_events import ResetRequested  # noqa: E402
+from domain.otp_events import OTP_CODE, OtpChallengeIssued  # noqa: E402
+from domain.reset_events import RESET_LINK, ResetRequested  # noqa: E402
+from domain.tokens import TokenKeys  # noqa: E402
 from bench.bench_server import start_bench_server  # noqa: E402
 from infra.eventlog.personal_data import DataKeyring  # noqa: E402
 from infra.eventlog.subject_keys import MASTER_KEY_VARIABLE, MasterKeys  # noqa: E402
 from infra.eventlog.codec import default_codec  # noqa: E402
+from infra.eventlog.ids import time_ordered_id  # noqa: E402
+from infra.services.address_index import address_hmac  # noqa: E402
 
 DATABASE = "authledger_bench_rebuild"
 ROWS_PER_TRANSACTION = 10_000
 CLAIM_LAG, ACCEPT_LAG = 50, 100  # requests between an email's queueing and its claim, and its acceptance
 COPY = "COPY events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata) FROM STDIN"
 COPY_KEYS = "COPY subject_keys (user_id, key_id, master_key_id, wrapped_key) FROM STDIN"
+# The service's token keys in the benches that build on this log (bench/log_size.py): the generated
+# requests' key id, and the key their addresses are hashed under, as the service would.
+KEYS = TokenKeys("k2", {"k2": b"bench-log-size-key-0123456789abc"})
 BENCH_MASTER_KEY = "bench:" + "YmVuY2gtbWFzdGVyLWtleS0zMi1ieXRlcy1sb25nISE"  # 32 bytes, base64url
 RAW_SCAN = """
     SELECT global_position, stream_id, stream_version, event_id, event_type, schema_version,
@@ -78,7 +87,7 @@ class BenchKeyring(DataKeyring):
 
     def writing_key(self, user_id: str) -> tuple[str, bytes]:
         if user_id not in self.keys:
-            key_id, key = secrets.token_hex(16), AESGCM.generate_key(bit_length=256)
+            key_id, key = time_ordered_id().hex, AESGCM.generate_key(bit_length=256)  # as the service makes them
             self.rows.append((user_id, key_id, *self.master.wrap(user_id, key_id, key)))
             self.keys[user_id] = (key_id, key)
         return self.keys[user_id]
@@ -89,7 +98,13 @@ class BenchKeyring(DataKeyring):
 
 
 class Log:
-    """Events of reset requests and their emails, in the order a busy service appends them."""
+    """Events of reset requests, OTP challenges and their emails, in the order a busy service appends them.
+
+    Each step is one new user's request, a reset request and an OTP challenge
+    in turn, carrying what the HTTP API's clients send and the service
+    records: an idempotency key (so ``receipts`` grows with the log), the
+    address's keyed hash (so does ``address_index``).
+    """
 
     def __init__(self) -> None:
         self.codec, self.n, self.pending = default_codec(), 0, {}
@@ -100,18 +115,31 @@ class Log:
         tag, schema_version, payload = self.codec.encode_json(event, self.keyring)
         return (stream, version, uuid4(), tag, schema_version, payload)
 
+    def _request(self, n: int, now: datetime) -> tuple[UUID, list[tuple]]:
+        """User n's request and its email (and the email's id): a reset request for even n, an OTP challenge
+        for odd."""
+        request_id, message_id, user = uuid4(), uuid4(), f"user-{n}"
+        address = f"{user}@example.com"
+        said = {"idempotency_key": uuid4().hex, "client": "web", "address_hmac": address_hmac(KEYS, address)}
+        if n % 2 == 0:
+            token_hash = hashlib.sha256(request_id.bytes).hexdigest()
+            request = self._row(f"reset-user:{user}", 1, ResetRequested(
+                request_id, user, address, KEYS.current_id, token_hash, now, now + timedelta(minutes=30),
+                message_id, **said))
+            flow, template = "reset", RESET_LINK
+        else:
+            request = self._row(f"otp-user:{user}", 1, OtpChallengeIssued(
+                request_id, user, address, KEYS.current_id, 6, "login", now, now + timedelta(minutes=10),
+                message_id, **said))
+            flow, template = "otp", OTP_CODE
+        email = self._row(f"email:{message_id}", 1, EmailQueued(message_id, flow, template, user, request_id,
+                                                                address, now))
+        return message_id, [request, email]
+
     def step(self) -> list[tuple]:
         """One new request and its email, plus the claim and the acceptance of earlier ones."""
         n, now = self.n, self.start + timedelta(milliseconds=self.n)
-        request_id, message_id, user = uuid4(), uuid4(), f"user-{n}"
-        token_hash = hashlib.sha256(request_id.bytes).hexdigest()
-        rows = [
-            self._row(f"reset-user:{user}", 1, ResetRequested(
-                request_id, user, f"{user}@example.com", "k2", token_hash, now, now + timedelta(minutes=30),
-                message_id, None, "web")),
-            self._row(f"email:{message_id}", 1, EmailQueued(
-                message_id, "reset", "reset_link", user, request_id, f"{user}@example.com", now)),
-        ]
+        message_id, rows = self._request(n, now)
         self.pending[n] = (message_id, uuid4())
         if n - CLAIM_LAG in self.pending:
             claimed, lease = self.pending[n - CLAIM_LAG]
@@ -120,7 +148,7 @@ class Log:
         if n - ACCEPT_LAG in self.pending:
             accepted, lease = self.pending.pop(n - ACCEPT_LAG)
             rows.append(self._row(f"email:{accepted}", 3, ProviderAccepted(
-                accepted, lease, 1, now, "smtp", f"<{accepted}@mail.example.com>", "k2")))
+                accepted, lease, 1, now, "smtp", f"<{accepted}@mail.example.com>", KEYS.current_id)))
         self.n += 1
         return rows
 
