@@ -9,8 +9,8 @@ two databases in it built alike: ``small`` (``--small`` events) and
 ``large`` (``--events``). Each log is made by bench/rebuild.py's generator
 (reset requests and OTP challenges with idempotency keys and address
 hashes, their emails, workers trailing them, recipients sealed per user)
-with COPY in large transactions, then brought up to date as ``serve`` keeps
-it: the inline projections the generated events feed rebuilt
+appended as the service appends them, then brought up to date as ``serve``
+keeps it: the inline projections the generated events feed rebuilt
 (``email_outbox``, ``reset_tokens``, ``otp_challenges``, ``receipts``,
 ``address_index``, ``stream_snapshots``), the catch-up projections (``audit_index``,
 ``delivery_stats``) caught up, VACUUM ANALYZE. Every step is timed.
@@ -95,7 +95,6 @@ from infra.services.unit_of_work import ServiceContext, load_state  # noqa: E402
 KEYS = generated.KEYS  # the keys the generated requests were made and hashed under
 REBUILT = ("email_outbox", "reset_tokens", "otp_challenges", "receipts", "address_index", "stream_snapshots")
 CAUGHT_UP = ("audit_index", "delivery_stats")
-ROWS_PER_TRANSACTION = 200_000  # large transactions: fewer commits and flushes than rebuild.py's 10,000
 CLAIM_BATCH = 32
 AIM = 1.15
 OWNER = "bench-log-size"
@@ -123,8 +122,7 @@ def build(server: BenchServer, name: str, events: int, caught_up: tuple[str, ...
     print(f"{name}: {events:,} events", flush=True)
     url = server.create_database(f"authledger_bench_{name}")
     conninfo = url.replace("postgresql+psycopg://", "postgresql://", 1)
-    generated.ROWS_PER_TRANSACTION = ROWS_PER_TRANSACTION
-    done = step(f"generating by COPY, {ROWS_PER_TRANSACTION:,} rows a transaction")
+    done = step(f"appending, {generated.ROWS_PER_TRANSACTION} events a transaction")
     generated.generate(conninfo, generated.Log(), events)
     done()
     admin = Database(url).admin_engine()

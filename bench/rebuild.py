@@ -4,8 +4,9 @@
 
 Starts its own embedded PostgreSQL in a temporary directory (server defaults:
 fsync and synchronous_commit stay on), creates a fresh database from
-schema.sql and fills ``events`` with COPY, 10,000 rows per transaction so
-that the log spans many transaction ids. Payloads are made by encoding
+schema.sql and fills ``events`` as the service appends (``generate``: about
+a hundred events a transaction, so the log spans many transaction ids and
+its pages are laid out as a served log's). Payloads are made by encoding
 domain events with authledger's own codec, so that they decode, recipients
 sealed under per-user data keys that are stored wrapped in ``subject_keys``
 as in production (a fixed bench master key): each new user makes one
@@ -64,10 +65,11 @@ from infra.eventlog.ids import time_ordered_id  # noqa: E402
 from infra.services.address_index import address_hmac  # noqa: E402
 
 DATABASE = "authledger_bench_rebuild"
-ROWS_PER_TRANSACTION = 10_000
+ROWS_PER_TRANSACTION = 100  # events a transaction: fewer commits than one a request, and each page still filled as served
 CLAIM_LAG, ACCEPT_LAG = 50, 100  # requests between an email's queueing and its claim, and its acceptance
-COPY = "COPY events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata) FROM STDIN"
-COPY_KEYS = "COPY subject_keys (user_id, key_id, master_key_id, wrapped_key) FROM STDIN"
+INSERT = ("INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata) "
+          "VALUES (%s, %s, %s, %s, %s, %s, %s)")
+INSERT_KEYS = "INSERT INTO subject_keys (user_id, key_id, master_key_id, wrapped_key) VALUES (%s, %s, %s, %s)"
 # The service's token keys in the benches that build on this log (bench/log_size.py): the generated
 # requests' key id, and the key their addresses are hashed under, as the service would.
 KEYS = TokenKeys("k2", {"k2": b"bench-log-size-key-0123456789abc"})
@@ -154,20 +156,32 @@ class Log:
 
 
 def generate(conninfo: str, log: Log, events: int) -> float:
-    """Append until the log holds ``events`` more rows; returns seconds taken."""
+    """Append until the log holds ``events`` more rows, as the service appends them; returns seconds taken.
+
+    INSERTs of about a hundred events a transaction (a few dozen requests'
+    worth), not COPY: COPY was about twice as fast, but it fills new pages without
+    offering anyone the room it leaves at the end of each, and the next
+    VACUUM then offers all of it at once. After a COPY of 600,000 events,
+    each small event appended afterwards landed on an old page of its own,
+    a cold read and a full-page image in the WAL; after the same events
+    INSERTed, 1 in 1,920 did (bench/RESULTS.md, "The 10M-event log made as
+    the service makes it"). Commits do not wait for the WAL flush: only the
+    layout matters here.
+    """
     metadata = json.dumps({"actor": "client:web", "client": "web"})
     started, written = time.perf_counter(), 0
-    with psycopg.connect(conninfo, autocommit=True) as connection:
+    with psycopg.connect(conninfo) as connection:
+        connection.execute("SET synchronous_commit = off")
         while written < events:
-            with connection.transaction(), connection.cursor().copy(COPY) as copy:
-                batch_end = min(events, written + ROWS_PER_TRANSACTION)
-                while written < batch_end:
-                    for row in log.step():
-                        copy.write_row((*row, metadata))
-                        written += 1
-            with connection.transaction(), connection.cursor().copy(COPY_KEYS) as copy:
-                for row in log.keyring.written():
-                    copy.write_row(row)
+            rows: list[tuple] = []
+            while len(rows) < ROWS_PER_TRANSACTION and written + len(rows) < events:
+                rows += [(*row, metadata) for row in log.step()]
+            with connection.cursor() as cursor:
+                cursor.executemany(INSERT, rows)
+                cursor.executemany(INSERT_KEYS, log.keyring.written())
+            connection.commit()
+            written += len(rows)
+        connection.autocommit = True
         connection.execute("VACUUM ANALYZE events")
         connection.execute("VACUUM ANALYZE subject_keys")
     return time.perf_counter() - started
@@ -243,7 +257,7 @@ def main() -> None:
           f"{server.describe()}")
     log, rows = Log(), []
     for size in (events // 4, events):
-        print(f"generating the log up to {size:,} events with COPY ...", flush=True)
+        print(f"generating the log up to {size:,} events ...", flush=True)
         print(f"  {generate(conninfo, log, size - log_size(conninfo)):.1f} s", flush=True)
         for kind in ("raw", "email_outbox", "raw", "reset_tokens"):
             result = run_measure(kind, bench_url, args.batch_size)
