@@ -65,7 +65,7 @@ from infra.eventlog.ids import time_ordered_id  # noqa: E402
 from infra.services.address_index import address_hmac  # noqa: E402
 
 DATABASE = "authledger_bench_rebuild"
-ROWS_PER_TRANSACTION = 100  # events a transaction: fewer commits than one a request, and each page still filled as served
+ROWS_PER_TRANSACTION = 100  # fewer commits than one a request; each page still filled as a served log's
 CLAIM_LAG, ACCEPT_LAG = 50, 100  # requests between an email's queueing and its claim, and its acceptance
 INSERT = ("INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata) "
           "VALUES (%s, %s, %s, %s, %s, %s, %s)")

@@ -36,7 +36,8 @@ def test_a_presented_links_lookup_uses_the_hash_index(ctx: ServiceContext, admin
 def test_db_init_replaces_the_unique_b_tree_of_an_older_database(admin_engine: Engine) -> None:
     with admin_engine.begin() as connection:  # as schema.sql made the table before
         connection.execute(text("DROP INDEX reset_tokens_by_token_hash"))
-        connection.execute(text("ALTER TABLE reset_tokens ADD CONSTRAINT reset_tokens_token_hash_key UNIQUE (token_hash)"))
+        connection.execute(text("ALTER TABLE reset_tokens ADD CONSTRAINT reset_tokens_token_hash_key "
+                                "UNIQUE (token_hash)"))
 
     init_schema(admin_engine)
 

@@ -332,8 +332,9 @@ def test_serve_refuses_a_port_in_use_even_by_another_serve(env: dict[str, str], 
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        refused = subprocess.run([AUTHLEDGER, "serve", "--port", str(port), "--processes", processes, "--inflight", "0"],
-                                 env=env, capture_output=True, text=True, timeout=60)
+        refused = subprocess.run(
+            [AUTHLEDGER, "serve", "--port", str(port), "--processes", processes, "--inflight", "0"],
+            env=env, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 69, refused.stderr
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in refused.stderr
     assert "Traceback" not in refused.stderr
