@@ -180,8 +180,8 @@ class PostgresKeyring(DataKeyring):
         if not rows:
             self._keyless.add(user_id)
             return
-        for key_id, master_key_id, wrapped in reversed(rows):  # the oldest last: the one to write with
-            self._remember(user_id, key_id, master_key_id, wrapped)
+        self.remember((user_id, *row) for row in rows)
+        self._by_user[user_id] = rows[0][0]  # the oldest: the one to write with
 
     def reading_key(self, key_id: str) -> bytes | None:
         if key_id not in self._by_id:

@@ -4,8 +4,9 @@ Each batch is one transaction: lock the projections' checkpoint rows, read
 the next events below the transaction-id horizon once, fold them into each
 projection's tables, move the checkpoints. A runner killed mid-batch leaves
 nothing behind, and the next one resumes from the last committed
-checkpoint: nothing is lost and nothing is counted twice. Two runners never fold the same batch: the
-checkpoint row is locked with SKIP LOCKED, so the second one moves on.
+checkpoint: nothing is lost and nothing is counted twice. Two runners never
+fold the same batch: the checkpoint row is locked with SKIP LOCKED, so the
+second one moves on.
 
 ``authledger serve`` starts one in a thread (``CatchUpRunner(engine).run()``
 and ``.stop()``); ``authledger projections run`` runs one alone.
