@@ -5,7 +5,7 @@
 Starts its own embedded PostgreSQL (server defaults: fsync and
 synchronous_commit on) and builds the log:
 
-- ``--events`` rows by COPY, made by bench/rebuild.py's generator (reset
+- ``--events`` rows appended by bench/rebuild.py's generator (reset
   requests and their emails, workers trailing them, recipients sealed per
   user), timed so that all of their mail falls in the last 24 hours: the
   outbox chart's worst case, its range scans covering every message of the
@@ -107,7 +107,7 @@ def build_log(admin: Engine, app: Engine, url: str, events: int, history: int) -
     log.start = end - timedelta(hours=20)
     started = time.perf_counter()
     generated.generate(url.replace("postgresql+psycopg://", "postgresql://", 1), log, events)
-    print(f"  {events:,} events by COPY in {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"  {events:,} events appended in {time.perf_counter() - started:.0f} s", flush=True)
 
     clock = ManualClock(end - timedelta(minutes=13 * history + 30))
     ctx = ServiceContext(engine=app, keys=KEYS, clock=clock)
