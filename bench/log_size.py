@@ -35,7 +35,12 @@ shown with plain EXPLAIN. Sequential scans are flagged; ``--plans`` writes
 every plan to a file. Those are only the statements SQLAlchemy sends: the
 hot path's pipelined ones go through psycopg (infra/db/pipeline.py), and
 ``--statements`` loads pg_stat_statements to compare every statement's time
-per call, blocks read and full-page images on the two logs.
+per call, blocks read and full-page images on the two logs. Last, the pages
+of ``events`` whose free space map entry has room for the claim's and the
+release's small events (``LeaseClaimed``, ``LeaseReleased``), before and
+after the rounds: an insert takes any page the map offers, and on a large
+log those are pages long out of memory (bench/RESULTS.md, "Where the
+worker's small events land").
 
 ``--data-dir`` keeps the server and its databases in DIR, and a later run
 with the same DIR measures the large log again without rebuilding it (after
@@ -55,6 +60,7 @@ import os
 import re
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -319,6 +325,44 @@ def table_sizes(conninfo: str) -> list[tuple[str, int, str]]:
              ORDER BY pg_total_relation_size(c.oid) DESC LIMIT 16""").fetchall()
 
 
+# What the measured claim and release append, one per email of the batch: small events, which fit in the
+# room a page of the log was left with when the next event did not (bench/RESULTS.md, "Where the worker's
+# small events land").
+SMALL_EVENTS = ("LeaseClaimed", "LeaseReleased")
+FREE_SPACE = "SELECT avail, count(*) FROM pg_freespace('events') GROUP BY avail"
+NEWEST_ROW_BYTES = """
+    SELECT pg_column_size(e.*) FROM (SELECT * FROM events WHERE event_type = %s ORDER BY global_position DESC
+                                      LIMIT 1) e
+"""
+
+
+def free_space(conninfo: str) -> Counter[int]:
+    """How many pages of ``events`` the free space map records with each amount of room (its 32-byte steps)."""
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        connection.execute("CREATE EXTENSION IF NOT EXISTS pg_freespacemap")
+        return Counter(dict(connection.execute(FREE_SPACE).fetchall()))
+
+
+def report_room(conninfos: dict[str, str], before: dict[str, Counter[int]], after: dict[str, Counter[int]]) -> None:
+    """For each small event: the pages the free space map would offer it, before and after the rounds.
+
+    An insert asks the map for a page with room for its row (8-byte aligned)
+    rounded up to the map's 32-byte steps, and takes any it is offered.
+    """
+    print("\npages of `events` with room for one of the worker's small events (the free space map's count), "
+          "before / after the rounds\n")
+    print("| log | event | row bytes | room asked | pages before | pages after |")
+    print("|---|---|---:|---:|---:|---:|")
+    for name, conninfo in conninfos.items():
+        with psycopg.connect(conninfo) as connection:
+            for event_type in SMALL_EVENTS:
+                size = connection.execute(NEWEST_ROW_BYTES, (event_type,)).fetchone()[0]
+                asked = -(-((size + 7) // 8 * 8) // 32) * 32
+                pages = [sum(n for room, n in counts.items() if room >= asked) for counts in (before[name],
+                                                                                             after[name])]
+                print(f"| {name} | {event_type} | {size} | {asked} | {pages[0]:,} | {pages[1]:,} |")
+
+
 def report(samples: dict[str, dict[str, list[float]]], sizes: dict[str, int], calls: int) -> None:
     print(f"\n{calls} rounds, interleaved; log sizes: small {sizes['small']:,}, large {sizes['large']:,} events; "
           f"load average {', '.join(f'{v:.1f}' for v in os.getloadavg())} at the end\n")
@@ -454,8 +498,11 @@ def main() -> None:
     if args.statements:
         with psycopg.connect(server.uri, autocommit=True) as connection:
             connection.execute("SELECT pg_stat_statements_reset()")  # from here: the measured rounds only
+    conninfos = {name: url.replace("postgresql+psycopg://", "postgresql://", 1) for name, url in urls.items()}
+    room_before = {name: free_space(conninfo) for name, conninfo in conninfos.items()}
     samples, statements = measure(urls, args.calls, args.warm, args.random_ids)
     report(samples, sizes, args.calls)
+    report_room(conninfos, room_before, {name: free_space(conninfo) for name, conninfo in conninfos.items()})
     if args.statements:
         report_statements(server.uri, {name: make_url(url).database for name, url in urls.items()})
     plans = {name: explain(url.replace("postgresql+psycopg://", "postgresql://", 1), statements[name])
