@@ -38,7 +38,6 @@ import asyncio
 import logging
 import os
 import re
-import statistics
 import sys
 import time
 from datetime import UTC, datetime, timedelta

@@ -358,9 +358,12 @@ def report_room(conninfos: dict[str, str], before: dict[str, Counter[int]], afte
             for event_type in SMALL_EVENTS:
                 size = connection.execute(NEWEST_ROW_BYTES, (event_type,)).fetchone()[0]
                 asked = -(-((size + 7) // 8 * 8) // 32) * 32
-                pages = [sum(n for room, n in counts.items() if room >= asked) for counts in (before[name],
-                                                                                             after[name])]
-                print(f"| {name} | {event_type} | {size} | {asked} | {pages[0]:,} | {pages[1]:,} |")
+                print(f"| {name} | {event_type} | {size} | {asked} | {_offering(before[name], asked):,} | "
+                      f"{_offering(after[name], asked):,} |")
+
+
+def _offering(pages_by_room: Counter[int], asked: int) -> int:
+    return sum(pages for room, pages in pages_by_room.items() if room >= asked)
 
 
 def report(samples: dict[str, dict[str, list[float]]], sizes: dict[str, int], calls: int) -> None:
