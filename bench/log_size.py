@@ -483,33 +483,31 @@ def main() -> None:
         # The small log is rebuilt every run (a second): kept, the bench's own rounds would grow it.
         kept = built_url(server, name) if name == "large" else None
         urls[name] = kept or build(server, name, events, () if args.no_catch_up else CAUGHT_UP)
+    conninfos = {name: url.replace("postgresql+psycopg://", "postgresql://", 1) for name, url in urls.items()}
     sizes = {}
-    for name, url in urls.items():
-        with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1)) as connection:
+    for name, conninfo in conninfos.items():
+        with psycopg.connect(conninfo) as connection:
             sizes[name] = connection.execute("SELECT count(*) FROM events").fetchone()[0]
     if args.prewarm:
         for name, url in urls.items():
             done = step(f"{name}: pg_prewarm of every index and of email_outbox")
             print(f" {prewarm(url) / 2**20:,.0f} MB", end="")
             done()
-    large = urls["large"].replace("postgresql+psycopg://", "postgresql://", 1)
     print("\nlargest tables and indexes of the large log (an index's rows are its table's):")
-    for relname, rows, size in table_sizes(large):
+    for relname, rows, size in table_sizes(conninfos["large"]):
         print(f"  {relname:<20} {rows:>12,} rows  {size}")
     if args.random_ids:
         use_random_ids()
     if args.statements:
         with psycopg.connect(server.uri, autocommit=True) as connection:
             connection.execute("SELECT pg_stat_statements_reset()")  # from here: the measured rounds only
-    conninfos = {name: url.replace("postgresql+psycopg://", "postgresql://", 1) for name, url in urls.items()}
     room_before = {name: free_space(conninfo) for name, conninfo in conninfos.items()}
     samples, statements = measure(urls, args.calls, args.warm, args.random_ids)
     report(samples, sizes, args.calls)
     report_room(conninfos, room_before, {name: free_space(conninfo) for name, conninfo in conninfos.items()})
     if args.statements:
         report_statements(server.uri, {name: make_url(url).database for name, url in urls.items()})
-    plans = {name: explain(url.replace("postgresql+psycopg://", "postgresql://", 1), statements[name])
-             for name, url in urls.items()}
+    plans = {name: explain(conninfo, statements[name]) for name, conninfo in conninfos.items()}
     report_plans(plans["large"], args.plans)
     compare_plans(plans)
 
