@@ -101,7 +101,10 @@ def personal_fields_at(connection: Connection, positions: Sequence[int], fields:
 # snapshot names the sealed personal fields of the event that carries them
 # (one row per request; one row when there is no snapshot). A decision then
 # needs the events after the snapshot only when the last version says there
-# are some. The state and the keys come on one row of each stream only (the
+# are some. With them come the stream's counts of refused and repeated calls
+# not yet written (``request_counts``), which its next append writes first:
+# read on their own, they cost the first request after a flood a round trip.
+# The state, the keys and the counts come on one row of each stream only (the
 # ``first`` one), the state as text to be parsed once: on every row a user
 # with 60 recent requests was sent, and parsed, 60 copies of a state that
 # holds all 60 (bench/one_user.py, the peer beside a new user). The keys
@@ -116,6 +119,9 @@ _DECISION_READ = """
            CASE WHEN row_number() OVER (PARTITION BY w.stream_id) = 1 THEN uk.key_ids END AS key_ids,
            CASE WHEN row_number() OVER (PARTITION BY w.stream_id) = 1 THEN uk.master_key_ids END AS master_key_ids,
            CASE WHEN row_number() OVER (PARTITION BY w.stream_id) = 1 THEN uk.wrapped_keys END AS wrapped_keys,
+           CASE WHEN row_number() OVER (PARTITION BY w.stream_id) = 1 THEN
+                (SELECT CAST(jsonb_agg(to_jsonb(c) - 'stream_id') AS text)
+                   FROM request_counts c WHERE c.stream_id = w.stream_id) END AS counts_json,
            e.global_position, e.event_type, e.user_id, e.field_values
       FROM {streams} AS w(stream_id, user_id)
       LEFT JOIN LATERAL (

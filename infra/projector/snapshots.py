@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from attrs import frozen
 from sqlalchemy import Connection, Table, text
 
 from domain.counting import CountingRun
@@ -157,10 +158,21 @@ def load_snapshots(connection: Connection, stream_ids: Iterable[str], table: Tab
     return snapshots
 
 
+@frozen
+class StreamRead:
+    """What a decision reads of one stream in its one statement."""
+
+    snapshot: Snapshot | None  # its recipients and nonces opened; None for a stream without one
+    last_version: int
+    # The stream's ``request_counts`` rows, not yet written to it, as JSON objects (``infra.services.counts``).
+    counts: Sequence[Mapping[str, Any]]
+
+
 def load_for_decision(
     connection: Connection, stream_ids: Sequence[str], keyring: PostgresKeyring
-) -> dict[str, tuple[Snapshot | None, int]]:
-    """Each stream's snapshot (None if it has none), its recipients and nonces opened, and its last version.
+) -> dict[str, StreamRead]:
+    """Each stream's snapshot (None if it has none), its recipients and nonces opened, its last version and
+    its counts not yet written.
 
     One statement (``snapshots_for_decision``), whatever the streams' lengths,
     where ``load_snapshots``, the events after the snapshot and the user's
@@ -178,18 +190,19 @@ def load_for_decision(
     return {stream_id: _decided(stream_id, stream_rows, keyring) for stream_id, stream_rows in by_stream.items()}
 
 
-def _decided(stream_id: str, rows: Sequence[Any], keyring: PostgresKeyring) -> tuple[Snapshot | None, int]:
+def _decided(stream_id: str, rows: Sequence[Any], keyring: PostgresKeyring) -> StreamRead:
     head = next(row for row in rows if row.first)
     user_id = stream_id.partition(":")[2]
     keyring.expect_keys(user_id, list(zip(head.key_ids, head.master_key_ids, head.wrapped_keys))
                         if head.key_ids is not None else [])
+    counts = json.loads(head.counts_json) if head.counts_json is not None else ()
     if head.version is None:
-        return None, head.last_version
+        return StreamRead(None, head.last_version, counts)
     found = [(row.global_position, row.event_type, row.user_id, row.field_values)
              for row in rows if row.global_position is not None]
     state = json.loads(head.state_json)
     personal = _opened(keyring, state["recipient_at"], found) if state["recipient_at"] else {}
-    return decode_snapshot(stream_id, head.version, state, personal), head.last_version
+    return StreamRead(decode_snapshot(stream_id, head.version, state, personal), head.last_version, counts)
 
 
 class SnapshotApplier:

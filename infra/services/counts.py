@@ -9,12 +9,15 @@ what no event holds yet, and no rebuild could bring them back.
 
 from __future__ import annotations
 
-from datetime import UTC
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import Connection, text
 
 from domain.counting import RequestsCounted, window_of
 from domain.decisions import Counted
+from infra.db.pipeline import execute_deferred
 
 MAX_CLIENTS = 20  # distinct clients named per count; a flood from more is still counted in full
 
@@ -27,24 +30,31 @@ COUNT = text(f"""
                           THEN c.clients ELSE c.clients || EXCLUDED.clients END
 """)
 
-TAKE = text("""
-    DELETE FROM request_counts WHERE stream_id = :stream_id
-    RETURNING flow, user_id, answer, window_start, first_at, last_at, count, clients
-""")
+CLEAR = text("DELETE FROM request_counts WHERE stream_id = :stream_id")
 
 
 def count_call(connection: Connection, stream_id: str, counted: Counted) -> None:
-    """Add one call to its stream's count, in the caller's transaction."""
-    connection.execute(COUNT, {
+    """Add one call to its stream's count, in the caller's transaction (sent with its COMMIT)."""
+    execute_deferred(connection, COUNT, {
         "stream_id": stream_id, "answer": counted.answer, "flow": counted.flow, "user_id": counted.user_id,
         "window_start": window_of(counted.at), "at": counted.at, "client": counted.client,
     })
 
 
-def take_counts(connection: Connection, stream_id: str) -> list[RequestsCounted]:
-    """Empty the stream's counts into the events that record them, oldest first."""
-    rows = connection.execute(TAKE, {"stream_id": stream_id}).all()
-    counted = [RequestsCounted(row.flow, row.user_id, row.answer, row.window_start.astimezone(UTC),
-                               row.first_at.astimezone(UTC), row.last_at.astimezone(UTC), row.count,
-                               tuple(row.clients)) for row in rows]
+def take_counts(connection: Connection, stream_id: str, rows: Sequence[Mapping[str, Any]]) -> list[RequestsCounted]:
+    """Empty the stream's counts into the events that record them, oldest first.
+
+    ``rows`` are its ``request_counts`` rows as JSON objects, read with the
+    stream under its lock (``infra.projector.snapshots.StreamRead``): the
+    caller holds the lock, so they are all there is to empty. The DELETE
+    travels with the append.
+    """
+    execute_deferred(connection, CLEAR, {"stream_id": stream_id})
+    counted = [RequestsCounted(row["flow"], row["user_id"], row["answer"], _utc(row["window_start"]),
+                               _utc(row["first_at"]), _utc(row["last_at"]), row["count"], tuple(row["clients"]))
+               for row in rows]
     return sorted(counted, key=lambda event: event.first_at)
+
+
+def _utc(timestamp: str) -> datetime:
+    return datetime.fromisoformat(timestamp).astimezone(UTC)

@@ -228,12 +228,13 @@ def _serialised(
                 locks = (idempotency_lock.take_with_stream(connection, stream_id) if idempotency_lock is not None
                          else lock_stream(connection, stream_id))
                 store = PostgresEventStore(connection)  # one keyring for the read and the write
-                state, version, snapshot = _load_folded(store, {stream_id: fold})[stream_id]
+                folded = _load_folded(store, {stream_id: fold})[stream_id]
                 locks.confirm()  # the key's answer came with the read: a refused request rolls back here
-                decided = decide(state, ctx.clock.now())
-                batches = _with_counts(connection, stream_id, batches_of(stream_id, version, decided), state, decided)
+                decided = decide(folded.state, ctx.clock.now())
+                batches = _with_counts(connection, stream_id, batches_of(stream_id, folded.version, decided),
+                                       folded, decided)
                 # The snapshot decided on, or None for a stream that has none yet: never read twice.
-                loaded = {SNAPSHOTS.name: {stream_id: snapshot}} if fold_of(stream_id) is not None else None
+                loaded = {SNAPSHOTS.name: {stream_id: folded.snapshot}} if fold_of(stream_id) is not None else None
                 append_and_fold(connection, batches, metadata, loaded=loaded, store=store)
                 return decided
         except ConcurrencyConflict as conflict:
@@ -244,10 +245,20 @@ def _serialised(
     raise AssertionError("unreachable")
 
 
+@frozen
+class Folded:
+    """One stream as a decision reads it."""
+
+    state: Any
+    version: int
+    snapshot: Snapshot | None  # the snapshot folded from, if the stream has one
+    counts: Sequence[Mapping[str, Any]] = ()  # its counts not yet written, as read (``infra.services.counts``)
+
+
 def _load_folded(
     store: PostgresEventStore, folds: Mapping[str, Callable[[Iterable[object]], Any]]
-) -> dict[str, tuple[Any, int, Snapshot | None]]:
-    """(state, version, snapshot) of each stream: its snapshot and the events after it, or every event.
+) -> dict[str, Folded]:
+    """Each stream folded: from its snapshot and the events after it, or from every event.
 
     One statement when every stream is snapshotted and its snapshot current,
     as they are once written through here; a second for the events past a
@@ -256,35 +267,39 @@ def _load_folded(
     snapshotted = [stream_id for stream_id in folds if fold_of(stream_id) is not None]
     decided = load_for_decision(store.connection, snapshotted, store.keyring) if snapshotted else {}
     after = {stream_id: 0 for stream_id in folds if stream_id not in decided}
-    for stream_id, (snapshot, last_version) in decided.items():
+    for stream_id, read in decided.items():
         # Only a stream that predates snapshots (or a rebuild) has events after its snapshot: read them only then.
-        if last_version > (snapshot.version if snapshot is not None else 0):
-            after[stream_id] = snapshot.version if snapshot is not None else 0
+        since = read.snapshot.version if read.snapshot is not None else 0
+        if read.last_version > since:
+            after[stream_id] = since
     tails = store.load_many(after) if after else {}
     folded = {}
     for stream_id, fold in folds.items():
         if stream_id not in decided:
             history = tails[stream_id]
-            folded[stream_id] = (fold(r.event for r in history), history[-1].stream_version if history else 0, None)
+            folded[stream_id] = Folded(fold(r.event for r in history), history[-1].stream_version if history else 0,
+                                       None)
             continue
-        snapshot = decided[stream_id][0]
+        snapshot = decided[stream_id].snapshot
         for recorded in tails.get(stream_id, ()):
             snapshot = evolve_snapshot(snapshot, recorded)
-        folded[stream_id] = (fold(()), 0, None) if snapshot is None else (snapshot.state, snapshot.version, snapshot)
+        counts = decided[stream_id].counts
+        folded[stream_id] = (Folded(fold(()), 0, None, counts) if snapshot is None
+                             else Folded(snapshot.state, snapshot.version, snapshot, counts))
     return folded
 
 
-def _with_counts(connection: Connection, stream_id: str, batches: Batches, state: Any, decided: Any) -> Batches:
+def _with_counts(connection: Connection, stream_id: str, batches: Batches, folded: Folded, decided: Any) -> Batches:
     """Count a counted call; before anything else is appended to the stream, append its counts."""
     counted = getattr(decided, "counted", None)
     if counted is not None:
+        # A counted call appends nothing to its stream (domain.counting): the next append writes its count.
         count_call(connection, stream_id, counted)
-    # Counts exist only while the stream's last events are a run of alike answers (state.run), or once
-    # rejected presentations were written in it (state.rejections), which are counted past their own bound.
-    pending = getattr(state, "run", None) is not None or getattr(state, "rejections", None) is not None
-    if not pending or not any(events for stream, _, events in batches if stream == stream_id):
         return batches
-    summaries = take_counts(connection, stream_id)
+    if not folded.counts or not any(events for stream, _, events in batches if stream == stream_id):
+        return batches
+    # Read with the stream, under its lock: no call has been counted since.
+    summaries = take_counts(connection, stream_id, folded.counts)
     return [(stream, version, [*summaries, *events] if stream == stream_id else events)
             for stream, version, events in batches]
 
@@ -311,4 +326,4 @@ def load_states(
     else:
         with ctx.engine.connect() as fresh:
             loaded = _load_folded(PostgresEventStore(fresh), folds)
-    return {stream_id: state for stream_id, (state, _, _) in loaded.items()}
+    return {stream_id: folded.state for stream_id, folded in loaded.items()}

@@ -11,14 +11,17 @@ grows costs every request: say why in the commit that changes it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from uuid import uuid4
 
+import pytest
 from sqlalchemy import Engine
 
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
 from infra.clock import ManualClock
 from infra.db.engine import Database
+from infra.errors import RateLimited
 from infra.services.clients import KEYS, authenticate, create_client
 from infra.services.otp import request_otp, verify_code
 from infra.services.reset import consume_token, request_reset, verify_token
@@ -114,3 +117,27 @@ def test_every_statement_of_the_hot_paths_settles_on_a_cached_plan(
                           if generic == 0 and custom >= 10]
     assert len(prepared) >= 10
     assert planned_every_time == []
+
+
+def test_a_flood_costs_its_victim_no_wait_while_refused_or_after(
+    ctx: ServiceContext, engine: Engine, clock: ManualClock
+) -> None:
+    victim, peer = new_user(), new_user()
+    for user in (victim, peer):
+        for _ in range(ctx.reset_policy.hourly_limit):
+            request_reset(ctx, RequestReset(user, "ada@example.test"))
+            clock.advance(ctx.reset_policy.cooldown)
+
+    def refused() -> None:
+        with pytest.raises(RateLimited):
+            request_reset(ctx, RequestReset(victim, "ada@example.test"))
+
+    refused()  # the first refusal of the run is logged; the ones after it are counted
+    # The lock and the read, then the count, which goes with the COMMIT.
+    assert cost_of(engine, refused) == (3, 1, 2)
+    clock.advance(timedelta(hours=1))
+    peers = cost_of(engine, lambda: request_reset(ctx, RequestReset(peer, "ada@example.test")))
+    # The counts came with the stream's read: emptying them is one statement more, and no wait.
+    victims = cost_of(engine, lambda: request_reset(ctx, RequestReset(victim, "ada@example.test")))
+    assert victims == (peers[0] + 1, 1, peers[2])
+    assert_projections_match_log(engine)

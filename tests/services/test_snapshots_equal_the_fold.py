@@ -87,9 +87,9 @@ def assert_snapshot_equals_the_fold(engine: Engine, stream_id: str, fold: object
         history = store.load(stream_id)
         snapshot = load_snapshots(connection, [stream_id], keyring=store.keyring).get(stream_id)
         # What a decision reads, in its one statement: the same snapshot, and the stream's last version.
-        decided, last_version = load_for_decision(connection, [stream_id], store.keyring)[stream_id]
-    assert decided == snapshot
-    assert last_version == (history[-1].stream_version if history else 0)
+        read = load_for_decision(connection, [stream_id], store.keyring)[stream_id]
+    assert read.snapshot == snapshot
+    assert read.last_version == (history[-1].stream_version if history else 0)
     if not history:
         assert snapshot is None
         return
@@ -166,7 +166,7 @@ def test_a_user_with_two_data_keys_has_the_fields_sealed_under_each_opened_and_w
     assert_snapshot_equals_the_fold(ctx.engine, reset_stream(user), fold_reset)
     with ctx.engine.connect() as connection:
         store = PostgresEventStore(connection)
-        decided, _ = load_for_decision(connection, [reset_stream(user)], store.keyring)[reset_stream(user)]
+        decided = load_for_decision(connection, [reset_stream(user)], store.keyring)[reset_stream(user)].snapshot
         assert store.keyring.writing_key(user)[0] == new_key_id
     assert decided is not None
     assert {r.request_id: r.recipient for r in decided.state.requests.values()} == {
