@@ -1,7 +1,8 @@
 """One user's creates: concurrent ones, and one victim of a refusal flood (issue 13).
 
     .venv/bin/python bench/one_user.py [--concurrent 16] [--refusals 2000] [--rounds 3]
-                                       [--victim-refusals 10000] [--samples 30] [--only burst|victim]
+                                       [--victim-refusals 10000] [--samples 30] [--victims 0]
+                                       [--only burst|victim]
 
 Starts its own embedded PostgreSQL (the server's default durability) and,
 for each flow (reset, OTP) and each kind of user, releases ``--concurrent``
@@ -32,7 +33,9 @@ hour has passed (the victim's against a fresh user's first). It also times
 the first and last 100 refusals of the flood, and a "legacy" victim whose
 refusals were appended as one event each (a stream from before counting):
 its first decision folds them all and writes the snapshot, later ones read
-the snapshot.
+the snapshot. With ``--victims N``, N more victims are flooded alike, one
+after another, and each is timed once: its next create once the hour has
+passed, the request the flood might slow, beside a brand-new user's first.
 """
 
 from __future__ import annotations
@@ -140,30 +143,78 @@ def p50_ms(latencies: list[float]) -> float:
     return statistics.median(latencies) * 1000
 
 
-def victim_rows(engine: Engine, flow: str, refusals: int, samples: int) -> list[tuple[str, float, str]]:
-    """(what, create p50 in ms, note) for one flow: the victim beside fresh users, same run."""
+Create = Callable[[str], Callable[[], object]]
+
+
+def creates_on_a_hand_moved_clock(engine: Engine, flow: str) -> tuple[ServiceContext, ManualClock, Create]:
+    """The service context, its clock, and ``create(user)``: a call that makes one create of ``flow`` for
+    ``user`` with a new key."""
     clock = ManualClock()
     ctx = ServiceContext(engine=engine, keys=KEYS, clock=clock, reset_policy=ResetPolicy(cooldown=timedelta(0)),
                          otp_policy=OtpPolicy(cooldown=timedelta(0)))
-    request, stream_of, _, command = FLOWS[flow]
+    request, _, _, command = FLOWS[flow]
 
     def create(user: str) -> Callable[[], object]:
         return lambda: request(ctx, command(user, uuid4().hex), {"actor": "bench"})
 
-    def at_the_limit(user: str) -> None:
-        for _ in range(HOURLY_LIMIT):
-            create(user)()
+    return ctx, clock, create
 
-    victim = f"victim-{flow}-{uuid4().hex[:8]}"
-    at_the_limit(victim)
-    flood = []
+
+def at_the_limit(create: Create, user: str) -> None:
+    for _ in range(HOURLY_LIMIT):
+        create(user)()
+
+
+def flood(create: Create, clock: ManualClock, user: str, refusals: int) -> list[float]:
+    """``refusals`` refused creates for ``user``, 0.2 s of clock apart; each one's seconds."""
+    taken = []
     for _ in range(refusals):
-        flood.append(timed(create(victim)))
+        taken.append(timed(create(user)))
         clock.advance(0.2)
-    rows = [("victim: refusals 1-100 of the flood", p50_ms(flood[:100]), ""),
-            (f"victim: refusals {refusals - 99}-{refusals} of the flood", p50_ms(flood[-100:]), "")]
+    return taken
+
+
+def next_create_rows(engine: Engine, flow: str, refusals: int, victims: int) -> list[tuple[str, float, str]]:
+    """(what, create p50 in ms, note) for one flow: each victim's next create once its flood's hour has passed,
+    beside a brand-new user's first create and a never-flooded peer's next, made in turn with it, same run.
+
+    One sample a victim: its next create is the one the flood might slow,
+    and each create after it keeps one request more in the victim's state
+    (what ``victim_rows``' hours after the flood measure). The peer made the
+    victim's requests at the same time and was not flooded.
+    """
+    _, clock, create = creates_on_a_hand_moved_clock(engine, flow)
+    brand_new: list[float] = []
+    peer: list[float] = []
+    victim: list[float] = []
+    for n in range(victims):
+        flooded, unflooded = f"next-{flow}-{uuid4().hex[:8]}", f"peer-{flow}-{uuid4().hex[:8]}"
+        at_the_limit(create, flooded)
+        at_the_limit(create, unflooded)
+        flood(create, clock, flooded, refusals)
+        clock.advance(timedelta(hours=1, seconds=1))
+        turn = [(brand_new, create(f"fresh-{flow}-{uuid4().hex[:8]}")), (peer, create(unflooded)),
+                (victim, create(flooded))]
+        for latencies, call in turn[n % 3:] + turn[:n % 3]:  # none always goes first
+            latencies.append(timed(call))
+    return [("brand-new user: first create (accepted)", p50_ms(brand_new), "baseline"),
+            ("peer, same requests, no flood: next create (accepted)", p50_ms(peer),
+             f"{p50_ms(peer) / p50_ms(brand_new):.2f}× baseline"),
+            (f"each of {victims} victims: next create after {refusals} refusals (accepted)", p50_ms(victim),
+             f"{p50_ms(victim) / p50_ms(brand_new):.2f}× baseline, {p50_ms(victim) / p50_ms(peer):.2f}× peer")]
+
+
+def victim_rows(engine: Engine, flow: str, refusals: int, samples: int) -> list[tuple[str, float, str]]:
+    """(what, create p50 in ms, note) for one flow: the victim beside fresh users, same run."""
+    ctx, clock, create = creates_on_a_hand_moved_clock(engine, flow)
+    _, stream_of, _, _ = FLOWS[flow]
+    victim = f"victim-{flow}-{uuid4().hex[:8]}"
+    at_the_limit(create, victim)
+    flooded = flood(create, clock, victim, refusals)
+    rows = [("victim: refusals 1-100 of the flood", p50_ms(flooded[:100]), ""),
+            (f"victim: refusals {refusals - 99}-{refusals} of the flood", p50_ms(flooded[-100:]), "")]
     fresh_at_limit = f"fresh-{flow}-{uuid4().hex[:8]}"
-    at_the_limit(fresh_at_limit)
+    at_the_limit(create, fresh_at_limit)
     fresh_refused, victim_refused = [], []
     for _ in range(samples):  # interleaved, so that the machine's noise falls on both alike
         fresh_refused.append(timed(create(fresh_at_limit)))
@@ -200,12 +251,16 @@ def victim_rows(engine: Engine, flow: str, refusals: int, samples: int) -> list[
     return rows
 
 
-def run_victims(engine: Engine, refusals: int, samples: int) -> None:
-    print(f"\nvictim of {refusals} refusals vs fresh users, sequential, one client; p50 of {samples}+ creates\n")
+def run_victims(engine: Engine, refusals: int, samples: int, victims: int) -> None:
+    print(f"\nvictim of {refusals} refusals vs fresh users, sequential, one client; p50 of {samples}+ creates "
+          f"({victims} for each victim's next create)\n")
     print("| flow | what | create p50 (ms) | note |")
     print("|---|---|---:|---|")
     for flow in FLOWS:
-        for what, value, note in victim_rows(engine, flow, refusals, samples):
+        rows = victim_rows(engine, flow, refusals, samples)
+        if victims:
+            rows += next_create_rows(engine, flow, refusals, victims)
+        for what, value, note in rows:
             figure = f"{value:.0f}" if what.startswith("victim's stream") else f"{value:.2f}"
             print(f"| {flow} | {what} | {figure} | {note} |")
 
@@ -217,6 +272,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds, each on new users (default 3)")
     parser.add_argument("--victim-refusals", type=int, default=10_000, help="the victim's flood (default 10000)")
     parser.add_argument("--samples", type=int, default=30, help="creates per victim figure (default 30)")
+    parser.add_argument("--victims", type=int, default=0,
+                        help="victims flooded one after another, each timed on its next create (default 0: "
+                             "each takes a whole flood)")
     parser.add_argument("--only", choices=("burst", "victim"), help="run one part only")
     args = parser.parse_args()
     server = start_bench_server("authledger-bench-one-user-")
@@ -229,7 +287,7 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start; {args.concurrent} creates "
           f"at once, different keys, one user; {args.rounds} rounds, medians\n")
     if args.only != "burst":
-        run_victims(engine, args.victim_refusals, args.samples)
+        run_victims(engine, args.victim_refusals, args.samples, args.victims)
     if args.only != "victim":
         run_bursts(ctx, args)
     engine.dispose()
