@@ -53,17 +53,6 @@ CREATE TRIGGER events_no_truncate
     BEFORE TRUNCATE ON events
     FOR EACH STATEMENT EXECUTE FUNCTION events_are_append_only();
 
--- The worker's small events (a lease claimed, an outcome) go wherever the
--- free space map offers room, and VACUUM hands the map the room left at the
--- end of every page it scans. By default autovacuum scans an insert-only
--- table once it has grown by a fifth: on a log of ten million events, the
--- room on two million events' pages, long out of cache, which the worker's
--- claims then read one page an event until it is taken (docs/operations.md,
--- "A large log and autovacuum"). A fixed threshold hands back only the room
--- on pages written moments before, still cached.
-ALTER TABLE events SET (autovacuum_vacuum_insert_scale_factor = 0,
-                        autovacuum_vacuum_insert_threshold = 20000);
-
 -- Wake followers as soon as a transaction that appended events commits
 -- (NOTIFY is delivered at commit, once per channel and payload):
 -- authledger_events for whole-log readers, authledger_outbox for idle

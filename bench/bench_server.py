@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from infra.db.embedded import start_embedded, stop_embedded  # noqa: E402 - after the path set-up
 from infra.db.schema import init_schema  # noqa: E402
 
-SHOWN_SETTINGS = ("server_version", "fsync", "synchronous_commit", "shared_buffers", "autovacuum_naptime")
+SHOWN_SETTINGS = ("server_version", "fsync", "synchronous_commit", "shared_buffers")
 
 
 @frozen
@@ -51,21 +51,19 @@ class BenchServer:
     def describe(self) -> str:
         s = self.settings
         return (f"PostgreSQL {s['server_version']} (embedded; fsync={s['fsync']}, "
-                f"synchronous_commit={s['synchronous_commit']}, shared_buffers={s['shared_buffers']}, "
-                f"autovacuum_naptime={s['autovacuum_naptime']})")
+                f"synchronous_commit={s['synchronous_commit']}, shared_buffers={s['shared_buffers']})")
 
 
 def start_bench_server(prefix: str, data_dir: Path | None = None, shared_buffers: str | None = None,
-                       statements: bool = False, autovacuum_naptime: str | None = None) -> BenchServer:
+                       statements: bool = False) -> BenchServer:
     """Start an embedded server in a temporary directory, stopped and removed at exit.
 
     With ``data_dir``, the server lives there instead and is kept (stopped at
     exit, not removed), so that a later run can reuse a log that took long to build.
     With ``shared_buffers`` (e.g. "4GB"), the server is set so (ALTER SYSTEM)
     and restarted; with ``statements``, it loads pg_stat_statements (planning
-    tracked, the view in its maintenance database); with
-    ``autovacuum_naptime`` (e.g. "1s"), autovacuum looks at each database
-    that often. Without them, a kept server goes back to the defaults.
+    tracked, the view in its maintenance database). Without them, a kept
+    server goes back to the defaults.
     """
     if data_dir is None:
         data_dir = Path(tempfile.mkdtemp(prefix=prefix))
@@ -73,13 +71,11 @@ def start_bench_server(prefix: str, data_dir: Path | None = None, shared_buffers
     atexit.register(stop_embedded, data_dir)  # runs first: stop, then remove
     uri = start_embedded(data_dir)
     altered = (data_dir / "pgdata" / "postgresql.auto.conf").read_text()
-    if (shared_buffers is not None or statements or autovacuum_naptime is not None
-            or any(setting in altered for setting in ("shared_buffers", "pg_stat_statements", "autovacuum_naptime"))):
+    if shared_buffers is not None or statements or "shared_buffers" in altered or "pg_stat_statements" in altered:
         server = create_engine(uri.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
         with server.connect() as connection:
-            for setting, value in (("shared_buffers", shared_buffers), ("autovacuum_naptime", autovacuum_naptime)):
-                connection.execute(text(f"ALTER SYSTEM RESET {setting}" if value is None else
-                                        f"ALTER SYSTEM SET {setting} = '{value}'"))
+            connection.execute(text("ALTER SYSTEM RESET shared_buffers" if shared_buffers is None else
+                                    f"ALTER SYSTEM SET shared_buffers = '{shared_buffers}'"))
             for setting, value in (("shared_preload_libraries", "pg_stat_statements"),
                                    ("pg_stat_statements.track_planning", "on")):
                 connection.execute(text(f"ALTER SYSTEM SET {setting} = '{value}'" if statements else

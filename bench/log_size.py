@@ -13,12 +13,7 @@ appended as the service appends them, then brought up to date as ``serve``
 keeps it: the inline projections the generated events feed rebuilt
 (``email_outbox``, ``reset_tokens``, ``otp_challenges``, ``receipts``,
 ``address_index``, ``stream_snapshots``), the catch-up projections (``audit_index``,
-``delivery_stats``) caught up, VACUUM ANALYZE. Every step is timed. The
-server's autovacuum looks at each database every second
-(``autovacuum_naptime``), not every minute: the generator appends some
-ten thousand events a second, and a served log's autovacuum comes when
-``events`` passes its table's threshold (schema.sql), which a minute's
-look would let this build overshoot thirty-fold.
+``delivery_stats``) caught up, VACUUM ANALYZE. Every step is timed.
 
 Measured through the service functions the HTTP handlers call (no HTTP),
 interleaved small/large call by call (the order flips every round), each
@@ -136,10 +131,6 @@ def build(server: BenchServer, name: str, events: int, caught_up: tuple[str, ...
     done = step(f"appending, {generated.ROWS_PER_TRANSACTION} events a transaction")
     generated.generate(conninfo, generated.Log(), events)
     done()
-    with psycopg.connect(conninfo) as connection:
-        vacuums = connection.execute(
-            "SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'events'").fetchone()[0]
-    print(f"  autovacuum scanned events {vacuums:,} times while appending", flush=True)
     admin = Database(url).admin_engine()
     for projection in REBUILT:
         done = step(f"rebuilding {projection}")
@@ -485,8 +476,7 @@ def main() -> None:
         args.events, args.calls, args.warm = 200_000, 40, 11
 
     server = start_bench_server("authledger-bench-log-size-", data_dir=args.data_dir,
-                                shared_buffers=args.shared_buffers, statements=args.statements,
-                                autovacuum_naptime="1s")
+                                shared_buffers=args.shared_buffers, statements=args.statements)
     print(f"{server.describe()}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at start", flush=True)
     urls = {}
     for name, events in (("small", args.small), ("large", args.events)):
