@@ -28,7 +28,8 @@ def worker(app: App, inflight: int | None, batch: int | None, once: bool, as_jso
     if inflight is not None:  # before the mailer is built: a provider sizes its connection pool to the window
         app.settings = attrs.evolve(app.settings, delivery_inflight=inflight)
     delivery = Worker(app.services, app.mailer, sender=app.settings.sender, batch=batch,
-                      inflight=app.settings.delivery_inflight, poll_seconds=app.settings.poll_seconds)
+                      inflight=app.settings.delivery_inflight, poll_seconds=app.settings.poll_seconds,
+                      outcomes=app.outcomes_engine)
     if once:
         tally = delivery.drain()
         emit(tally, as_json, ", ".join(f"{state}: {n}" for state, n in sorted(tally.items())) or "nothing due")

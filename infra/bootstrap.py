@@ -65,6 +65,14 @@ class App:
         return bind_master_keys(self.database.engine(pool_size=self._pool_size), lambda: self.master_keys)
 
     @functools.cached_property
+    def outcomes_engine(self) -> Engine:
+        """A pool of its own for the delivery worker's outcomes (``infra.delivery.worker.Worker``): one
+        recording at a time, and a spare."""
+        from infra.eventlog.subject_keys import bind_master_keys
+
+        return bind_master_keys(self.database.engine(pool_size=2), lambda: self.master_keys)
+
+    @functools.cached_property
     def admin_engine(self) -> Engine:
         from infra.eventlog.subject_keys import bind_master_keys
 
@@ -104,7 +112,7 @@ class App:
         return build_mailer(self.settings)
 
     def close(self) -> None:
-        for name in ("engine", "admin_engine"):
+        for name in ("engine", "outcomes_engine", "admin_engine"):
             if name in self.__dict__:
                 self.__dict__.pop(name).dispose()
 

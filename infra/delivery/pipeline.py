@@ -31,6 +31,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from sqlalchemy import Engine
+
 from domain.delivery import RECORD_WITHIN
 from infra.db.reading import reading
 from infra.delivery.breaker import Breaker
@@ -53,9 +55,10 @@ class Window:
     def __init__(
         self, ctx: ServiceContext, mailer: Mailer, *, owner: str, sender: str, size: int,
         claim: Callable[[int], list[Claim]], breaker: Breaker, jitter: Callable[[], float] = random.random,
-        stopping: Callable[[], bool] = lambda: False,
+        stopping: Callable[[], bool] = lambda: False, outcomes: Engine | None = None,
     ) -> None:
         self.ctx, self.mailer, self.owner, self.sender, self.size = ctx, mailer, owner, sender, size
+        self.outcomes = outcomes or ctx.engine  # what the outcomes are recorded through (see ``Worker``)
         self.claim, self.breaker, self.jitter, self.stopping = claim, breaker, jitter, stopping
         self.in_flight = 0
         # The most time between a fresh read's start and a provider call it let
@@ -256,7 +259,7 @@ class Window:
         if not everything and self.ctx.clock.now() - oldest < RECORD_WITHIN:
             return
         group = list(self._unrecorded)
-        states = await asyncio.to_thread(record, self.ctx.engine, group, self.owner)
+        states = await asyncio.to_thread(record, self.outcomes, group, self.owner)
         del self._unrecorded[: len(group)]
         self.states.update(states)
         self.tally.update(states.values())

@@ -24,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Engine
+
 from domain.circuit import CircuitPolicy
 from infra.db.listen import start_listener
 from infra.db.reading import reading
@@ -55,14 +57,23 @@ def _run_loop(main: Coroutine[Any, Any, Any]) -> Any:
 
 
 class Worker:
-    """Delivers due email with up to ``inflight`` provider calls at once; ``batch`` caps one claim."""
+    """Delivers due email with up to ``inflight`` provider calls at once; ``batch`` caps one claim.
+
+    Claims go through ``ctx.engine``, outcomes through ``outcomes`` (another
+    pool; by default the same). Appended on connections of their own, each
+    connection's pages of ``events`` hold events of one size: on connections
+    taking claims and outcomes in turn, a page was left with room for a
+    claim whenever an outcome did not fit, and a later batch of claims took
+    that room one old page an event (bench/RESULTS.md, "Where the room
+    comes from").
+    """
 
     def __init__(
         self, ctx: ServiceContext, mailer: Mailer, *, sender: str, owner: str | None = None,
         inflight: int = DEFAULT_INFLIGHT, batch: int | None = None, poll_seconds: float = 5.0,
-        circuit: CircuitPolicy = CircuitPolicy(),
+        circuit: CircuitPolicy = CircuitPolicy(), outcomes: Engine | None = None,
     ) -> None:
-        self.ctx, self.mailer, self.sender = ctx, mailer, sender
+        self.ctx, self.mailer, self.sender, self.outcomes = ctx, mailer, sender, outcomes
         self.owner = owner or default_owner()
         self.inflight, self.batch, self.poll_seconds = inflight, batch, poll_seconds
         self.breaker = Breaker(ctx, mailer.name, owner=self.owner, policy=circuit)
@@ -128,6 +139,7 @@ class Worker:
         window = Window(
             self.ctx, self.mailer, owner=owner, sender=self.sender, size=self.inflight,
             claim=lambda limit: self.claim(owner, limit), breaker=self.breaker, stopping=self.stopping.is_set,
+            outcomes=self.outcomes,
         )
         with self._lock:
             self._windows.append(window)

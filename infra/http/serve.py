@@ -161,7 +161,8 @@ def _run(app: App, *, inflight: int, reset_page: bool, host: str, port: int,
     settings, ctx = app.settings, app.services
     worker = catch_up = None
     if background and inflight:
-        worker = Worker(ctx, app.mailer, sender=settings.sender, inflight=inflight, poll_seconds=settings.poll_seconds)
+        worker = Worker(ctx, app.mailer, sender=settings.sender, inflight=inflight, poll_seconds=settings.poll_seconds,
+                        outcomes=app.outcomes_engine)
     if background:
         catch_up = CatchUpRunner(app.engine, poll_seconds=settings.poll_seconds)
     config = uvicorn.Config(
