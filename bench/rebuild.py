@@ -14,9 +14,10 @@ request, a reset request and an OTP challenge in turn, with an idempotency
 key and its address's keyed hash as the service records them; each is a
 ``ResetRequested`` or ``OtpChallengeIssued`` on its user's stream and an
 ``EmailQueued``, ``LeaseClaimed`` and ``ProviderAccepted`` on its email's
-stream, and a worker trails the requests on a connection of its own (a
-claim comes 50 requests later, its acceptance 100), so an email's events
-are spread over the log as in production.
+stream, and a worker trails the requests, its claims and its acceptances
+each on a connection of their own (a claim comes 50 requests later, its
+acceptance 100), so an email's events are spread over the log as in
+production.
 
 Then, each in a fresh process so that its peak memory is its own:
 
@@ -138,59 +139,61 @@ class Log:
                                                                 address, now))
         return message_id, [request, email]
 
-    def step(self) -> tuple[list[tuple], list[tuple]]:
-        """One new request and its email (the API's appends), and the claim and the acceptance of earlier
-        ones (a worker's)."""
+    def step(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
+        """One new request and its email (the API's appends), the claim of an earlier one and the acceptance
+        of one earlier still (a worker's)."""
         n, now = self.n, self.start + timedelta(milliseconds=self.n)
         message_id, requested = self._request(n, now)
         self.pending[n] = (message_id, uuid4())
-        worked = []
+        claims, acceptances = [], []
         if n - CLAIM_LAG in self.pending:
             claimed, lease = self.pending[n - CLAIM_LAG]
-            worked.append(self._row(f"email:{claimed}", 2, LeaseClaimed(
+            claims.append(self._row(f"email:{claimed}", 2, LeaseClaimed(
                 claimed, "worker-7", lease, now, now + timedelta(seconds=45), 1)))
         if n - ACCEPT_LAG in self.pending:
             accepted, lease = self.pending.pop(n - ACCEPT_LAG)
-            worked.append(self._row(f"email:{accepted}", 3, ProviderAccepted(
+            acceptances.append(self._row(f"email:{accepted}", 3, ProviderAccepted(
                 accepted, lease, 1, now, "smtp", f"<{accepted}@mail.example.com>", KEYS.current_id)))
         self.n += 1
-        return requested, worked
+        return requested, claims, acceptances
 
 
 def generate(conninfo: str, log: Log, events: int) -> float:
     """Append until the log holds ``events`` more rows, as the service appends them; returns seconds taken.
 
-    Two connections take turns, as the API and a worker do: one appends the
-    requests and their emails, the other the claims and acceptances, about
-    a hundred events between the two transactions. INSERTs, not COPY, and
-    the worker on a connection of its own, because the room left at the
-    end of the log's pages, which PostgreSQL's free space map later offers
-    any insert, depends on who appends what: at 2M events, 47,036 pages had
-    room for a claim's event after this build, against 22,294 with one
-    connection appending everything (bench/RESULTS.md, "Where the worker's
-    small events land"). Commits do not wait for the WAL flush: only the
+    Three connections take turns, as the API and a worker do: one appends
+    the requests and their emails, one the claims, one the acceptances (the
+    worker records outcomes through a pool of its own), about a hundred
+    events between the three transactions. INSERTs, not COPY, and each on a
+    connection of its own, because the room left at the end of the log's
+    pages, which PostgreSQL's free space map later offers any insert,
+    depends on who appends what: at 2M events, 47,036 pages had room for a
+    claim's event with the claims and acceptances on one connection,
+    22,294 with everything on one, and 434 so (bench/RESULTS.md, "Where the
+    room comes from"). Commits do not wait for the WAL flush: only the
     layout matters here.
     """
     metadata = json.dumps({"actor": "client:web", "client": "web"})
     started, written = time.perf_counter(), 0
-    with psycopg.connect(conninfo) as api, psycopg.connect(conninfo) as worker:
-        for connection in (api, worker):
+    with psycopg.connect(conninfo) as api, psycopg.connect(conninfo) as claimer, \
+            psycopg.connect(conninfo) as recorder:
+        for connection in (api, claimer, recorder):
             connection.execute("SET synchronous_commit = off")
         while written < events:
-            requested: list[tuple] = []
-            worked: list[tuple] = []
-            while (taken := len(requested) + len(worked)) < ROWS_PER_TRANSACTION and written + taken < events:
-                ours, theirs = log.step()
-                requested += [(*row, metadata) for row in ours]
-                worked += [(*row, metadata) for row in theirs]
+            rows: tuple[list[tuple], list[tuple], list[tuple]] = ([], [], [])
+            while (taken := sum(map(len, rows))) < ROWS_PER_TRANSACTION and written + taken < events:
+                for appended, made in zip(rows, log.step()):
+                    appended += [(*row, metadata) for row in made]
+            requested, claims, acceptances = rows
             with api.cursor() as cursor:
                 cursor.executemany(INSERT, requested)
                 cursor.executemany(INSERT_KEYS, log.keyring.written())
             api.commit()
-            if worked:
-                with worker.cursor() as cursor:
-                    cursor.executemany(INSERT, worked)
-                worker.commit()
+            for connection, appended in ((claimer, claims), (recorder, acceptances)):
+                if appended:
+                    with connection.cursor() as cursor:
+                        cursor.executemany(INSERT, appended)
+                    connection.commit()
             written += taken
         api.autocommit = True
         api.execute("VACUUM ANALYZE events")
