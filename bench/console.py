@@ -139,11 +139,12 @@ def build_log(admin: Engine, app: Engine, url: str, events: int, history: int) -
 
 
 class Captured:
-    """The statements an engine sends while ``on``: what a page runs."""
+    """The statements some engines send while ``on``: what a page runs."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, *engines: Engine) -> None:
         self.on, self.statements = False, []
-        event.listen(engine, "before_cursor_execute", self._record)
+        for engine in engines:
+            event.listen(engine, "before_cursor_execute", self._record)
 
     def _record(self, conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
         if self.on:

@@ -20,8 +20,9 @@ interleaved small/large call by call (the order flips every round), each
 round with a fresh user in each database: reset create, verify and consume
 of the request just made; OTP create and verify of the challenge just made;
 the worker's claim of a batch of due email (``Worker.claim``), given back at
-once (``LeaseReleased``, recorded as the worker records outcomes) so that a
-claim takes nothing away. Both queues are drained first (the generated log's
+once (``LeaseReleased``, recorded as the worker records outcomes, through a
+pool of their own) so that a claim takes nothing away. Both queues are
+drained first (the generated log's
 last emails, and any an earlier run queued), then grow alike: the round's
 creates and consume queue three emails, so after ``--warm`` rounds every
 claim is a whole batch of 32 out of the same number due. Printed: p50/p95 per operation and database, and
@@ -176,11 +177,13 @@ def built_url(server: BenchServer, name: str) -> str | None:
 @contextmanager
 def services(url: str, random_ids: bool) -> Iterator[tuple[ServiceContext, Worker, Captured]]:
     engine = Database(url).engine(pool_size=4)
+    outcomes = Database(url).engine(pool_size=2)  # the worker's pool for outcomes, as the app makes it
     ctx = ServiceContext(engine=engine, keys=KEYS, new_id=uuid4 if random_ids else time_ordered_id)
     try:
-        yield ctx, Worker(ctx, NoMailer(), sender=SENDER, owner=OWNER), Captured(engine)
+        yield ctx, Worker(ctx, NoMailer(), sender=SENDER, owner=OWNER, outcomes=outcomes), Captured(engine, outcomes)
     finally:
         engine.dispose()
+        outcomes.dispose()
 
 
 def use_random_ids() -> None:
@@ -222,7 +225,8 @@ def one_round(ctx: ServiceContext, worker: Worker, user: str) -> dict[str, float
     times["otp verify"], _ = timed(lambda: verify_code(ctx, challenge.challenge_id, code, user_id=user))
     times["worker claim"], claims = timed(lambda: worker.claim(OWNER, CLAIM_BATCH))
     given_back = [released(ctx, claim, OWNER, attempt_returned=True) for claim in claims]
-    times["worker release"], states = timed(lambda: record(ctx.engine, given_back, OWNER))
+    outcomes = worker.outcomes or ctx.engine
+    times["worker release"], states = timed(lambda: record(outcomes, given_back, OWNER))
     assert set(states.values()) <= {"pending"}, states
     times["claimed"] = len(claims)
     return times
