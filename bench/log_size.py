@@ -225,8 +225,7 @@ def one_round(ctx: ServiceContext, worker: Worker, user: str) -> dict[str, float
     times["otp verify"], _ = timed(lambda: verify_code(ctx, challenge.challenge_id, code, user_id=user))
     times["worker claim"], claims = timed(lambda: worker.claim(OWNER, CLAIM_BATCH))
     given_back = [released(ctx, claim, OWNER, attempt_returned=True) for claim in claims]
-    outcomes = worker.outcomes or ctx.engine
-    times["worker release"], states = timed(lambda: record(outcomes, given_back, OWNER))
+    times["worker release"], states = timed(lambda: record(worker.outcomes, given_back, OWNER))
     assert set(states.values()) <= {"pending"}, states
     times["claimed"] = len(claims)
     return times

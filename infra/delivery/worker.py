@@ -73,7 +73,8 @@ class Worker:
         inflight: int = DEFAULT_INFLIGHT, batch: int | None = None, poll_seconds: float = 5.0,
         circuit: CircuitPolicy = CircuitPolicy(), outcomes: Engine | None = None,
     ) -> None:
-        self.ctx, self.mailer, self.sender, self.outcomes = ctx, mailer, sender, outcomes
+        self.ctx, self.mailer, self.sender = ctx, mailer, sender
+        self.outcomes = outcomes or ctx.engine
         self.owner = owner or default_owner()
         self.inflight, self.batch, self.poll_seconds = inflight, batch, poll_seconds
         self.breaker = Breaker(ctx, mailer.name, owner=self.owner, policy=circuit)
