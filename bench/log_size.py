@@ -22,10 +22,10 @@ of the request just made; OTP create and verify of the challenge just made;
 the worker's claim of a batch of due email (``Worker.claim``), given back at
 once (``LeaseReleased``, recorded as the worker records outcomes, through a
 pool of their own) so that a claim takes nothing away. Both queues are
-drained first (the generated log's
-last emails, and any an earlier run queued), then grow alike: the round's
-creates and consume queue three emails, so after ``--warm`` rounds every
-claim is a whole batch of 32 out of the same number due. Printed: p50/p95 per operation and database, and
+drained first (the generated log's last emails, and any an earlier run
+queued), then grow alike: the round's creates and consume queue three
+emails, so after ``--warm`` rounds every claim is a whole batch of 32 out
+of the same number due. Printed: p50/p95 per operation and database, and
 large ÷ small; the aim is within 15% (a ratio ≤ 1.15).
 
 Then the plans: every statement those paths sent on the large database

@@ -35,7 +35,8 @@ refusals were appended as one event each (a stream from before counting):
 its first decision folds them all and writes the snapshot, later ones read
 the snapshot. With ``--victims N``, N more victims are flooded alike, one
 after another, and each is timed once: its next create once the hour has
-passed, the request the flood might slow, beside a brand-new user's first.
+passed, the request the flood might slow, beside a brand-new user's first
+and a never-flooded peer's next.
 """
 
 from __future__ import annotations
