@@ -8,19 +8,24 @@ reads as little as a fresh user's. The rules still hold exactly.
 
 from __future__ import annotations
 
+import functools
+import random
+from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import Engine, text
 
 from domain.counting import BOUND_KEYS_PER_WINDOW, RequestsCounted
+from domain.errors import TokenInvalid
 from domain.request_rules import IdempotencyKeyBound
 from domain.otp import RequestOtp
 from domain.otp_events import OtpRequestRefused, otp_stream
 from domain.otp_state import fold_otp
 from domain.reset import RequestReset
-from domain.reset_events import ResetRequestRefused, ResetRequested, reset_stream
+from domain.reset_events import ResetRequestRefused, ResetRequested, ResetTokenRejected, reset_stream
 from domain.reset_state import fold_reset
 from infra.clock import ManualClock
 from infra.errors import RateLimited
@@ -31,10 +36,11 @@ from infra.projector.verify import verify
 from infra.review.history import history
 from infra.services.otp import request_otp
 from infra.services.privacy import forget
-from infra.services.reset import request_reset
+from infra.services.reset import consume_token, request_reset
 from infra.services.unit_of_work import ServiceContext, load_state
 from tests.support.log_reading import stream_events
 from tests.support.replay import assert_projections_match_log
+from tests.support.secrets import reset_token_of
 
 ADA = "ada@example.test"
 REFUSALS = 2_000  # bench/one_user.py takes this to 10,000; the bound does not depend on it
@@ -195,3 +201,47 @@ def test_a_replayed_key_of_a_counted_refusal_is_answered_the_same(ctx: ServiceCo
             request_reset(ctx, RequestReset("8", ADA, idempotency_key="same", client="app"))
         answers.append(refused.value.retry_at)
     assert len(set(answers)) == 1
+
+
+def test_every_refusal_and_rejection_reaches_the_log_when_threads_refuse_and_append_at_once(
+    ctx: ServiceContext, engine: Engine, clock: ManualClock
+) -> None:
+    # An append empties the counts its stream's read returned, under the stream's lock: counting and
+    # emptying from real threads at once must lose no call and write none twice.
+    made = []
+    for _ in range(ctx.reset_policy.hourly_limit):
+        made.append(request_reset(ctx, RequestReset("victim", ADA)))
+        clock.advance(ctx.reset_policy.cooldown + timedelta(seconds=1))
+    superseded = [reset_token_of(engine, ctx.keys, outcome.request_id) for outcome in made[:-1]]
+    answers: list[str] = []  # list.append is atomic: the threads share it
+
+    def create() -> None:
+        with pytest.raises(RateLimited):
+            request_reset(ctx, RequestReset("victim", ADA))
+        answers.append("refused")
+
+    def present(token: str) -> None:
+        with pytest.raises(TokenInvalid, match="replaced"):
+            consume_token(ctx, token)
+        answers.append("rejected")
+
+    calls = [create] * 40 + [functools.partial(present, token) for token in superseded * 4]
+    random.Random(7).shuffle(calls)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda call: call(), calls))
+    clock.advance(timedelta(hours=1))
+    request_reset(ctx, RequestReset("victim", ADA))  # writes whatever is still counted
+
+    events = stream_events(engine, reset_stream("victim"))
+    counted: Counter[str] = Counter()
+    for event in events:
+        if isinstance(event, RequestsCounted):
+            counted[event.answer] += event.count
+    assert sum(isinstance(e, ResetRequestRefused) for e in events) + counted["refused"] == 40
+    assert sum(isinstance(e, ResetTokenRejected) for e in events) + counted["rejected"] == 16
+    assert Counter(answers) == {"refused": 40, "rejected": 16}
+    with engine.connect() as connection:
+        left = connection.execute(text("SELECT count(*) FROM request_counts WHERE stream_id = :s"),
+                                  {"s": reset_stream("victim")}).scalar_one()
+    assert left == 0
+    assert_projections_match_log(engine)
