@@ -278,6 +278,8 @@ def main() -> None:
                              "each takes a whole flood)")
     parser.add_argument("--only", choices=("burst", "victim"), help="run one part only")
     args = parser.parse_args()
+    if min(args.concurrent, args.refusals, args.rounds, args.victim_refusals, args.samples) < 1 or args.victims < 0:
+        parser.error("--victims takes 0 or more, and every other count 1 or more")
     server = start_bench_server("authledger-bench-one-user-")
     database = Database(server.create_database("bench_one_user"))
     engine = database.engine(pool_size=args.concurrent + 2)
