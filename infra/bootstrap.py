@@ -73,23 +73,6 @@ class App:
         return bind_master_keys(self.database.engine(pool_size=2), lambda: self.master_keys)
 
     @functools.cached_property
-    def delivery_engine(self) -> Engine:
-        """A pool of its own for the claims and reads of a delivery worker that runs beside the API
-        (``serve``), so that its claims are appended on connections that append nothing else: the reason
-        its outcomes have a pool of their own (``outcomes_engine``). The window's steps, one at a time, a
-        stale message's second read and the breaker's record."""
-        from infra.eventlog.subject_keys import bind_master_keys
-
-        return bind_master_keys(self.database.engine(pool_size=3), lambda: self.master_keys)
-
-    @functools.cached_property
-    def delivery_services(self) -> ServiceContext:
-        """``services`` on ``delivery_engine``: what ``serve``'s delivery worker claims and reads through."""
-        import attrs
-
-        return attrs.evolve(self.services, engine=self.delivery_engine)
-
-    @functools.cached_property
     def admin_engine(self) -> Engine:
         from infra.eventlog.subject_keys import bind_master_keys
 
@@ -129,7 +112,7 @@ class App:
         return build_mailer(self.settings)
 
     def close(self) -> None:
-        for name in ("engine", "delivery_engine", "outcomes_engine", "admin_engine"):
+        for name in ("engine", "outcomes_engine", "admin_engine"):
             if name in self.__dict__:
                 self.__dict__.pop(name).dispose()
 

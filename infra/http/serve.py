@@ -53,8 +53,7 @@ DEV_KEY_FILE = "dev-api-key"
 SERVE_METADATA = {"actor": "authledger serve", "client": "cli", "command": "serve"}
 # Requests run in a threadpool, each holding at most one connection at a time.
 # The pool keeps a connection for every request thread and a few for the
-# catch-up runner, among others (the delivery worker has pools of its
-# own: ``App.delivery_engine``, ``App.outcomes_engine``): a thread beyond what the pool keeps
+# catch-up runner and the delivery worker: a thread beyond what the pool keeps
 # makes it open a connection (a new backend) and close it again on return,
 # request after request, and each new connection parses its statements anew.
 API_THREADS = 16
@@ -152,14 +151,6 @@ def _prepare(app: App, *, host: str, port: int, inflight: int) -> tuple[list[str
     return lines, reset_page
 
 
-def delivery_worker(app: App, inflight: int) -> Worker:
-    """The delivery worker that runs beside the API: its claims and its outcomes on pools of their own, so that
-    they are appended on connections that append nothing else (docs/operations.md, "A large log and
-    autovacuum")."""
-    return Worker(app.delivery_services, app.mailer, sender=app.settings.sender, inflight=inflight,
-                  poll_seconds=app.settings.poll_seconds, outcomes=app.outcomes_engine)
-
-
 def _run(app: App, *, inflight: int, reset_page: bool, host: str, port: int,
          sockets: list[socket.socket] | None = None, background: bool = True) -> bool:
     """Serve the API until told to stop; with ``background``, the catch-up runner and (when ``inflight``)
@@ -170,7 +161,8 @@ def _run(app: App, *, inflight: int, reset_page: bool, host: str, port: int,
     settings, ctx = app.settings, app.services
     worker = catch_up = None
     if background and inflight:
-        worker = delivery_worker(app, inflight)
+        worker = Worker(ctx, app.mailer, sender=settings.sender, inflight=inflight, poll_seconds=settings.poll_seconds,
+                        outcomes=app.outcomes_engine)
     if background:
         catch_up = CatchUpRunner(app.engine, poll_seconds=settings.poll_seconds)
     config = uvicorn.Config(
