@@ -16,7 +16,8 @@ few dozen lines over asyncio streams rather than httpx, whose own CPU per
 request was as large as the server's. Its CPU time over each measurement is
 reported beside the wall time (its share of one core), so that a reader can
 see whether it was the bottleneck; so are the server's processes' and the
-whole machine's CPU.
+whole machine's CPU, and the server's CPU milliseconds a request: a core's
+second over that is one API process's ceiling.
 
 Each round measures, in turn, with ``--clients`` requests in flight:
 
@@ -224,6 +225,11 @@ class Measured(NamedTuple):
     server_cpu: float  # the server processes' CPU seconds ÷ wall seconds (cores)
     machine_busy: float  # the whole machine's busy share (0-1, all cores)
 
+    @property
+    def server_ms(self) -> float:
+        """The server's CPU milliseconds a request: one process's ceiling is a core's second over this."""
+        return self.server_cpu / self.rate * 1000
+
 
 async def _measure(connections: list[Connection], call: Call, count: int, expected: int,
                    server_pid: int) -> Measured:
@@ -362,7 +368,8 @@ def main() -> None:
         alone = asyncio.run(_round(port, api_key, single, 1, ["healthz", *ENDPOINTS], database_url, server.pid))
         for name, result in alone.items():
             print(f"  single client: {name:<8} p50 {_ms(result.latencies, 50):6.2f} ms, "
-                  f"p99 {_ms(result.latencies, 99):6.2f} ms", flush=True)
+                  f"p99 {_ms(result.latencies, 99):6.2f} ms, server CPU {result.server_ms:.2f} ms a request",
+                  flush=True)
         samples: dict[str, list[Measured]] = {name: [] for name in ["healthz", *ENDPOINTS]}
         for round_ in range(rounds):
             order = ["healthz", *ENDPOINTS] if round_ % 2 == 0 else [*ENDPOINTS, "healthz"]
@@ -371,7 +378,8 @@ def main() -> None:
                 samples[name].append(result)
                 print(f"  round {round_ + 1}: {name:<8} {result.rate:>8,.0f} req/s, p99 "
                       f"{_ms(result.latencies, 99):6.1f} ms, load generator {result.client_cpu:.0%} of a core, "
-                      f"server {result.server_cpu:.2f} cores, machine {result.machine_busy:.0%} busy", flush=True)
+                      f"server {result.server_cpu:.2f} cores ({result.server_ms:.2f} ms a request), "
+                      f"machine {result.machine_busy:.0%} busy", flush=True)
             loads.append(os.getloadavg()[0])
     finally:
         server.send_signal(signal.SIGTERM)
@@ -381,8 +389,9 @@ def main() -> None:
 
     print(f"\nload average (1 min) at the start and after each round: {', '.join(f'{x:.2f}' for x in loads)}")
     print(f"\n| endpoint | single client p50 ms | req/s ({args.clients} in flight) | p50 ms | p99 ms | "
-          "req/s ÷ /healthz | load generator, share of a core | server, cores | machine busy |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "req/s ÷ /healthz | load generator, share of a core | server, cores | server CPU ms a request | "
+          "machine busy |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, runs in samples.items():
         rate = statistics.median(r.rate for r in runs)
         ratio = statistics.median(r.rate / h.rate for r, h in zip(runs, samples["healthz"], strict=True))
@@ -391,8 +400,9 @@ def main() -> None:
         client = statistics.median(r.client_cpu for r in runs)
         served = statistics.median(r.server_cpu for r in runs)
         busy = statistics.median(r.machine_busy for r in runs)
+        cpu_ms = statistics.median(r.server_ms for r in runs)
         print(f"| {LABELS[name]} | {_ms(alone[name].latencies, 50):.2f} | {rate:,.0f} | {p50:.1f} | {p99:.1f} | "
-              f"{ratio:.2f} | {client:.0%} | {served:.2f} | {busy:.0%} |")
+              f"{ratio:.2f} | {client:.0%} | {served:.2f} | {cpu_ms:.2f} | {busy:.0%} |")
     if args.statements:
         _print_statements(uri)
 
