@@ -54,7 +54,7 @@ def address_problem(value: object) -> str | None:
         return "it must not contain an encoded-word (=?)"
     if any(ch in _LIST_SYNTAX for ch in value):
         return "it must be one address, without a display name, group, list, quotes, comments or brackets"
-    if any(ch.isspace() or not ch.isprintable() for ch in value):
+    if " " in value or not value.isprintable():  # whitespace or control characters: see has_unsafe_characters
         return "it must not contain whitespace or control characters"
     if value.count("@") != 1:
         return "it must contain exactly one @"
