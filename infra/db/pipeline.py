@@ -228,8 +228,14 @@ def _compiled(statement: ClauseElement, dialect: Dialect, parameters: Params) ->
 
 
 def _send_queued(driver: psycopg.Connection[Any], entry: _Pipelined) -> None:
+    # Statements nobody reads share one cursor (each cursor costs psycopg a transformer and an adapters map);
+    # one read later keeps a cursor of its own, which holds its rows.
+    unread = None
     for queued in entry.queued:
-        cursor = driver.cursor(row_factory=namedtuple_row)
+        if isinstance(queued, str) or queued.pending is None:
+            cursor = unread = unread or driver.cursor()
+        else:
+            cursor = driver.cursor(row_factory=namedtuple_row)
         if isinstance(queued, str):
             cursor.execute(queued)
         elif isinstance(queued.parameters, Mapping):
