@@ -1,4 +1,4 @@
-"""Instructions an in-process create executes, counted by valgrind's callgrind: a figure the machine's load does not move.
+"""Instructions an in-process create executes, counted by callgrind: a figure the machine's load does not move.
 
     .venv/bin/python bench/instructions.py [--flow otp|reset] [--calls 300] [--warm 100] [--against DIR]
 
