@@ -58,11 +58,11 @@ def child(checkout: Path, flow: str, calls: int, warm: int) -> None:
 def count(checkout: Path, flow: str, calls: int, warm: int) -> float:
     """Instructions a create in ``checkout`` executes, on average over ``calls``."""
     with tempfile.TemporaryDirectory(prefix="authledger-callgrind-") as out:
-        command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}/callgrind.out",
-                   sys.executable, __file__, "--child", str(checkout), "--flow", flow, "--calls", str(calls),
-                   "--warm", str(warm)]
-        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                   stderr=subprocess.DEVNULL)
+        command = ["valgrind", "-q", "--tool=callgrind", "--instr-atstart=no",
+                   f"--callgrind-out-file={out}/callgrind.out", sys.executable, __file__, "--child", str(checkout),
+                   "--flow", flow, "--calls", str(calls), "--warm", str(warm)]
+        # Its stderr is ours: what fails in the measured process shows.
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert process.stdin is not None and process.stdout is not None
 
         def step(said: str, instrumentation: str) -> None:
