@@ -235,15 +235,13 @@ def _send_queued(driver: psycopg.Connection[Any], entry: _Pipelined) -> None:
         if isinstance(queued, str) or queued.pending is None:
             cursor = unread = unread or driver.cursor()
         else:
-            cursor = driver.cursor(row_factory=namedtuple_row)
+            cursor = queued.pending._cursor = driver.cursor(row_factory=namedtuple_row)
         if isinstance(queued, str):
             cursor.execute(queued)
         elif isinstance(queued.parameters, Mapping):
             cursor.execute(queued.compiled.sql, queued.compiled.parameters(queued.parameters))
         else:
             cursor.executemany(queued.compiled.sql, [queued.compiled.parameters(p) for p in queued.parameters])
-        if not isinstance(queued, str) and queued.pending is not None:
-            queued.pending._cursor = cursor
     entry.queued.clear()
 
 
