@@ -33,6 +33,24 @@ from infra.db.schema import init_schema
 TEST_MASTER_KEY = "test:" + base64.urlsafe_b64encode(b"m" * 32).decode()
 os.environ["AUTHLEDGER_MASTER_KEY"] = TEST_MASTER_KEY
 
+# Every test clones a database from the template, and on a disk each clone
+# writes the template's files and each drop deletes them: on an ext4 disk a
+# clone slowed from 14 to 130 ms over 200 clones, where in memory it stays at
+# 9-11 ms. So the suite's server keeps its data in memory (Linux's /dev/shm)
+# when there is room there, and in the temporary directory otherwise.
+MEMORY_DIR = Path("/dev/shm")
+MEMORY_DIR_ROOM = 2 * 1024**3  # bytes free: the data directory, its WAL and a few databases at once, with margin
+
+
+def _data_dir_parent() -> Path | None:
+    """/dev/shm when it is there, writable and roomy; None (the temporary directory) otherwise."""
+    try:
+        free = os.statvfs(MEMORY_DIR)
+    except OSError:
+        return None
+    roomy = free.f_bavail * free.f_frsize >= MEMORY_DIR_ROOM
+    return MEMORY_DIR if roomy and os.access(MEMORY_DIR, os.W_OK) else None
+
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[Engine]:
@@ -40,7 +58,7 @@ def pg_server() -> Iterator[Engine]:
     external = os.environ.get("TEST_DATABASE_URL")
     # Not pytest's tmp_path: concurrent pytest runs prune each other's
     # basetemp, which would pull the data directory from under the server.
-    data_dir = None if external else Path(tempfile.mkdtemp(prefix="authledger-test-pg-"))
+    data_dir = None if external else Path(tempfile.mkdtemp(prefix="authledger-test-pg-", dir=_data_dir_parent()))
     url = external or start_embedded(data_dir)
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
     if data_dir is not None:
