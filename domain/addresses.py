@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 
+from domain.characters import has_unsafe_characters
 from domain.errors import InvalidInput
 
 MAX_ADDRESS = 254  # RFC 5321 4.5.3.1.3: a path is 256 octets, two of them the angle brackets
@@ -54,7 +55,7 @@ def address_problem(value: object) -> str | None:
         return "it must not contain an encoded-word (=?)"
     if any(ch in _LIST_SYNTAX for ch in value):
         return "it must be one address, without a display name, group, list, quotes, comments or brackets"
-    if " " in value or not value.isprintable():  # whitespace or control characters: see has_unsafe_characters
+    if has_unsafe_characters(value):
         return "it must not contain whitespace or control characters"
     if value.count("@") != 1:
         return "it must contain exactly one @"

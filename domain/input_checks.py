@@ -10,6 +10,7 @@ import re
 from datetime import datetime, timedelta
 
 from domain.addresses import check_address
+from domain.characters import has_unsafe_characters
 from domain.errors import InvalidInput
 
 
@@ -21,18 +22,6 @@ def require_utc(moment: datetime) -> None:
     """
     if not isinstance(moment, datetime) or moment.utcoffset() != timedelta(0):
         raise ValueError(f"expected a timezone-aware UTC datetime, got {moment!r}")
-
-
-def has_unsafe_characters(value: str) -> bool:
-    """Whether ``value`` holds whitespace or a control character.
-
-    Control characters (CR/LF above all) would let input inject email
-    headers or forge log lines; whitespace is never valid in these fields.
-    Every whitespace character but the space is unprintable, so two scans
-    in C do what a Python loop over the characters did, on every request
-    (tests/unit/test_input_checks.py checks each code point).
-    """
-    return " " in value or not value.isprintable()
 
 
 def check_text(name: str, value: object, *, max_length: int) -> None:

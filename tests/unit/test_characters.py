@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from domain.addresses import address_problem
-from domain.input_checks import has_unsafe_characters
+from domain.characters import has_unsafe_characters
 
 
 def test_every_code_point_is_judged_as_the_loop_over_characters_judged_it() -> None:
