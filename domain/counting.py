@@ -34,7 +34,8 @@ class RequestsCounted:
     answered alike only bumps a counter row (``request_counts``) in its
     transaction. When the stream's next event is appended (another answer,
     or the first refusal of the next window) the counter's final figures are
-    appended first as this event and the row is emptied. A run is any
+    appended first as this event and the row is emptied; a window that has
+    closed is written so by ``serve`` too, whatever comes next. A run is any
     sequence of alike answers with no other event between them, so however
     many calls it takes, a run writes per window at most two events of
     refusals, or ``BOUND_KEYS_PER_WINDOW`` + 1 of repeats.

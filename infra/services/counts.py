@@ -2,8 +2,9 @@
 
 A call the domain counts (``Decision.counted``) bumps its stream's row in
 the transaction that answers it; the stream's next append first empties the
-rows into ``RequestsCounted`` events, so the log ends up holding every
-count. The rows are a buffer of the log, not a projection of it: they hold
+rows into ``RequestsCounted`` events, and so does ``serve`` for the rows of a
+window that has closed (``infra.services.closed_counts``), so the log ends up
+holding every count. The rows are a buffer of the log, not a projection of it: they hold
 what no event holds yet, and no rebuild could bring them back.
 """
 
@@ -31,6 +32,7 @@ COUNT = text(f"""
 """)
 
 CLEAR = text("DELETE FROM request_counts WHERE stream_id = :stream_id")
+CLEAR_CLOSED = text("DELETE FROM request_counts WHERE stream_id = :stream_id AND window_start < :window")
 
 
 def count_call(connection: Connection, stream_id: str, counted: Counted) -> None:
@@ -41,15 +43,23 @@ def count_call(connection: Connection, stream_id: str, counted: Counted) -> None
     })
 
 
-def take_counts(connection: Connection, stream_id: str, rows: Sequence[Mapping[str, Any]]) -> list[RequestsCounted]:
+def take_counts(
+    connection: Connection, stream_id: str, rows: Sequence[Mapping[str, Any]], *, closed_by: datetime | None = None,
+) -> list[RequestsCounted]:
     """Empty the stream's counts into the events that record them, oldest first.
 
     ``rows`` are its ``request_counts`` rows as JSON objects, read with the
     stream under its lock (``infra.projector.snapshots.StreamRead``): the
-    caller holds the lock, so they are all there is to empty. The DELETE
-    travels with the append.
+    caller holds the lock, so they are all there is to empty. With
+    ``closed_by`` (a moment), only the rows of windows that had closed by
+    then. The DELETE travels with the append.
     """
-    execute_deferred(connection, CLEAR, {"stream_id": stream_id})
+    if closed_by is None:
+        execute_deferred(connection, CLEAR, {"stream_id": stream_id})
+    else:
+        rows = [row for row in rows if _utc(row["window_start"]) < window_of(closed_by)]
+        if rows:
+            execute_deferred(connection, CLEAR_CLOSED, {"stream_id": stream_id, "window": window_of(closed_by)})
     counted = [RequestsCounted(row["flow"], row["user_id"], row["answer"], _utc(row["window_start"]),
                                _utc(row["first_at"]), _utc(row["last_at"]), row["count"], tuple(row["clients"]))
                for row in rows]

@@ -11,7 +11,8 @@ from its snapshot (``projections.snapshots``) plus the events after it, so
 a decision costs the same on a stream of ten events or a hundred thousand;
 a call the domain counts rather than logs (``Decision.counted``) bumps a
 counter row, and the stream's next append first writes those counts as
-``RequestsCounted`` (``infra.services.counts``). Requests with an idempotency key
+``RequestsCounted`` (``infra.services.counts``; ``write_closed_counts``
+writes a closed window's without waiting for it). Requests with an idempotency key
 take an advisory lock on the key first (always key, then stream: no two
 transactions can wait for each other; ``infra.services.locks``), so that
 retries in flight wait for (or are refused while) the first one runs. The
@@ -302,6 +303,29 @@ def _with_counts(connection: Connection, stream_id: str, batches: Batches, folde
     summaries = take_counts(connection, stream_id, folded.counts)
     return [(stream, version, [*summaries, *events] if stream == stream_id else events)
             for stream, version, events in batches]
+
+
+def write_closed_counts(ctx: ServiceContext, stream_id: str, metadata: Mapping[str, Any] | None = None) -> int:
+    """Append the stream's counts of windows that have closed, as ``RequestsCounted``, under its lock; how many.
+
+    Its next append would write them first anyway. Written once their hour
+    is over, a flood reaches the log (and reviewers) whatever its victim does
+    next, and the victim's next request does not pay for writing it
+    (``infra.services.closed_counts``). A window still open keeps counting:
+    written now, its count would take an event per pass instead of one.
+    """
+    fold = fold_of(stream_id)
+    if fold is None:  # only the reset and OTP streams count calls, and a decision reads counts with a snapshot
+        return 0
+    with pipelined_transaction(ctx.engine) as connection:
+        lock_stream(connection, stream_id)
+        store = PostgresEventStore(connection)
+        folded = _load_folded(store, {stream_id: fold})[stream_id]
+        summaries = take_counts(connection, stream_id, folded.counts, closed_by=ctx.clock.now())
+        if summaries:
+            append_and_fold(connection, [(stream_id, folded.version, summaries)], metadata,
+                            loaded={SNAPSHOTS.name: {stream_id: folded.snapshot}}, store=store)
+        return len(summaries)
 
 
 def _back_off(attempt: int) -> None:

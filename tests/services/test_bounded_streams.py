@@ -34,6 +34,7 @@ from infra.eventlog.postgres import PostgresEventStore
 from infra.projector.registry import projection_named
 from infra.projector.verify import verify
 from infra.review.history import history
+from infra.services.closed_counts import write_all_closed_counts
 from infra.services.otp import request_otp
 from infra.services.privacy import forget
 from infra.services.reset import consume_token, request_reset
@@ -244,4 +245,58 @@ def test_every_refusal_and_rejection_reaches_the_log_when_threads_refuse_and_app
         left = connection.execute(text("SELECT count(*) FROM request_counts WHERE stream_id = :s"),
                                   {"s": reset_stream("victim")}).scalar_one()
     assert left == 0
+    assert_projections_match_log(engine)
+
+
+def test_a_floods_count_reaches_the_log_once_its_hour_closes_and_the_victims_next_request_writes_none(
+    ctx: ServiceContext, engine: Engine, admin_engine: Engine, clock: ManualClock
+) -> None:
+    set_clock(clock, datetime(2026, 3, 2, 10, 0, tzinfo=UTC))
+    use_up_the_hour(ctx, clock, "victim")
+    refuse(ctx, "victim", 50, client="app")  # the first logged, 49 counted in the 10:00 window
+    set_clock(clock, datetime(2026, 3, 2, 10, 59, 59, tzinfo=UTC))
+    assert write_all_closed_counts(ctx) == 0, "a window still open keeps counting"
+
+    set_clock(clock, datetime(2026, 3, 2, 11, 0, 30, tzinfo=UTC))
+    assert write_all_closed_counts(ctx) == 1
+    assert write_all_closed_counts(ctx) == 0, "written once"
+    counted = stream_events(engine, reset_stream("victim"))[-1]
+    assert isinstance(counted, RequestsCounted) and (counted.count, counted.clients) == (49, ("app",))
+    assert "49 more calls refused (rate_limited)" in history(engine, "victim", now=clock.now()).render()
+    assert verify(admin_engine, projection_named("stream_snapshots")).ok
+
+    before = len(stream_events(engine, reset_stream("victim")))
+    clock.advance(timedelta(hours=1))
+    request_reset(ctx, RequestReset("victim", ADA))
+    added = stream_events(engine, reset_stream("victim"))[before:]
+    assert not any(isinstance(e, RequestsCounted) for e in added)
+    assert_projections_match_log(engine)
+
+
+def test_no_call_is_lost_or_written_twice_when_closed_counts_are_written_while_threads_refuse(
+    ctx: ServiceContext, engine: Engine, clock: ManualClock
+) -> None:
+    set_clock(clock, datetime(2026, 3, 2, 10, 30, tzinfo=UTC))
+    use_up_the_hour(ctx, clock, "victim")
+    refuse(ctx, "victim", 30)  # counted in the 10:00 window, which closes below while calls still come
+    set_clock(clock, datetime(2026, 3, 2, 11, 5, tzinfo=UTC))
+
+    def create() -> None:
+        with pytest.raises(RateLimited):
+            request_reset(ctx, RequestReset("victim", ADA))
+
+    calls = [create] * 60 + [lambda: write_all_closed_counts(ctx)] * 20
+    random.Random(11).shuffle(calls)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda call: call(), calls))
+    set_clock(clock, datetime(2026, 3, 2, 12, 0, 1, tzinfo=UTC))
+    write_all_closed_counts(ctx)
+
+    events = stream_events(engine, reset_stream("victim"))
+    refused = sum(isinstance(e, ResetRequestRefused) for e in events)
+    counted = sum(e.count for e in events if isinstance(e, RequestsCounted))
+    assert refused + counted == 90
+    assert [e.window_start.hour for e in events if isinstance(e, RequestsCounted)] == [10, 11]
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM request_counts")).scalar_one() == 0
     assert_projections_match_log(engine)
