@@ -350,7 +350,8 @@ GRANT SELECT, INSERT, UPDATE ON projection_checkpoints TO authledger_app;
 -- binding a new key) after the first ones written in its window. Not a
 -- projection of the log but its buffer: upserted in the transaction that
 -- answers the call, emptied into a RequestsCounted event when the stream's
--- next event is appended. At most one row per stream and answer.
+-- next event is appended, or by `serve` once its window (an hour) has closed
+-- (infra/services/closed_counts.py). At most one row per stream and answer.
 CREATE TABLE IF NOT EXISTS request_counts (
     stream_id     text        NOT NULL,
     answer        text        NOT NULL,  -- 'refused', 'reused' or 'rejected': see the constraint below

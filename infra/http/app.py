@@ -36,6 +36,7 @@ from infra.http.request_context import RequestContext
 from infra.http.validation import MAX_BODY_BYTES
 from infra.logs import log_event
 from infra.projector.catchup import CatchUpRunner
+from infra.services.closed_counts import ClosedCountsWriter
 from infra.services.unit_of_work import ServiceContext
 
 log = logging.getLogger("authledger.http")
@@ -43,10 +44,11 @@ log = logging.getLogger("authledger.http")
 
 def create_app(
     ctx: ServiceContext, *, worker: Worker | None = None, catch_up: CatchUpRunner | None = None,
-    max_body_bytes: int = MAX_BODY_BYTES, reset_page: bool = False, console: Console | None = None,
-    threads: int | None = None,
+    closed_counts: ClosedCountsWriter | None = None, max_body_bytes: int = MAX_BODY_BYTES, reset_page: bool = False,
+    console: Console | None = None, threads: int | None = None,
 ) -> Starlette:
-    """The API over ``ctx``, and the review console at /console; ``worker`` and ``catch_up`` run in threads.
+    """The API over ``ctx``, and the review console at /console; ``worker``, ``catch_up`` and
+    ``closed_counts`` run in threads.
 
     ``/docs`` is always served; the development reset page (``infra.http.pages``) with ``reset_page``.
     ``threads``: how many requests run at once in the threadpool (anyio's default, 40, without).
@@ -93,12 +95,13 @@ def create_app(
         routes=routes,
         middleware=[Middleware(RequestContext)],
         exception_handlers={AuthledgerError: on_error, HTTPException: on_http_error},
-        lifespan=_lifespan(api, [part for part in (worker, catch_up) if part is not None], threads),
+        lifespan=_lifespan(api, [part for part in (worker, catch_up, closed_counts) if part is not None], threads),
     )
 
 
 class Background(Protocol):
-    """A loop that runs beside the API for its lifetime: the delivery worker, the catch-up runner."""
+    """A loop that runs beside the API for its lifetime: the delivery worker, the catch-up runner, the counts
+    writer."""
 
     def run(self) -> None: ...
 

@@ -5,7 +5,8 @@ thread, so one SIGTERM or Ctrl-C stops both: uvicorn stops accepting,
 finishes the requests in hand, then the worker finishes its sends in flight
 and gives back what it claimed and had not started. With ``--processes N``
 this process supervises N such API processes on one port, the first of
-them with the worker and the catch-up runner (``serve_processes``). On the embedded default the database is initialised on
+them with the worker, the catch-up runner and the writer of closed flood
+counts (``serve_processes``). On the embedded default the database is initialised on
 start and a development API key (every scope, default tenant) is made (once) and printed.
 """
 
@@ -44,6 +45,7 @@ from infra.services.clients import authenticate, create_client, revoke_client
 from infra.logs import configure_logging, log_event
 from infra.db.schema import init_schema
 from infra.projector.catchup import CatchUpRunner
+from infra.services.closed_counts import ClosedCountsWriter
 from infra.delivery.worker import Worker
 
 log = logging.getLogger("authledger.serve")
@@ -153,20 +155,22 @@ def _prepare(app: App, *, host: str, port: int, inflight: int) -> tuple[list[str
 
 def _run(app: App, *, inflight: int, reset_page: bool, host: str, port: int,
          sockets: list[socket.socket] | None = None, background: bool = True) -> bool:
-    """Serve the API until told to stop; with ``background``, the catch-up runner and (when ``inflight``)
-    the delivery worker beside it.
+    """Serve the API until told to stop; with ``background``, the catch-up runner, the writer of closed flood
+    counts and (when ``inflight``) the delivery worker beside it.
 
     ``sockets``: listen on these instead of binding ``host``:``port``. True if the server started.
     """
     settings, ctx = app.settings, app.services
-    worker = catch_up = None
+    worker = catch_up = closed_counts = None
     if background and inflight:
         worker = Worker(ctx, app.mailer, sender=settings.sender, inflight=inflight, poll_seconds=settings.poll_seconds,
                         outcomes=app.outcomes_engine)
     if background:
         catch_up = CatchUpRunner(app.engine, poll_seconds=settings.poll_seconds)
+        closed_counts = ClosedCountsWriter(ctx, metadata=SERVE_METADATA)
     config = uvicorn.Config(
-        create_app(ctx, worker=worker, catch_up=catch_up, reset_page=reset_page, threads=API_THREADS,
+        create_app(ctx, worker=worker, catch_up=catch_up, closed_counts=closed_counts, reset_page=reset_page,
+                   threads=API_THREADS,
                    console=Console(ctx, idle=timedelta(minutes=settings.console_idle_minutes),
                                    signing_key=lambda: signing_key(settings))),
         host=host, port=port, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=10,
@@ -189,8 +193,9 @@ def _run(app: App, *, inflight: int, reset_page: bool, host: str, port: int,
     try:
         server.run(sockets=sockets)
     finally:
-        if catch_up is not None:
-            catch_up.stop()  # uvicorn exits without a lifespan shutdown when it cannot bind
+        for part in (catch_up, closed_counts):
+            if part is not None:
+                part.stop()  # uvicorn exits without a lifespan shutdown when it cannot bind
         if worker is not None:
             worker.stop()
     return server.started
@@ -207,7 +212,7 @@ class ApiProcess:
     database: Database  # located by the supervisor: an embedded server is started once, there
     inflight: int
     reset_page: bool
-    background: bool = False  # the delivery worker and the catch-up runner: the first process only
+    background: bool = False  # the delivery worker, the catch-up runner, the counts writer: the first process only
 
 
 def serve_processes(plan: ApiProcess, *, host: str, port: int, processes: int,
@@ -226,8 +231,8 @@ def serve_processes(plan: ApiProcess, *, host: str, port: int, processes: int,
     otherwise share the port unnoticed.
 
     Processes are spawned, not forked: each builds its own engine and pool
-    from nothing. The first process also runs the delivery worker and the
-    catch-up runner, so there is one delivery window and one provider
+    from nothing. The first process also runs the delivery worker, the
+    catch-up runner and the counts writer, so there is one delivery window and one provider
     connection pool as with one process (running them in every process would
     be safe too: leases and checkpoints are claimed with SKIP LOCKED; it would
     only multiply the window). A process that exits on its own stops the

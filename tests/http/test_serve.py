@@ -11,15 +11,21 @@ import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from email.message import Message
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
+from domain.counting import BOUND_KEYS_PER_WINDOW, RequestsCounted
+from domain.reset import RequestReset
+from domain.reset_events import reset_stream
 from infra.bootstrap import App
+from infra.services.reset import request_reset
+from infra.services.unit_of_work import ServiceContext
 from infra.config import Settings
 from infra.db.engine import Database
 from domain.clients import SCOPES
@@ -134,6 +140,28 @@ def test_serve_takes_requests_delivers_mail_and_stops_cleanly_on_sigterm(
     said = (tmp_path / "serve.out").read_text()
     assert f"mail: delivered to the Maildir {Path(env['AUTHLEDGER_MAILDIR']).resolve()}" in said
     assert "development API key" not in said, "only the embedded default makes a development key"
+
+
+def test_serve_writes_the_count_of_a_flood_whose_hour_closed_before_it_started(
+    env: dict[str, str], ctx: ServiceContext, engine: Engine, tmp_path: Path
+) -> None:
+    ctx.clock.advance(timedelta(hours=-3))  # type: ignore[attr-defined] - the fixture's clock is a ManualClock
+    # A request, then repeats within its cooldown, each with a new key: the first ones bind it, the rest are counted.
+    for n in range(1 + BOUND_KEYS_PER_WINDOW + 14):
+        request_reset(ctx, RequestReset("flooded", "ada@example.com", idempotency_key=f"k-{n}"))
+    process, _ = start_serve(env, tmp_path, "--inflight", "0")
+    try:
+        def counted() -> RequestsCounted | None:
+            last = stream_events(engine, reset_stream("flooded"))[-1]
+            return last if isinstance(last, RequestsCounted) else None
+
+        assert wait_for("serve to write the flood's count", counted).count == 14
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM request_counts")).scalar_one() == 0
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    assert '"closed counts written"' in (tmp_path / "serve.err").read_text()
 
 
 @pytest.mark.slow
