@@ -6,8 +6,9 @@ finishes the requests in hand, then the worker finishes its sends in flight
 and gives back what it claimed and had not started. With ``--processes N``
 this process supervises N such API processes on one port, the first of
 them with the worker, the catch-up runner and the writer of closed flood
-counts (``serve_processes``). On the embedded default the database is initialised on
-start and a development API key (every scope, default tenant) is made (once) and printed.
+counts (``serve_processes``). On the embedded default the database is
+initialised on start and a development API key (every scope, default
+tenant) is made (once) and printed.
 """
 
 from __future__ import annotations
@@ -232,13 +233,13 @@ def serve_processes(plan: ApiProcess, *, host: str, port: int, processes: int,
 
     Processes are spawned, not forked: each builds its own engine and pool
     from nothing. The first process also runs the delivery worker, the
-    catch-up runner and the counts writer, so there is one delivery window and one provider
-    connection pool as with one process (running them in every process would
-    be safe too: leases and checkpoints are claimed with SKIP LOCKED; it would
-    only multiply the window). A process that exits on its own stops the
-    others: ``ApiProcessExited``, for the service manager to restart the
-    whole. One that has not stopped ``STOP_GRACE_SECONDS`` after SIGTERM is
-    killed.
+    catch-up runner and the counts writer, so there is one delivery window
+    and one provider connection pool as with one process (running them in
+    every process would be safe too: leases and checkpoints are claimed with
+    SKIP LOCKED, counts written under their stream's lock; it would only
+    multiply the window). A process that exits on its own stops the others:
+    ``ApiProcessExited``, for the service manager to restart the whole. One
+    that has not stopped ``STOP_GRACE_SECONDS`` after SIGTERM is killed.
     """
     with port_socket(host, port, shared=False) as alone:
         port = alone.getsockname()[1]  # the one chosen, when asked for port 0

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import text
 
 from domain.counting import window_of
+from infra.db.reading import reading
 from infra.logs import log_event
 from infra.services.unit_of_work import ServiceContext, write_closed_counts
 
@@ -39,7 +40,8 @@ def write_all_closed_counts(ctx: ServiceContext, metadata: Mapping[str, Any] | N
     window, after, written = window_of(ctx.clock.now()), "", 0
     while True:
         listed = {"window": window, "after": after, "limit": BATCH}
-        with ctx.engine.connect() as connection:
+        # In autocommit: a rolled-back read would cost the pooled connection its prepared statements.
+        with reading(ctx.engine) as connection:
             streams = connection.execute(CLOSED_STREAMS, listed).scalars().all()
         for stream_id in streams:
             written += write_closed_counts(ctx, stream_id, metadata)

@@ -4,8 +4,8 @@ A call the domain counts (``Decision.counted``) bumps its stream's row in
 the transaction that answers it; the stream's next append first empties the
 rows into ``RequestsCounted`` events, and so does ``serve`` for the rows of a
 window that has closed (``infra.services.closed_counts``), so the log ends up
-holding every count. The rows are a buffer of the log, not a projection of it: they hold
-what no event holds yet, and no rebuild could bring them back.
+holding every count. The rows are a buffer of the log, not a projection of
+it: they hold what no event holds yet, and no rebuild could bring them back.
 """
 
 from __future__ import annotations
