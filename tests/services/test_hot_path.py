@@ -23,6 +23,7 @@ from infra.clock import ManualClock
 from infra.db.engine import Database
 from infra.errors import RateLimited
 from infra.services.clients import KEYS, authenticate, create_client
+from infra.services.closed_counts import write_all_closed_counts
 from infra.services.otp import request_otp, verify_code
 from infra.services.reset import consume_token, request_reset, verify_token
 from infra.services.unit_of_work import ServiceContext
@@ -90,6 +91,13 @@ def test_authenticating_a_key_waits_once_and_leaves_the_connections_prepared_sta
     KEYS.clear()  # a miss: the key is looked up
     # No BEGIN and no ROLLBACK: psycopg deallocates every prepared statement on a rollback (infra/db/reading.py).
     assert cost_of(engine, lambda: authenticate(engine, key)) == (1, 0, 1)
+
+
+def test_serves_pass_over_closed_counts_finding_none_waits_once_and_leaves_the_prepared_statements(
+    ctx: ServiceContext, engine: Engine
+) -> None:
+    # Once a minute, beside the API: a rollback here would make the next requests plan their statements anew.
+    assert cost_of(engine, lambda: write_all_closed_counts(ctx)) == (1, 0, 1)
 
 
 PREPARED = "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
