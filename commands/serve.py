@@ -14,7 +14,8 @@ from infra.bootstrap import App
 @click.option("--inflight", type=click.IntRange(0, 1024), default=None,
               help="Provider calls in flight at once (0: the API only)  [default: AUTHLEDGER_DELIVERY_INFLIGHT]")
 @click.option("--processes", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="API processes sharing the port; the first also runs delivery and the catch-up runner.")
+              help="API processes sharing the port; the first also runs delivery, the catch-up runner and the "
+                   "closed-counts writer.")
 @click.pass_obj
 def serve(app: App, host: str, port: int, inflight: int | None, processes: int) -> None:
     """Run the HTTP API and the delivery workers; SIGTERM or Ctrl-C stops both cleanly.

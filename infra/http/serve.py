@@ -123,7 +123,8 @@ def serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str],
                 _run(app, inflight=inflight, reset_page=reset_page, host=host, port=port, sockets=[listener])
             return
         app.close()  # the supervisor holds no connections; each API process opens its own pool
-        lines.append(f"processes: {processes} API processes; the first also runs delivery and the catch-up runner")
+        lines.append(f"processes: {processes} API processes; the first also runs delivery, the catch-up runner "
+                     "and the closed-counts writer")
         serve_processes(ApiProcess(app.settings, app.database, inflight, reset_page), host=host, port=port,
                         processes=processes, announce=lambda: say("\n".join(lines)))
     finally:
