@@ -57,18 +57,16 @@ class ClosedCountsWriter:
                  interval_seconds: float = 60.0) -> None:
         self.ctx, self.metadata, self.interval_seconds = ctx, metadata, interval_seconds
         self.stopping = threading.Event()
-        self.written = 0  # RequestsCounted events written since start
 
     def run(self) -> None:
         while not self.stopping.is_set():
             try:
                 written = write_all_closed_counts(self.ctx, self.metadata)
                 if written:
-                    self.written += written
                     log_event(log, "closed counts written", events=written)
-            except Exception as error:
+            except Exception as error:  # named with its type: an empty message must not end the loop
                 log_event(log, "writing closed counts failed; retrying", logging.ERROR,
-                          error=str(error).splitlines()[0])
+                          error=f"{type(error).__name__}: {error}".splitlines()[0])
             self.stopping.wait(self.interval_seconds)
 
     def stop(self) -> None:

@@ -6,21 +6,21 @@ same transaction. Service functions are a few lines on top of
 ``decide_on_stream``, which serialises the writers of a stream: it takes a
 transaction-scoped advisory lock on the stream before loading it, so two
 concurrent requests for one user and flow are decided one after the other,
-the second on what the first committed. A reset or OTP stream is loaded
-from its snapshot (``projections.snapshots``) plus the events after it, so
-a decision costs the same on a stream of ten events or a hundred thousand;
-a call the domain counts rather than logs (``Decision.counted``) bumps a
+the second on what the first committed. A reset or OTP stream is loaded from
+its snapshot (``projections.snapshots``) plus the events after it, so a
+decision costs the same on a stream of ten events or a hundred thousand; a
+call the domain counts rather than logs (``Decision.counted``) bumps a
 counter row, and the stream's next append first writes those counts as
 ``RequestsCounted`` (``infra.services.counts``; ``write_closed_counts``
-writes a closed window's without waiting for it). Requests with an idempotency key
-take an advisory lock on the key first (always key, then stream: no two
-transactions can wait for each other; ``infra.services.locks``), so that
-retries in flight wait for (or are refused while) the first one runs. The
-time a decision is stamped with is read after the locks are held, so a
-stream's event times never go backwards. The transaction is pipelined
-(``infra.db.pipeline``): it waits for the server where it reads, the rows
-the append will fold are asked for with the append, and its writes go with
-the COMMIT.
+writes a closed window's without waiting for it). Requests with an
+idempotency key take an advisory lock on the key first (always key, then
+stream: no two transactions can wait for each other;
+``infra.services.locks``), so that retries in flight wait for (or are
+refused while) the first one runs. The time a decision is stamped with is
+read after the locks are held, so a stream's event times never go backwards.
+The transaction is pipelined (``infra.db.pipeline``): it waits for the
+server where it reads, the rows the append will fold are asked for with the
+append, and its writes go with the COMMIT.
 """
 
 from __future__ import annotations
