@@ -68,6 +68,15 @@ def configure_logging(log_format: str = "auto", level: int = logging.INFO) -> No
     root.propagate = False
 
 
+def error_line(error: BaseException) -> str:
+    """An error for one log line: its type and the first line of its message.
+
+    Never empty, so the loops that log and retry cannot fail in their own
+    handler on an error with no message (``str(error).splitlines()[0]`` did).
+    """
+    return f"{type(error).__name__}: {error}".splitlines()[0]
+
+
 def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, **fields: Any) -> None:
     """Log ``event`` with structured ``fields`` (None values are left out)."""
     logger.log(level, event, extra={FIELDS: {k: v for k, v in fields.items() if v is not None}})

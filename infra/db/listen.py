@@ -16,7 +16,7 @@ from collections.abc import Callable
 import psycopg
 from sqlalchemy import Engine
 
-from infra.logs import log_event
+from infra.logs import error_line, log_event
 
 NOTIFY_POLL_SECONDS = 1.0  # how often the loop looks at ``stopping`` while no notification comes
 
@@ -54,5 +54,5 @@ def _listen(
         except psycopg.Error as error:
             if stopping.is_set():
                 return
-            log_event(log, "listener reconnecting", logging.WARNING, error=str(error).splitlines()[0])
+            log_event(log, "listener reconnecting", logging.WARNING, error=error_line(error))
             stopping.wait(retry_seconds)

@@ -27,7 +27,7 @@ from domain.log import Checkpoint
 from infra.db.listen import start_listener
 from infra.db.reading import reading
 from infra.eventlog.reader import COMMITTED, HORIZON, count_events, read_page
-from infra.logs import log_event
+from infra.logs import error_line, log_event
 from infra.projector.registry import Projection, catch_up_projections
 
 log = logging.getLogger("authledger.catchup")
@@ -182,7 +182,7 @@ class CatchUpRunner:
                     log_event(log, "caught up", **since_log)  # one line per interval, not per wake-up
                     logged, since_log = time.monotonic(), dict.fromkeys(self.applied, 0)
             except Exception as error:
-                log_event(log, "catch-up failed; retrying", logging.ERROR, error=str(error).splitlines()[0])
+                log_event(log, "catch-up failed; retrying", logging.ERROR, error=error_line(error))
                 wait = self.poll_seconds
             if self._wake.wait(timeout=wait):
                 self.stopping.wait(self.gather_seconds)  # let the rest of the burst commit

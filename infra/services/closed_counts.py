@@ -22,7 +22,7 @@ from sqlalchemy import text
 
 from domain.counting import window_of
 from infra.db.reading import reading
-from infra.logs import log_event
+from infra.logs import error_line, log_event
 from infra.services.unit_of_work import ServiceContext, write_closed_counts
 
 log = logging.getLogger("authledger.counts")
@@ -64,9 +64,8 @@ class ClosedCountsWriter:
                 written = write_all_closed_counts(self.ctx, self.metadata)
                 if written:
                     log_event(log, "closed counts written", events=written)
-            except Exception as error:  # named with its type: an empty message must not end the loop
-                log_event(log, "writing closed counts failed; retrying", logging.ERROR,
-                          error=f"{type(error).__name__}: {error}".splitlines()[0])
+            except Exception as error:
+                log_event(log, "writing closed counts failed; retrying", logging.ERROR, error=error_line(error))
             self.stopping.wait(self.interval_seconds)
 
     def stop(self) -> None:

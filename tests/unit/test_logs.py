@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from infra.logs import log_event
+from infra.logs import error_line, log_event
 from tests.support.log_lines import logged_lines
 
 log = logging.getLogger("authledger.test")
@@ -79,3 +79,8 @@ def test_the_json_format_stays_one_valid_json_object_per_line() -> None:
 
     [line] = lines()
     assert json.loads(line)["path"] == "/a\n\t\x1b\u202e\"}{"
+
+
+def test_an_error_is_logged_as_its_type_and_first_line_even_when_it_has_no_message() -> None:
+    assert error_line(RuntimeError()) == "RuntimeError: "
+    assert error_line(ValueError("first\nsecond")) == "ValueError: first"
