@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/one_user.py [--concurrent 16] [--refusals 2000] [--rounds 3]
                                        [--victim-refusals 10000] [--samples 30] [--victims 0]
-                                       [--only burst|victim]
+                                       [--history-users 20] [--only burst|victim|history]
 
 Starts its own embedded PostgreSQL (the server's default durability) and,
 for each flow (reset, OTP) and each kind of user, releases ``--concurrent``
@@ -38,6 +38,12 @@ after another, and each is timed once: its next create once the hour has
 passed, the request the flood might slow, beside a brand-new user's first
 and a never-flooded peer's next; half of them after the count was written
 as ``serve`` writes it, the others before.
+
+The history part (``--only history``, or with the others) asks what a
+user's state costs rather than a flood: ``--history-users`` users a row
+make the hourly limit's creates every hour for 1, 12, 24 or 47 hours (a
+user's state keeps a closed request 48 hours, ``KEPT_FOR``), and each
+one's next create is timed beside a brand-new user's first, in turn.
 """
 
 from __future__ import annotations
@@ -264,6 +270,45 @@ def victim_rows(engine: Engine, flow: str, refusals: int, samples: int) -> list[
     return rows
 
 
+HISTORY_HOURS = (1, 12, 24, 47)  # hours at the hourly limit before the timed create; state keeps 48 h
+
+
+def history_rows(engine: Engine, flow: str, users: int) -> list[tuple[str, float, str]]:
+    """(what, create p50 in ms, note) for one flow: the next create of users who made the hourly limit's
+    creates every hour for ``HISTORY_HOURS``, beside a brand-new user's first, made in turn with them."""
+    _, clock, create = creates_on_a_hand_moved_clock(engine, flow)
+    by_hours = {hours: [f"history-{flow}-{hours}-{uuid4().hex[:8]}" for _ in range(users)] for hours in HISTORY_HOURS}
+    for hour in range(max(HISTORY_HOURS), 0, -1):  # the longest histories start first; all end now
+        for hours, names in by_hours.items():
+            if hours >= hour:
+                for name in names:
+                    at_the_limit(create, name)
+        clock.advance(timedelta(hours=1, seconds=1))
+    brand_new: list[float] = []
+    latencies: dict[int, list[float]] = {hours: [] for hours in HISTORY_HOURS}
+    for n in range(users):
+        turn = [(brand_new, create(f"fresh-{flow}-{uuid4().hex[:8]}"))]
+        turn += [(latencies[hours], create(names[n])) for hours, names in by_hours.items()]
+        for timings, call in turn[n % len(turn):] + turn[:n % len(turn)]:  # none always goes first
+            timings.append(timed(call))
+    rows = [("brand-new user: first create (accepted)", p50_ms(brand_new), "baseline")]
+    for hours, timings in latencies.items():
+        requests = hours * HOURLY_LIMIT
+        rows.append((f"user with {requests} requests over {hours} h: next create (accepted)", p50_ms(timings),
+                     f"{p50_ms(timings) / p50_ms(brand_new):.2f}× baseline"))
+    return rows
+
+
+def run_history(engine: Engine, users: int) -> None:
+    print(f"\nusers at the hourly limit for hours vs a brand-new user, sequential, one client; p50 of {users} "
+          "creates a row\n")
+    print("| flow | what | create p50 (ms) | note |")
+    print("|---|---|---:|---|")
+    for flow in FLOWS:
+        for what, value, note in history_rows(engine, flow, users):
+            print(f"| {flow} | {what} | {value:.2f} | {note} |")
+
+
 def run_victims(engine: Engine, refusals: int, samples: int, victims: int) -> None:
     print(f"\nvictim of {refusals} refusals vs fresh users, sequential, one client; p50 of {samples}+ creates "
           f"({victims} for each victim's next create)\n")
@@ -288,9 +333,12 @@ def main() -> None:
     parser.add_argument("--victims", type=int, default=0,
                         help="victims flooded one after another, each timed on its next create (default 0: "
                              "each takes a whole flood)")
-    parser.add_argument("--only", choices=("burst", "victim"), help="run one part only")
+    parser.add_argument("--history-users", type=int, default=20,
+                        help="users a row in the history part, each timed once (default 20)")
+    parser.add_argument("--only", choices=("burst", "victim", "history"), help="run one part only")
     args = parser.parse_args()
-    if min(args.concurrent, args.refusals, args.rounds, args.victim_refusals, args.samples) < 1 or args.victims < 0:
+    counts = (args.concurrent, args.refusals, args.rounds, args.victim_refusals, args.samples, args.history_users)
+    if min(counts) < 1 or args.victims < 0:
         parser.error("--victims takes 0 or more, and every other count 1 or more")
     server = start_bench_server("authledger-bench-one-user-")
     database = Database(server.create_database("bench_one_user"))
@@ -301,9 +349,11 @@ def main() -> None:
     print(server.describe())
     print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start; {args.concurrent} creates "
           f"at once, different keys, one user; {args.rounds} rounds, medians\n")
-    if args.only != "burst":
+    if args.only in (None, "victim"):
         run_victims(engine, args.victim_refusals, args.samples, args.victims)
-    if args.only != "victim":
+    if args.only in (None, "history"):
+        run_history(engine, args.history_users)
+    if args.only in (None, "burst"):
         run_bursts(ctx, args)
     engine.dispose()
 
