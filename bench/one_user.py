@@ -296,6 +296,18 @@ def history_rows(engine: Engine, flow: str, users: int) -> list[tuple[str, float
         requests = hours * HOURLY_LIMIT
         rows.append((f"user with {requests} requests over {hours} h: next create (accepted)", p50_ms(timings),
                      f"{p50_ms(timings) / p50_ms(brand_new):.2f}× baseline"))
+    # What each of an attacker's calls costs the server: a refused create, once the hour's limit is reached.
+    at_limit = [f"fresh-{flow}-{uuid4().hex[:8]}" for _ in range(users)]
+    for name in at_limit + by_hours[max(HISTORY_HOURS)]:
+        for _ in range(HOURLY_LIMIT - (name not in at_limit)):  # the longest histories made one create above
+            create(name)()
+    refused: dict[str, list[float]] = {"fresh": [], "longest": []}
+    for fresh_name, long_name in zip(at_limit, by_hours[max(HISTORY_HOURS)]):
+        for kind, name in (("fresh", fresh_name), ("longest", long_name)):
+            refused[kind].append(timed(create(name)))
+    rows += [("user at the limit, no history: refused create", p50_ms(refused["fresh"]), "baseline"),
+             (f"user with {max(HISTORY_HOURS) * HOURLY_LIMIT + HOURLY_LIMIT} requests: refused create",
+              p50_ms(refused["longest"]), f"{p50_ms(refused['longest']) / p50_ms(refused['fresh']):.2f}× baseline")]
     return rows
 
 
