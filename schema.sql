@@ -393,6 +393,23 @@ CREATE TABLE IF NOT EXISTS stream_snapshots (
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON request_counts, stream_snapshots TO authledger_app;
 
+-- Every reset request and OTP challenge as a decision reads it (schema 5,
+-- projections/snapshots.py): its fields without address or nonce, and the
+-- log position of the event that carries those. A snapshot keeps a stream's
+-- live part only (open requests, the last two hours'); a decision finds an
+-- older request here by the key its call carries (a link's token, a code's
+-- challenge, an idempotency key's receipt, a queued email's request), so
+-- what it reads follows the hourly limit, not the user's history. Written by
+-- the same inline projection as stream_snapshots.
+CREATE TABLE IF NOT EXISTS stream_requests (
+    request_id    uuid    PRIMARY KEY,
+    stream_id     text    NOT NULL,
+    recipient_at  bigint  NOT NULL,
+    request       jsonb   NOT NULL
+);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON stream_requests TO authledger_app;
+
 -- Finding users by email address (issue 15, projections/address_index.py):
 -- per scoped user, the keyed hashes ("<key id>:<hex HMAC>", space-separated)
 -- of the addresses their requests went to. Never an address: the HMAC key is
@@ -438,4 +455,5 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON console_sessions TO authledger_app;
 --      request_counts also counts rejected presentations of links and codes
 --      console_sessions (console sign-ins every serve process shares)
 --      subject_keys_by_master (the master-key probe of a new user's first key, by index)
-INSERT INTO schema_version (version) VALUES (1), (2), (3), (4) ON CONFLICT DO NOTHING;
+--   5  stream_requests (a snapshot keeps a stream's live part; decisions look older requests up)
+INSERT INTO schema_version (version) VALUES (1), (2), (3), (4), (5) ON CONFLICT DO NOTHING;

@@ -20,11 +20,9 @@ from domain.counting import (
 )
 from domain.decisions import RequestOutcome
 from domain.request_rules import (
-    KEPT_FOR,
     IdempotencyKeyBound,
     PastRequest,
     Receipt,
-    kept_receipts,
 )
 from domain.errors import UnknownEventType
 from domain.otp_events import (
@@ -116,7 +114,7 @@ def _evolve_challenges(state: OtpState, event: object) -> OtpState:
         if event.idempotency_key is not None:
             receipt = Receipt(event.challenge_id, event.issued_at)
             state = _with_receipt(state, event.client, event.idempotency_key, receipt)
-        return _forget_before(state, event.issued_at - KEPT_FOR)
+        return state
     if isinstance(event, IdempotencyKeyBound):
         receipt = Receipt(event.request_id, event.bound_at)
         return _with_receipt(state, event.client, event.idempotency_key, receipt)
@@ -140,21 +138,6 @@ def _evolve_challenges(state: OtpState, event: object) -> OtpState:
     if isinstance(event, (OtpRequestRefused, RequestsCounted)):
         return state
     raise UnknownEventType(f"{type(event).__name__} is not an event of an OTP stream")
-
-
-def _forget_before(state: OtpState, horizon: datetime) -> OtpState:
-    """Forget closed challenges issued before ``horizon`` and receipts created before it (see ``KEPT_FOR``).
-
-    Done when a challenge is issued, so that a fold and a snapshot forget
-    alike. The account-lock counters are never forgotten.
-    """
-    receipts = kept_receipts(state.receipts, horizon)
-    named = {receipt.request_id for receipt in receipts.values()}
-    challenges = {challenge_id: c for challenge_id, c in state.challenges.items()
-                  if c.status == "open" or c.issued_at >= horizon or challenge_id in named}
-    if len(challenges) == len(state.challenges) and len(receipts) == len(state.receipts):
-        return state
-    return evolve(state, challenges=challenges, receipts=receipts)
 
 
 def _with_receipt(state: OtpState, client: str | None, key: str, receipt: Receipt) -> OtpState:

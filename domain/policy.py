@@ -42,10 +42,10 @@ def _non_negative_duration(owner: str, name: str, value: object) -> None:
 
 
 def _within_kept_for(owner: str, value: timedelta) -> None:
-    # A user's state forgets closed requests after KEPT_FOR; a receipt must lapse first.
+    # A retry days later is a new request: receipts are bounded (KEPT_FOR).
     if value > KEPT_FOR:
         raise ConfigError(
-            f"{owner}.receipt_ttl must be at most {KEPT_FOR} (what a user's state remembers), got {value}"
+            f"{owner}.receipt_ttl must be at most {KEPT_FOR} (how long a receipt may live), got {value}"
         )
 
 

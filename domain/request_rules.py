@@ -4,14 +4,13 @@ In order: (a) an idempotency key answered before gets its first answer again
 (``replay_receipt``); (b) a repeat within the cooldown reuses the open request,
 and a new key is bound to it (``reuse_or_refuse``, ``bind_key_to_reuse``);
 (c) past the hourly limit the request is refused (``rate_limit_retry_at``).
-Also how long a user's state remembers past requests and receipts (``KEPT_FOR``).
+Also how long a receipt may live at most (``KEPT_FOR``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import TypeVar
 from uuid import UUID
 
 from attrs import evolve, frozen
@@ -19,15 +18,13 @@ from attrs import evolve, frozen
 from domain.decisions import Decision, Refused, RequestOutcome
 from domain.errors import IdempotencyMismatch
 
-K = TypeVar("K")
 # "At most N emails per user and flow per hour": a sliding window.
 RATE_WINDOW = timedelta(hours=1)
-# How long a user's state remembers a request once it is closed (superseded,
-# completed, verified, locked): older ones can no longer change an answer.
-# Receipts live at most this long (the policies check it), the rate window
-# is an hour, and a closed link or code is refused either way (as "not
-# valid" once forgotten). So the state holds at most two days of requests,
-# and a decision costs the same on day 1 and day 1,000.
+# The longest an idempotency receipt may live (the policies check it): a
+# retry two days on is a new request. A user's state remembers every request
+# (a used link is told so a year on); what bounds a decision's cost is that
+# it reads only the stream's live part and what it looks up by key
+# (projections/snapshots.py).
 KEPT_FOR = timedelta(hours=48)
 
 
@@ -40,11 +37,6 @@ class PastRequest:
     created_at: datetime
     params: tuple[str, ...]  # what a replay or a repeat must match
     is_open: bool
-
-
-def kept_receipts(receipts: Mapping[K, Receipt], horizon: datetime) -> dict[K, Receipt]:
-    """The receipts created at or after ``horizon``: older ones have lapsed (``KEPT_FOR``)."""
-    return {key: receipt for key, receipt in receipts.items() if receipt.created_at >= horizon}
 
 
 @frozen

@@ -20,11 +20,9 @@ from domain.counting import (
 )
 from domain.decisions import RequestOutcome
 from domain.request_rules import (
-    KEPT_FOR,
     IdempotencyKeyBound,
     PastRequest,
     Receipt,
-    kept_receipts,
 )
 from domain.errors import UnknownEventType
 from domain.reset_events import ResetCompleted, ResetRequestRefused, ResetRequested, ResetSuperseded, ResetTokenRejected
@@ -105,7 +103,7 @@ def _evolve_requests(state: ResetState, event: object) -> ResetState:
         if event.idempotency_key is not None:
             receipt = Receipt(event.request_id, event.requested_at)
             state = _with_receipt(state, event.client, event.idempotency_key, receipt)
-        return _forget_before(state, event.requested_at - KEPT_FOR)
+        return state
     if isinstance(event, IdempotencyKeyBound):
         receipt = Receipt(event.request_id, event.bound_at)
         return _with_receipt(state, event.client, event.idempotency_key, receipt)
@@ -118,7 +116,7 @@ def _evolve_requests(state: ResetState, event: object) -> ResetState:
         )
     if isinstance(event, ResetCompleted):
         request = state.requests.get(event.request_id)
-        if request is None:
+        if request is None or request.status != "open":  # only an open request's link can be used
             return state
         return _with_request(
             state, evolve(request, status="completed", completed_at=event.completed_at)
@@ -126,22 +124,6 @@ def _evolve_requests(state: ResetState, event: object) -> ResetState:
     if isinstance(event, (ResetRequestRefused, RequestsCounted)):
         return state
     raise UnknownEventType(f"{type(event).__name__} is not an event of a reset stream")
-
-
-def _forget_before(state: ResetState, horizon: datetime) -> ResetState:
-    """Forget closed requests made before ``horizon`` and receipts created before it (see ``KEPT_FOR``).
-
-    Done when a request is made, so that a fold and a snapshot forget alike.
-    A request an unlapsed receipt names, or one still open, is kept.
-    """
-    receipts = kept_receipts(state.receipts, horizon)
-    named = {receipt.request_id for receipt in receipts.values()}
-    requests = {request_id: r for request_id, r in state.requests.items()
-                if r.status == "open" or r.requested_at >= horizon or request_id in named}
-    if len(requests) == len(state.requests) and len(receipts) == len(state.receipts):
-        return state
-    by_token_hash = {token_hash: i for token_hash, i in state.by_token_hash.items() if i in requests}
-    return evolve(state, requests=requests, by_token_hash=by_token_hash, receipts=receipts)
 
 
 def _with_receipt(state: ResetState, client: str | None, key: str, receipt: Receipt) -> ResetState:

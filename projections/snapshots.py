@@ -15,26 +15,40 @@ recipient and nonce, the log position of the event that carries them
 data key, so `privacy forget` erases them from snapshots as it erases them
 in the log.
 
-The state's size grows with the requests a user made (at most the hourly
-limit an hour), not with calls: refusals and repeats are counted
-(``domain.counting.RequestsCounted``) and change nothing here but the run.
+A snapshot holds a stream's live part only (``live_part``): its open
+requests, those made within ``LIVE_FOR`` of its newest, the run and the
+account counters, and no receipt. Every request, live or not, also has a
+row of its own (a step's ``unwritten`` says which to write), so that a
+decision finds an older one by the key its call carries (a link's token, a
+code's challenge, an idempotency key's receipt, a queued email's request)
+and adds it to the live part (``with_found``). A snapshot's size
+therefore follows the hourly limit, not the user's history: a user kept at
+the limit for two days made a decision read 235 requests before
+(bench/RESULTS.md, "Two days at the hourly limit").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from attrs import evolve, frozen
+from attrs import evolve, field, frozen
 
 from domain.log import RecordedEvent
 from domain.otp_events import OtpChallengeIssued, otp_stream
-from domain.otp_state import OtpState, fold_otp
+from domain.otp_state import OtpChallenge, OtpState, fold_otp
+from domain.request_rules import RATE_WINDOW, Receipt
 from domain.reset_events import ResetRequested, reset_stream
-from domain.reset_state import ResetState, fold_reset
+from domain.reset_state import ResetRequest, ResetState, fold_reset
 
 State = ResetState | OtpState
+Request = ResetRequest | OtpChallenge
+# What a decision iterates over, rather than looks up by key: the open requests (superseded by a new one), and
+# those inside the rate window (counted by the hourly limit). Twice the window, so that a process whose clock
+# lags the one that wrote the newest request still finds every request its window holds.
+LIVE_FOR = 2 * RATE_WINDOW
 # stream id prefix -> the flow's fold; the prefixes come from the stream-naming functions themselves.
 FOLDS: dict[str, Callable[[Iterable[object], Any], Any]] = {
     reset_stream(""): fold_reset,
@@ -59,6 +73,9 @@ class Snapshot:
     state: State
     # request or challenge id -> global position of the event that carries its recipient
     recipient_at: Mapping[UUID, int]
+    # The request rows its steps made or changed since it was read (with the recipient's position), not yet
+    # written: the applier writes them with the snapshot. Not part of its value.
+    unwritten: Mapping[UUID, tuple[Request, int]] = field(factory=dict, eq=False, repr=False)
 
 
 def snapshot_key(recorded: RecordedEvent) -> str | None:
@@ -67,16 +84,83 @@ def snapshot_key(recorded: RecordedEvent) -> str | None:
 
 
 def evolve_snapshot(snapshot: Snapshot | None, recorded: RecordedEvent) -> Snapshot:
-    """The snapshot once ``recorded`` is folded into it (the first event of a stream starts one)."""
+    """The snapshot once ``recorded`` is folded into it (the first event of a stream starts one), cut to its
+    live part."""
     fold = fold_of(recorded.stream_id)
     assert fold is not None, f"{recorded.stream_id} has no snapshots"
-    state = fold([recorded.event], snapshot.state if snapshot is not None else None)
+    state = live_part(fold([recorded.event], snapshot.state if snapshot is not None else None))
     recipient_at = snapshot.recipient_at if snapshot is not None else {}
     event = recorded.event
     if isinstance(event, ResetRequested):
         recipient_at = {**recipient_at, event.request_id: recorded.global_position}
     elif isinstance(event, OtpChallengeIssued):
         recipient_at = {**recipient_at, event.challenge_id: recorded.global_position}
-    if snapshot is None:
-        return Snapshot(recorded.stream_id, recorded.stream_version, state, recipient_at)
-    return evolve(snapshot, version=recorded.stream_version, state=state, recipient_at=recipient_at)
+    unwritten = {**(snapshot.unwritten if snapshot is not None else {}),
+                 **_changed(requests_of(snapshot.state) if snapshot is not None else {}, state, recipient_at)}
+    live = requests_of(state)
+    if len(recipient_at) != len(live):
+        recipient_at = {request_id: at for request_id, at in recipient_at.items() if request_id in live}
+    return Snapshot(recorded.stream_id, recorded.stream_version, state, recipient_at, unwritten)
+
+
+def requests_of(state: State) -> Mapping[UUID, Request]:
+    """A state's requests (reset) or challenges (OTP), by id."""
+    return state.requests if isinstance(state, ResetState) else state.challenges
+
+
+def made_at(request: Request) -> datetime:
+    """When a request was made (a challenge issued)."""
+    return request.requested_at if isinstance(request, ResetRequest) else request.issued_at
+
+
+def live_part(state: State) -> State:
+    """The state a snapshot keeps: open requests and those made within ``LIVE_FOR`` of the newest; no receipt.
+
+    Whatever a decision reads beyond that, it reads by key, and finds in the
+    stream's request rows and the receipts (``with_found``).
+    """
+    requests = requests_of(state)
+    newest = max((made_at(r) for r in requests.values()), default=None)
+    live = {request_id: r for request_id, r in requests.items()
+            if r.status == "open" or newest is None or made_at(r) >= newest - LIVE_FOR}
+    if len(live) == len(requests) and not state.receipts:
+        return state
+    if isinstance(state, ResetState):
+        by_token_hash = {token_hash: i for token_hash, i in state.by_token_hash.items() if i in live}
+        return evolve(state, requests=live, by_token_hash=by_token_hash, receipts={})
+    return evolve(state, challenges=live, receipts={})
+
+
+def with_found(
+    state: State, found: Iterable[Request], receipts: Mapping[tuple[str | None, str], Receipt] | None = None,
+) -> State:
+    """A live part with the older requests and the receipts a decision looked up by key: the state it decides on.
+
+    Equal, for that decision, to the whole fold: what it iterates is live,
+    and what it looks up is found (tests/services/test_snapshots_equal_the_fold.py).
+    """
+    found = [r for r in found if request_id_of(r) not in requests_of(state)]
+    receipts = receipts or {}
+    if not found and not receipts:
+        return state
+    if isinstance(state, ResetState):
+        added = {r.request_id: r for r in found if isinstance(r, ResetRequest)}
+        return evolve(state, requests={**added, **state.requests},
+                      by_token_hash={**state.by_token_hash, **{r.token_hash: i for i, r in added.items()}},
+                      receipts={**state.receipts, **receipts})
+    challenges = {r.challenge_id: r for r in found if isinstance(r, OtpChallenge)}
+    return evolve(state, challenges={**challenges, **state.challenges}, receipts={**state.receipts, **receipts})
+
+
+def request_id_of(request: Request) -> UUID:
+    """A request's or challenge's id."""
+    return request.request_id if isinstance(request, ResetRequest) else request.challenge_id
+
+
+def _changed(
+    before: Mapping[UUID, Request], after: State, recipient_at: Mapping[UUID, int],
+) -> dict[UUID, tuple[Request, int]]:
+    """The requests ``after`` made or changed, each with its recipient's log position: request rows to write.
+    A request leaving the live part is not changed: its row already holds it."""
+    return {request_id: (request, recipient_at[request_id])
+            for request_id, request in requests_of(after).items() if before.get(request_id) != request}

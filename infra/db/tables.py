@@ -73,6 +73,12 @@ stream_snapshots = Table(
     Column("version", Integer), Column("state", JSONB),
 )
 
+stream_requests = Table(
+    "stream_requests", metadata,
+    Column("request_id", Uuid, primary_key=True),
+    Column("stream_id", Text), Column("recipient_at", BigInteger), Column("request", JSONB),
+)
+
 api_keys = Table(
     "api_keys", metadata,
     Column("key_id", Text, primary_key=True),

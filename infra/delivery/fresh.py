@@ -23,6 +23,7 @@ from domain.tokens import SecretUnavailable
 from infra.delivery.leases import Claim
 from infra.delivery.providers import OutboundEmail
 from infra.eventlog.personal_data import ERASED
+from infra.projector.snapshots import Lookups
 from infra.services.unit_of_work import ServiceContext, load_states
 from projections.outbox import OutboxRow
 
@@ -52,7 +53,14 @@ def prepare_all(
     # Each request's stream from its snapshot, as a decision reads it: the same cost on a user's first day
     # and their thousandth.
     folds = {stream: fold for stream, fold in requests.values() if stream and fold}
-    states = load_states(ctx, folds, connection)
+    # Each message's request, found by id if it has left its stream's live part.
+    asked: dict[str, list[UUID]] = {}
+    for claim in claims:
+        stream, _ = requests[claim.row.message_id]
+        if stream:
+            asked.setdefault(stream, []).append(claim.row.request_id)
+    states = load_states(ctx, folds, connection,
+                         {stream: Lookups(request_ids=tuple(ids)) for stream, ids in asked.items()})
     prepared = []
     for claim in claims:
         stream, _ = requests[claim.row.message_id]

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
+from uuid import UUID
 
 from sqlalchemy import Connection, Row, TextClause, text
 
@@ -122,6 +123,8 @@ _DECISION_READ = """
            CASE WHEN row_number() OVER (PARTITION BY w.stream_id) = 1 THEN
                 (SELECT CAST(jsonb_agg(to_jsonb(c) - 'stream_id') AS text)
                    FROM request_counts c WHERE c.stream_id = w.stream_id) END AS counts_json,
+           CASE WHEN row_number() OVER (PARTITION BY w.stream_id) = 1 THEN f.found_json END AS found_json,
+           rc.request_id AS receipt_request_id, rc.created_at AS receipt_created_at,
            e.global_position, e.event_type, e.user_id, e.field_values
       FROM {streams} AS w(stream_id, user_id)
       LEFT JOIN LATERAL (
@@ -131,13 +134,25 @@ _DECISION_READ = """
               FROM subject_keys WHERE user_id = w.user_id
             ) uk ON true
       LEFT JOIN stream_snapshots s ON s.stream_id = w.stream_id
+      LEFT JOIN receipts rc ON rc.receipt_id = CAST(:receipt_id AS uuid)
+      LEFT JOIN LATERAL (
+            SELECT array_agg(r.recipient_at) AS positions,
+                   CAST(jsonb_agg(jsonb_build_array(r.recipient_at, r.request)) AS text) AS found_json
+              FROM stream_requests r
+             WHERE r.request_id = ANY(ARRAY(
+                       SELECT unnest(CAST(:request_ids AS uuid[]))
+                       UNION ALL SELECT t.request_id FROM reset_tokens t WHERE t.token_hash = CAST(:token_hash AS text)
+                       UNION ALL SELECT rc.request_id))
+               AND r.stream_id = w.stream_id
+            ) f ON true
       LEFT JOIN LATERAL (
             SELECT global_position, event_type, payload->>'user_id' AS user_id,
                    ARRAY(SELECT payload->>f FROM unnest({fields}) WITH ORDINALITY AS u(f, n) ORDER BY n)
                        AS field_values
               FROM events
              WHERE global_position = ANY(ARRAY(SELECT CAST(p.value AS bigint)
-                                                 FROM jsonb_each_text(s.state->'recipient_at') p))
+                                                 FROM jsonb_each_text(s.state->'recipient_at') p)
+                                         || coalesce(f.positions, CAST(ARRAY[] AS bigint[])))
             ) e ON true
 """
 # A decision reads one stream, and for it the statement takes scalars and
@@ -166,11 +181,13 @@ def decision_read(fields: tuple[str, ...], one_stream: bool) -> TextClause:
 
 
 def snapshots_for_decision(
-    connection: Connection, users_by_stream: Mapping[str, str], fields: Sequence[str]
+    connection: Connection, users_by_stream: Mapping[str, str], fields: Sequence[str], *,
+    request_ids: Sequence[UUID] = (), token_hash: str | None = None, receipt_id: UUID | None = None,
 ) -> Sequence[Any]:
     """Each stream's last version and snapshot, its requests' sealed ``fields`` and its user's data keys;
-    see above. ``users_by_stream``: stream id -> the user it belongs to.
-    Rows as ``execute_read`` returns them: the columns as attributes."""
+    see above. ``users_by_stream``: stream id -> the user it belongs to. With them, the request rows of
+    ``request_ids``, of the link ``token_hash`` and of the receipt ``receipt_id`` names, where they belong
+    to the stream, and that receipt. Rows as ``execute_read`` returns them: the columns as attributes."""
     one_stream = len(users_by_stream) == 1
     if one_stream:
         [(stream_id, user_id)] = users_by_stream.items()
@@ -178,7 +195,8 @@ def snapshots_for_decision(
     else:
         streams = {"stream_ids": list(users_by_stream), "user_ids": list(users_by_stream.values())}
     statement = decision_read(tuple(fields), one_stream)
-    return execute_read(connection, statement, streams)
+    looked_up = {"request_ids": list(request_ids), "token_hash": token_hash, "receipt_id": receipt_id}
+    return execute_read(connection, statement, {**streams, **looked_up})
 
 
 # The payloads of some streams, as stored (sealed): what an erasure would

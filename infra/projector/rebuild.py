@@ -5,8 +5,8 @@
    transaction per page, so the rebuild never holds the horizon back.
 3. Catch up again until a page comes back short, then swap in one short
    transaction:
-   - inline projections: ``LOCK ... IN EXCLUSIVE MODE`` on the live tables
-     (readers carry on, the projection's writers wait), fold what committed
+   - inline projections: ``LOCK ... IN ACCESS EXCLUSIVE MODE`` on the live
+     tables (the projection's readers and writers wait), fold what committed
      since the last page, drop the live tables, rename the shadows in;
    - catch-up projections: lock the checkpoint row (the runner skips it
      meanwhile), fold up to the horizon, swap, and store the shadow's
@@ -19,12 +19,20 @@ A rebuild that fails or is interrupted at any point before the swap commits
 leaves the live tables as they were; its shadow tables are dropped (or, after
 a SIGKILL, by the next rebuild).
 
-Why EXCLUSIVE is enough for inline projections: every writer of an inline
+Why the lock is enough for inline projections: every writer of an inline
 table appends its events and writes the table in one transaction, so once
 the lock is granted every transaction that touched the table has committed,
 and everything they appended is visible to the final catch-up. A writer that
 appended but has not reached the table yet is not visible, and will apply
 its events to the new table after the swap.
+
+Why ACCESS EXCLUSIVE from the start, not EXCLUSIVE and then the DROP's:
+decisions read some of these tables before they write them (a snapshot, its
+older requests, a receipt, a link's request), in one transaction. Holding
+EXCLUSIVE, the swap's DROP would wait for such a reader while the reader's
+write waits for the swap: a deadlock, one of them cancelled. Asked for whole
+at once, PostgreSQL lets a waiting reader that already holds the table go
+ahead of the swap, which then waits for its commit.
 """
 
 from __future__ import annotations
@@ -170,7 +178,7 @@ def _swap(
                           reading=projection.reading)
     else:
         names = ", ".join(connection.dialect.identifier_preparer.format_table(s.live) for s in shadows)
-        connection.execute(text(f"LOCK TABLE {names} IN EXCLUSIVE MODE"))
+        connection.execute(text(f"LOCK TABLE {names} IN ACCESS EXCLUSIVE MODE"))
         locked = time.monotonic()
         rest = fold_pages(connection, applier, built.checkpoint, COMMITTED, batch_size, commit=False,
                           reading=projection.reading)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 
+import attrs
+
 from collections import OrderedDict
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,9 +26,11 @@ from attrs import frozen
 from sqlalchemy import Connection, Table, text
 
 from domain.counting import CountingRun
+from domain.otp_events import otp_stream
 from domain.request_rules import Receipt
 from domain.log import RecordedEvent
 from domain.otp_state import OtpChallenge, OtpState
+from domain.reset_events import reset_stream
 from domain.reset_state import ResetRequest, ResetState
 from infra.db import tables
 from infra.db.pipeline import execute_deferred
@@ -35,7 +39,8 @@ from infra.eventlog.personal_data import FieldContext, Keyring, is_envelope
 from infra.eventlog.queries import personal_fields_at, snapshots_for_decision
 from infra.eventlog.subject_keys import PostgresKeyring
 from infra.projector.appliers import qualified_name
-from projections.snapshots import Snapshot, State, evolve_snapshot, snapshot_key
+from projections.receipts import receipt_id
+from projections.snapshots import Request, Snapshot, State, evolve_snapshot, requests_of, snapshot_key
 
 _converter = make_converter()
 
@@ -51,11 +56,28 @@ def _select(table: Table) -> Any:
 
 
 @functools.cache
-def _upsert(table: Table) -> Any:
+def _upsert(table: Table, requests: Table) -> Any:
+    """A snapshot's row and the request rows its steps made, in one statement (a decision's hot path)."""
     return text(f"""
+        WITH request_rows AS (
+            INSERT INTO {qualified_name(requests)} (request_id, stream_id, recipient_at, request)
+            SELECT r.request_id, r.stream_id, r.recipient_at, r.request
+              FROM jsonb_to_recordset(CAST(:requests AS jsonb))
+                   AS r(request_id uuid, stream_id text, recipient_at bigint, request jsonb)
+            ON CONFLICT (request_id) DO UPDATE
+               SET stream_id = EXCLUDED.stream_id, recipient_at = EXCLUDED.recipient_at, request = EXCLUDED.request
+        )
         INSERT INTO {qualified_name(table)} (stream_id, version, state)
         VALUES (:stream_id, :version, CAST(:state AS jsonb))
         ON CONFLICT (stream_id) DO UPDATE SET version = EXCLUDED.version, state = EXCLUDED.state
+    """)
+
+
+@functools.cache
+def _select_requests(table: Table) -> Any:
+    return text(f"""
+        SELECT request_id, stream_id, recipient_at, request FROM {qualified_name(table)}
+         WHERE stream_id = ANY(CAST(:stream_ids AS text[]))
     """)
 
 
@@ -64,6 +86,7 @@ def encode_state(snapshot: Snapshot) -> dict[str, Any]:
     state = snapshot.state
     requests = state.requests if isinstance(state, ResetState) else state.challenges
     encoded: dict[str, Any] = {
+        "live": True,  # cut to its live part (schema 5): its older requests have rows of their own
         "requests": [_without_personal(request) for request in requests.values()],
         "receipts": [[client, key, _converter.unstructure(receipt)]
                      for (client, key), receipt in state.receipts.items()],
@@ -102,17 +125,25 @@ def decode_snapshot(
     rejections = _converter.structure(rejections, CountingRun) if rejections is not None else None
     state: State
     if "account" in encoded:
-        challenges = [_converter.structure({**data, **personal[data["challenge_id"]]}, OtpChallenge)
+        challenges = [decode_request(data, personal[data["challenge_id"]], OtpChallenge)
                       for data in encoded["requests"]]
         failures, lockouts, locked_until = encoded["account"]
         state = OtpState({c.challenge_id: c for c in challenges}, receipts, failures, lockouts,
                          _converter.structure(locked_until, datetime | None), run, rejections)
     else:
-        requests = [_converter.structure({**data, **personal[data["request_id"]]}, ResetRequest)
+        requests = [decode_request(data, personal[data["request_id"]], ResetRequest)
                     for data in encoded["requests"]]
         state = ResetState({r.request_id: r for r in requests}, {r.token_hash: r.request_id for r in requests},
                            receipts, run, rejections)
-    return Snapshot(stream_id, version, state, recipient_at)
+    # A snapshot from before schema 5 holds every request and none has a row: its next step writes them all.
+    unwritten = {} if "live" in encoded else {
+        request_id: (request, recipient_at[request_id]) for request_id, request in requests_of(state).items()}
+    return Snapshot(stream_id, version, state, recipient_at, unwritten)
+
+
+def decode_request(data: Mapping[str, Any], personal: Mapping[str, str | None], kind: type[Request]) -> Request:
+    """A request or challenge as a snapshot or a request row spells it, with its ``personal`` fields opened."""
+    return _converter.structure({**data, **personal}, kind)
 
 
 def _personal(
@@ -158,6 +189,27 @@ def load_snapshots(connection: Connection, stream_ids: Iterable[str], table: Tab
     return snapshots
 
 
+# stream id prefix -> the flow its receipts are kept under (projections.receipts)
+_FLOWS = {reset_stream(""): "reset", otp_stream(""): "otp"}
+
+
+@frozen
+class Lookups:
+    """What a call reads of a stream beyond its live part, by the keys it carries (``projections.snapshots``)."""
+
+    request_ids: tuple[UUID, ...] = ()  # a code's challenge, a queued email's request
+    token_hash: str | None = None  # a presented link's
+    receipt: tuple[str | None, str] | None = None  # (client, idempotency key) of a create
+
+
+NO_LOOKUPS = Lookups()
+
+
+def receipt_lookup(client: str | None, idempotency_key: str | None) -> Lookups:
+    """What a create reads beyond the live part: the receipt of its key, if it has one, and the request it names."""
+    return Lookups(receipt=(client, idempotency_key)) if idempotency_key is not None else NO_LOOKUPS
+
+
 @frozen
 class StreamRead:
     """What a decision reads of one stream in its one statement."""
@@ -166,31 +218,49 @@ class StreamRead:
     last_version: int
     # The stream's ``request_counts`` rows, not yet written to it, as JSON objects (``infra.services.counts``).
     counts: Sequence[Mapping[str, Any]]
+    # Older requests the call looked up (their recipients and nonces opened), and the receipt of its key.
+    found: Sequence[Request] = ()
+    receipts: Mapping[tuple[str | None, str], Receipt] = {}
 
 
 def load_for_decision(
-    connection: Connection, stream_ids: Sequence[str], keyring: PostgresKeyring
+    connection: Connection, stream_ids: Sequence[str], keyring: PostgresKeyring,
+    lookups: Mapping[str, Lookups] | None = None,
 ) -> dict[str, StreamRead]:
-    """Each stream's snapshot (None if it has none), its recipients and nonces opened, its last version and
-    its counts not yet written.
+    """Each stream's snapshot (None if it has none), its recipients and nonces opened, its last version, its
+    counts not yet written, and what ``lookups`` names of it beyond its live part.
 
-    One statement (``snapshots_for_decision``), whatever the streams' lengths,
-    where ``load_snapshots``, the events after the snapshot and the user's
-    writing key took up to five: a decision reads this for its stream on every
-    request, delivery's fresh read for a batch's streams. ``keyring`` learns
-    the keys read, and which key each stream's user writes with; the caller
-    reads the events after a snapshot only when the last version is past it.
+    One statement (``snapshots_for_decision``), whatever the streams' lengths
+    or histories, where ``load_snapshots``, the events after the snapshot and
+    the user's writing key took up to five: a decision reads this for its
+    stream on every request, delivery's fresh read for a batch's streams.
+    ``keyring`` learns the keys read, and which key each stream's user writes
+    with; the caller reads the events after a snapshot only when the last
+    version is past it. A token or a receipt is looked up for one stream only.
     """
+    lookups = lookups or {}
     # A snapshotted stream is "<flow>-user:<scoped user id>".
-    rows = snapshots_for_decision(connection, {stream_id: stream_id.partition(":")[2] for stream_id in stream_ids},
-                                  PERSONAL)
+    users = {stream_id: stream_id.partition(":")[2] for stream_id in stream_ids}
+    request_ids = [request_id for stream_id in stream_ids
+                   for request_id in lookups.get(stream_id, NO_LOOKUPS).request_ids]
+    token_hash, receipt = None, None
+    if len(stream_ids) == 1:
+        [stream_id] = stream_ids
+        asked = lookups.get(stream_id, NO_LOOKUPS)
+        token_hash = asked.token_hash
+        if asked.receipt is not None:
+            flow = next(flow for prefix, flow in _FLOWS.items() if stream_id.startswith(prefix))
+            receipt = receipt_id(flow, asked.receipt[0], users[stream_id], asked.receipt[1])
+    rows = snapshots_for_decision(connection, users, PERSONAL, request_ids=request_ids, token_hash=token_hash,
+                                  receipt_id=receipt)
     by_stream: dict[str, list[Any]] = {stream_id: [] for stream_id in stream_ids}
     for row in rows:
         by_stream[row.stream_id].append(row)
-    return {stream_id: _decided(stream_id, stream_rows, keyring) for stream_id, stream_rows in by_stream.items()}
+    return {stream_id: _decided(stream_id, stream_rows, keyring, lookups.get(stream_id, NO_LOOKUPS))
+            for stream_id, stream_rows in by_stream.items()}
 
 
-def _decided(stream_id: str, rows: Sequence[Any], keyring: PostgresKeyring) -> StreamRead:
+def _decided(stream_id: str, rows: Sequence[Any], keyring: PostgresKeyring, asked: Lookups) -> StreamRead:
     head = next(row for row in rows if row.first)
     user_id = stream_id.partition(":")[2]
     keyring.expect_keys(user_id, list(zip(head.key_ids, head.master_key_ids, head.wrapped_keys))
@@ -198,15 +268,26 @@ def _decided(stream_id: str, rows: Sequence[Any], keyring: PostgresKeyring) -> S
     counts = json.loads(head.counts_json) if head.counts_json is not None else ()
     if head.version is None:
         return StreamRead(None, head.last_version, counts)
-    found = [(row.global_position, row.event_type, row.user_id, row.field_values)
-             for row in rows if row.global_position is not None]
+    sealed = [(row.global_position, row.event_type, row.user_id, row.field_values)
+              for row in rows if row.global_position is not None]
     state = json.loads(head.state_json)
-    personal = _opened(keyring, state["recipient_at"], found) if state["recipient_at"] else {}
-    return StreamRead(decode_snapshot(stream_id, head.version, state, personal), head.last_version, counts)
+    found_rows = json.loads(head.found_json) if head.found_json is not None else []
+    # Each request id as its row spells it -> the position of the event carrying its personal fields.
+    kind = OtpChallenge if "account" in state else ResetRequest
+    id_field = "challenge_id" if kind is OtpChallenge else "request_id"
+    at = {**state["recipient_at"], **{request[id_field]: position for position, request in found_rows}}
+    personal = _opened(keyring, at, sealed) if at else {}
+    found = [decode_request(request, personal[request[id_field]], kind) for _, request in found_rows]
+    receipts = {}
+    if asked.receipt is not None and head.receipt_request_id is not None:
+        receipts = {asked.receipt: Receipt(head.receipt_request_id, head.receipt_created_at)}
+    return StreamRead(decode_snapshot(stream_id, head.version, state, personal), head.last_version, counts,
+                      found, receipts)
 
 
 class SnapshotApplier:
-    """Folds events into ``stream_snapshots`` (or a shadow of it): one row per snapshotted stream.
+    """Folds events into ``stream_snapshots`` and ``stream_requests`` (or shadows of them): a row per
+    snapshotted stream, holding its live part, and a row per request or challenge.
 
     Shaped like ``KeyedApplier``, so inline folding, rebuild, verify and
     replay treat it alike. ``evolve`` names the pure fold it applies.
@@ -214,9 +295,10 @@ class SnapshotApplier:
 
     evolve = staticmethod(evolve_snapshot)
 
-    def __init__(self, table: Table = tables.stream_snapshots, *, cache_rows: int = 0) -> None:
-        self.table, self.tables, self.cache_rows = table, (table,), cache_rows
-        self._select, self._upsert = _select(table), _upsert(table)
+    def __init__(self, table: Table = tables.stream_snapshots, requests: Table = tables.stream_requests, *,
+                 cache_rows: int = 0) -> None:
+        self.table, self.requests, self.tables, self.cache_rows = table, requests, (table, requests), cache_rows
+        self._select, self._upsert = _select(table), _upsert(table, requests)
         self._cache: OrderedDict[str, Snapshot] = OrderedDict()
 
     @property
@@ -224,18 +306,21 @@ class SnapshotApplier:
         return self.table.name
 
     def on(self, tables: Mapping[str, Table], *, cache_rows: int = 0) -> SnapshotApplier:
-        return SnapshotApplier(tables[self.table.name], cache_rows=cache_rows)
+        return SnapshotApplier(tables[self.table.name], tables[self.requests.name], cache_rows=cache_rows)
 
     def fold(self, recorded: Iterable[RecordedEvent]) -> dict[str, list[dict[str, Any]]]:
         rows: dict[str, Snapshot | None] = {}
         changed = self._step(rows, recorded)
-        return {self.table.name: [_row(snapshot) for snapshot in changed.values()]}
+        return {self.table.name: [_row(snapshot) for snapshot in changed.values()],
+                self.requests.name: [_request_row(snapshot.stream_id, request_id, request, position)
+                                     for snapshot in changed.values()
+                                     for request_id, (request, position) in snapshot.unwritten.items()]}
 
     def apply(
         self, connection: Connection, recorded: Sequence[RecordedEvent], *,
         loaded: dict[str, Snapshot | None] | None = None,
     ) -> int:
-        """Fold ``recorded`` into the table.
+        """Fold ``recorded`` into the tables, with the request rows the snapshots' steps made.
 
         ``loaded`` holds, by stream id, the snapshots the caller already read
         (None: the stream has none yet); they are not read again.
@@ -250,12 +335,17 @@ class SnapshotApplier:
             rows.update(load_snapshots(connection, missing, self.table))
         try:
             changed = self._step(rows, recorded)
-            values = [_row(snapshot, encoded=True) for snapshot in changed.values()]
+            values = [{**_row(snapshot, encoded=True), "requests": json.dumps(
+                [_request_row(snapshot.stream_id, request_id, request, position, encoded=True)
+                 for request_id, (request, position) in snapshot.unwritten.items()], separators=(",", ":"))}
+                for snapshot in changed.values()]
             execute_deferred(connection, self._upsert, values if len(values) > 1 else values[0])
         except BaseException:
             self._cache.clear()
             raise
-        self._remember(changed)
+        written = {key: attrs.evolve(snapshot, unwritten={}) for key, snapshot in changed.items()}
+        rows.update(written)
+        self._remember(written)
         return len(changed)
 
     @staticmethod
@@ -285,3 +375,25 @@ def _row(snapshot: Snapshot, *, encoded: bool = False) -> dict[str, Any]:
     state = encode_state(snapshot)
     return {"stream_id": snapshot.stream_id, "version": snapshot.version,
             "state": json.dumps(state, separators=(",", ":")) if encoded else state}
+
+
+def _request_row(stream_id: str, request_id: UUID, request: Request, position: int, *,
+                 encoded: bool = False) -> dict[str, Any]:
+    """A request row; ``encoded`` as ``_upsert`` reads it (ids as text), else as the table reads back."""
+    return {"request_id": str(request_id) if encoded else request_id, "stream_id": stream_id,
+            "recipient_at": position, "request": _without_personal(request)}
+
+
+def load_requests(connection: Connection, stream_ids: Iterable[str], table: Table = tables.stream_requests,
+                  keyring: Keyring | None = None) -> dict[str, dict[UUID, Request]]:
+    """Every request row of these streams, by stream id and request id; with ``keyring`` their recipients and
+    nonces opened, as a decision reads them, else left out (empty)."""
+    found = connection.execute(_select_requests(table), {"stream_ids": sorted(stream_ids)}).all()
+    at = {str(row.request_id): row.recipient_at for row in found}
+    personal = _personal(connection, keyring, at)
+    by_stream: dict[str, dict[UUID, Request]] = {}
+    for row in found:
+        kind = OtpChallenge if "challenge_id" in row.request else ResetRequest
+        by_stream.setdefault(row.stream_id, {})[row.request_id] = decode_request(
+            row.request, personal[str(row.request_id)], kind)
+    return by_stream

@@ -32,6 +32,7 @@ from infra.db import tables
 from infra.services.address_index import address_hmac
 from infra.logs import log_event
 from infra.services.locks import IdempotencyLock, InFlight
+from infra.projector.snapshots import Lookups, receipt_lookup
 from infra.services.unit_of_work import ServiceContext, StreamOf, decide_on_stream
 
 log = logging.getLogger("authledger.otp")
@@ -59,6 +60,7 @@ def request_otp(
         ),
         metadata,
         idempotency_lock=lock,
+        lookups=receipt_lookup(cmd.client, cmd.idempotency_key),
     )  # fmt: skip
     if isinstance(decision.outcome, Refused):
         log_event(log, "otp request refused", user_id=cmd.scoped_user_id, reason=decision.outcome.reason,
@@ -146,6 +148,7 @@ def verify_code(
         lambda state, now: decide_otp_verify(state, challenge_id, code, now=now, keys=ctx.keys, policy=ctx.otp_policy,
                                              client=client if isinstance(client, str) else None),
         metadata,
+        lookups=Lookups(request_ids=(challenge_id,)),
     )
     outcome = decision.outcome
     if isinstance(outcome, Rejected):

@@ -25,6 +25,7 @@ from domain.tokens import hash_token
 from infra.db import tables
 from infra.services.address_index import address_hmac
 from infra.services.locks import IdempotencyLock, InFlight
+from infra.projector.snapshots import Lookups, receipt_lookup
 from infra.services.unit_of_work import ServiceContext, StreamOf, decide_on_stream
 
 # A token is 32 bytes of HMAC in base64url without padding: 43 characters.
@@ -55,6 +56,7 @@ def request_reset(
         ),
         metadata,
         idempotency_lock=lock,
+        lookups=receipt_lookup(cmd.client, cmd.idempotency_key),
     )
     if isinstance(decision.outcome, Refused):
         raise RateLimited(
@@ -114,6 +116,7 @@ def verify_token(
         ctx, _stream_of_token(token_hash, tenant), fold_reset,
         lambda state, now: decide_verify_link(state, token_hash, now=now, client=_client(metadata)),
         metadata,
+        lookups=Lookups(token_hash=token_hash),
     )
     valid = _answered(decision)
     assert isinstance(valid, LinkValid)
@@ -134,5 +137,6 @@ def consume_token(
         lambda state, now: decide_consume(
             state, token_hash, now=now, notice_message_id=notice_id, client=_client(metadata)),
         metadata,
+        lookups=Lookups(token_hash=token_hash),
     )
     return _answered(decision)

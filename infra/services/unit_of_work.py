@@ -45,14 +45,14 @@ from domain.log import RecordedEvent
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.templates import EmailTemplates
 from domain.tokens import NONCE_BYTES, TokenKeys, nonce_text
-from projections.snapshots import Snapshot, evolve_snapshot, fold_of
+from projections.snapshots import Snapshot, evolve_snapshot, fold_of, with_found
 from infra.clock import Clock, SystemClock
 from infra.db.pipeline import pipelined_transaction
 from infra.emails.templates import default_templates
 from infra.eventlog.codec import default_codec
 from infra.eventlog.email_leases import append_fenced, claim_due_leases
 from infra.projector.inline import SNAPSHOTS, apply_inline, ask_inline
-from infra.projector.snapshots import load_for_decision
+from infra.projector.snapshots import NO_LOOKUPS, Lookups, load_for_decision
 from infra.services.counts import count_call, take_counts
 from infra.services.locks import IdempotencyLock, lock_stream
 from infra.eventlog.postgres import PostgresEventStore
@@ -180,6 +180,7 @@ def decide_on_stream(
     metadata: Mapping[str, Any] | None = None,
     *,
     idempotency_lock: IdempotencyLock | None = None,
+    lookups: Lookups = NO_LOOKUPS,
 ) -> Decision:
     """Lock the stream, load it, decide on its state and the time now, append the result.
 
@@ -188,9 +189,11 @@ def decide_on_stream(
     ``idempotency_lock`` the key is locked first, so the decision reads
     whatever the key's first request committed. ``stream_id`` may be a
     look-up (``StreamOf``) run first in the same transaction; what it raises
-    ends the transaction with nothing written.
+    ends the transaction with nothing written. ``lookups`` names what the
+    decision reads beyond the stream's live part, by the keys its call
+    carries (``projections.snapshots``): the state it is given holds them.
     """
-    return _serialised(ctx, stream_id, fold, decide, _decision_batches, metadata, idempotency_lock)
+    return _serialised(ctx, stream_id, fold, decide, _decision_batches, metadata, idempotency_lock, lookups)
 
 
 def decide_events_on_stream(
@@ -202,7 +205,7 @@ def decide_events_on_stream(
 ) -> list[object]:
     """``decide_on_stream`` for streams whose decisions are plain lists of events (clients)."""
     return _serialised(ctx, stream_id, fold, decide,
-                       lambda stream, version, events: [(stream, version, events)], metadata, None)
+                       lambda stream, version, events: [(stream, version, events)], metadata, None, NO_LOOKUPS)
 
 
 def record_events(
@@ -220,6 +223,7 @@ def _serialised(
     batches_of: Callable[[str, int, Decided], Batches],
     metadata: Mapping[str, Any] | None,
     idempotency_lock: IdempotencyLock | None,
+    lookups: Lookups,
 ) -> Decided:
     for attempt in range(CONFLICT_RETRIES):
         try:
@@ -229,7 +233,7 @@ def _serialised(
                 locks = (idempotency_lock.take_with_stream(connection, stream_id) if idempotency_lock is not None
                          else lock_stream(connection, stream_id))
                 store = PostgresEventStore(connection)  # one keyring for the read and the write
-                folded = _load_folded(store, {stream_id: fold})[stream_id]
+                folded = _load_folded(store, {stream_id: fold}, {stream_id: lookups})[stream_id]
                 locks.confirm()  # the key's answer came with the read: a refused request rolls back here
                 decided = decide(folded.state, ctx.clock.now())
                 batches = _with_counts(connection, stream_id, batches_of(stream_id, folded.version, decided),
@@ -250,23 +254,25 @@ def _serialised(
 class Folded:
     """One stream as a decision reads it."""
 
-    state: Any
+    state: Any  # the live part and what the call looked up, when the stream has a snapshot; else its whole fold
     version: int
-    snapshot: Snapshot | None  # the snapshot folded from, if the stream has one
+    snapshot: Snapshot | None  # the snapshot folded from, if the stream has one: what the append evolves
     counts: Sequence[Mapping[str, Any]] = ()  # its counts not yet written, as read (``infra.services.counts``)
 
 
 def _load_folded(
-    store: PostgresEventStore, folds: Mapping[str, Callable[[Iterable[object]], Any]]
+    store: PostgresEventStore, folds: Mapping[str, Callable[[Iterable[object]], Any]],
+    lookups: Mapping[str, Lookups] | None = None,
 ) -> dict[str, Folded]:
     """Each stream folded: from its snapshot and the events after it, or from every event.
 
     One statement when every stream is snapshotted and its snapshot current,
     as they are once written through here; a second for the events past a
-    snapshot, or for a stream that has none.
+    snapshot, or for a stream that has none. A snapshotted stream's state is
+    its live part with what ``lookups`` names of it.
     """
     snapshotted = [stream_id for stream_id in folds if fold_of(stream_id) is not None]
-    decided = load_for_decision(store.connection, snapshotted, store.keyring) if snapshotted else {}
+    decided = load_for_decision(store.connection, snapshotted, store.keyring, lookups) if snapshotted else {}
     after = {stream_id: 0 for stream_id in folds if stream_id not in decided}
     for stream_id, read in decided.items():
         # Only a stream that predates snapshots (or a rebuild) has events after its snapshot: read them only then.
@@ -281,12 +287,13 @@ def _load_folded(
             folded[stream_id] = Folded(fold(r.event for r in history), history[-1].stream_version if history else 0,
                                        None)
             continue
-        snapshot = decided[stream_id].snapshot
+        read = decided[stream_id]
+        snapshot = read.snapshot
         for recorded in tails.get(stream_id, ()):
             snapshot = evolve_snapshot(snapshot, recorded)
-        counts = decided[stream_id].counts
-        folded[stream_id] = (Folded(fold(()), 0, None, counts) if snapshot is None
-                             else Folded(snapshot.state, snapshot.version, snapshot, counts))
+        folded[stream_id] = (Folded(fold(()), 0, None, read.counts) if snapshot is None
+                             else Folded(with_found(snapshot.state, read.found, read.receipts), snapshot.version,
+                                         snapshot, read.counts))
     return folded
 
 
@@ -334,20 +341,24 @@ def _back_off(attempt: int) -> None:
 
 
 def load_state(
-    ctx: ServiceContext, stream_id: str, fold: Callable[[Iterable[object]], Any], connection: Connection | None = None
+    ctx: ServiceContext, stream_id: str, fold: Callable[[Iterable[object]], Any], connection: Connection | None = None,
+    lookups: Lookups = NO_LOOKUPS,
 ) -> Any:
-    """The folded state of one stream (from its snapshot, if it has one), on ``connection`` or a fresh one."""
-    return load_states(ctx, {stream_id: fold}, connection)[stream_id]
+    """One stream's state as a decision reads it (a snapshotted stream's live part, and what ``lookups``
+    names), on ``connection`` or a fresh one."""
+    return load_states(ctx, {stream_id: fold}, connection, {stream_id: lookups})[stream_id]
 
 
 def load_states(
-    ctx: ServiceContext, folds: Mapping[str, Callable[[Iterable[object]], Any]], connection: Connection | None = None
+    ctx: ServiceContext, folds: Mapping[str, Callable[[Iterable[object]], Any]], connection: Connection | None = None,
+    lookups: Mapping[str, Lookups] | None = None,
 ) -> dict[str, Any]:
-    """The folded state of each stream in ``folds`` (each from its snapshot, if it has one), as a decision reads
-    it: in one statement whatever the streams' lengths, on ``connection`` or a fresh one."""
+    """The state of each stream in ``folds`` as a decision reads it (a snapshotted stream's live part, and
+    what ``lookups`` names of it): in one statement whatever the streams' lengths, on ``connection`` or a
+    fresh one."""
     if connection is not None:
-        loaded = _load_folded(PostgresEventStore(connection), folds)
+        loaded = _load_folded(PostgresEventStore(connection), folds, lookups)
     else:
         with ctx.engine.connect() as fresh:
-            loaded = _load_folded(PostgresEventStore(fresh), folds)
+            loaded = _load_folded(PostgresEventStore(fresh), folds, lookups)
     return {stream_id: folded.state for stream_id, folded in loaded.items()}

@@ -1,8 +1,10 @@
-"""A user's folded state holds a bounded stretch of their history (issue 13): the domain alone.
+"""What a decision reads of a user's state is bounded, whatever their history (issue 13): the pure parts.
 
-Closed requests are forgotten ``KEPT_FOR`` after they were made, once a
-newer one arrives; open ones, receipts still alive and the OTP account-lock
-counters are kept. Floods are counted, not written: see the counting rules.
+The whole fold remembers every request (a used link is told so for good);
+a snapshot keeps its live part (``projections.snapshots.live_part``): open
+requests and those of the last ``LIVE_FOR``, with the OTP account-lock
+counters. Older requests are looked up by key. Floods are counted, not
+written: see the counting rules.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from domain.policy import OtpPolicy, ResetPolicy
 from domain.reset import RequestReset, check_token, decide_reset_request
 from domain.reset_state import fold_reset
 from domain.tokens import TokenKeys, derive_reset_token, hash_token
+from projections.snapshots import LIVE_FOR, live_part
 from tests.support.secrets import nonce
 
 T0 = datetime(2025, 3, 1, 0, 0, tzinfo=UTC)
@@ -47,32 +50,32 @@ def requested_for_days(days: int) -> tuple[list[object], list[UUID]]:
     return events, ids
 
 
-def test_ten_days_of_requests_at_the_limit_leave_two_days_in_the_state() -> None:
+def test_ten_days_of_requests_at_the_limit_leave_two_hours_in_the_live_part() -> None:
+    events, ids = requested_for_days(10)
+    live = live_part(fold_reset(events))
+    assert len(ids) == 10 * 24 * POLICY.hourly_limit
+    assert len(live.requests) <= (LIVE_FOR // timedelta(hours=1) + 1) * POLICY.hourly_limit
+    assert len(live.by_token_hash) == len(live.requests) and live.receipts == {}
+    assert ids[-1] in live.requests and ids[0] not in live.requests
+
+
+def test_a_link_ten_days_old_is_refused_as_replaced_and_so_is_a_recent_closed_one() -> None:
     events, ids = requested_for_days(10)
     state = fold_reset(events)
-    assert len(ids) == 10 * 24 * POLICY.hourly_limit
-    assert len(state.requests) <= (KEPT_FOR // timedelta(hours=1) + 1) * POLICY.hourly_limit
-    assert len(state.by_token_hash) == len(state.requests)
+    now = T0 + timedelta(days=10)
+    for request_id in (ids[0], ids[-2]):
+        with pytest.raises(TokenInvalid, match="replaced"):
+            check_token(state, hash_token(derive_reset_token(KEYS.current, request_id, nonce(request_id.int))), now=now)
 
 
-def test_a_forgotten_link_is_refused_as_not_valid_and_a_recent_closed_one_as_replaced() -> None:
-    events, ids = requested_for_days(3)
-    state = fold_reset(events)
-    now = T0 + timedelta(days=3)
-    with pytest.raises(TokenInvalid, match="not valid"):
-        check_token(state, hash_token(derive_reset_token(KEYS.current, ids[0], nonce(ids[0].int))), now=now)
-    with pytest.raises(TokenInvalid, match="replaced"):
-        check_token(state, hash_token(derive_reset_token(KEYS.current, ids[-2], nonce(ids[-2].int))), now=now)
-
-
-def test_the_account_lock_counters_survive_forgetting() -> None:
+def test_the_account_lock_counters_stay_in_the_live_part() -> None:
     failed = [OtpVerificationFailed(UUID(int=1), 1, 7, T0), OtpChallengeLockedOut(None, "account", T0, T0)]
     state = fold_otp(failed)
     policy = OtpPolicy()
     later = T0 + 3 * KEPT_FOR
     decision = decide_otp_request(state, RequestOtp("42", "ada@example.test"), now=later, challenge_id=UUID(int=2),
                                   message_id=UUID(int=3), nonce=nonce(2), keys=KEYS, policy=policy)
-    state = fold_otp(decision.events, state)
+    state = live_part(fold_otp(decision.events, state))
     assert (state.consecutive_failures, state.account_lockouts) == (7, 1)
 
 
@@ -98,7 +101,7 @@ def test_a_refusal_after_the_first_of_its_window_is_counted_not_written() -> Non
     assert isinstance(next_window.outcome, Refused) and len(next_window.events) == 1, "a new window logs again"
 
 
-def test_a_receipt_may_not_outlive_what_the_state_remembers() -> None:
+def test_a_receipt_lives_at_most_two_days() -> None:
     with pytest.raises(ConfigError, match="receipt_ttl"):
         ResetPolicy(receipt_ttl=KEPT_FOR + timedelta(seconds=1))
     with pytest.raises(ConfigError, match="receipt_ttl"):
