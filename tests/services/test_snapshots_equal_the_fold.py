@@ -15,7 +15,7 @@ from uuid import UUID, uuid4
 
 import attrs
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, text
 
@@ -172,6 +172,10 @@ def test_every_snapshot_equals_a_fresh_fold_of_its_whole_stream(
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=operations)
+# Always at least this one: used, replaced and verified requests two days older than the live part.
+@example(steps=[("reset", "k1", None, ADA), ("consume", 0), ("wait", 61), ("reset", None, "app", ADA),
+                ("otp", "k2", "app", ADA), ("verify", 0, True), ("otp", None, None, EVE), ("wait", 2 * 86400),
+                ("reset", "k3", None, EVE), ("otp", "k1", None, ADA), ("wait", 3700), ("reset", "k2", "app", ADA)])
 def test_every_next_call_decided_on_the_live_part_and_its_look_ups_is_decided_as_on_the_whole_fold(
     ctx: ServiceContext, clock: ManualClock, steps: list[tuple]
 ) -> None:
