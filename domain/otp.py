@@ -204,7 +204,7 @@ def _usable_challenge(
     """The challenge if a code may be checked against it, else the decision recording the refusal."""
     challenge = state.challenges.get(challenge_id)
     if challenge is None:
-        # Unknown (or long forgotten): nothing to tie a record to, and writing one would let anyone fill the log.
+        # Unknown: nothing to tie a record to, and writing one would let anyone fill the log.
         raise CodeRejected("The code is not valid.", attempts_left=0)
     reason = code_rejection(challenge, now=now)
     if reason is None:

@@ -202,7 +202,7 @@ def _known_link(state: ResetState, token_hash: str, *, now: datetime, client: st
     require_utc(now)
     request = find_by_token_hash(state, token_hash)
     if request is None:
-        # Unknown (or long forgotten): nothing to tie a record to, and writing one would let anyone fill the log.
+        # Unknown: nothing to tie a record to, and writing one would let anyone fill the log.
         raise TokenInvalid("The reset link is not valid.")
     reason = link_rejection(request, now=now)
     if reason is None:

@@ -4,10 +4,11 @@ Why snapshots and not a fold window: the rules reach back further than any
 window one could name without changing an answer. A consumed link is told
 "already used" a year on, an idempotency key replays for 24 hours, and the
 OTP account lock counts wrong codes across challenges for good. A snapshot
-keeps exactly the state the fold would give, so a decision folds it plus
-the events after its version, whatever the stream's length; the log, replay
-and history still see every event, and ``projections verify`` checks each
-snapshot against a fold of its whole stream.
+keeps the part of the fold every decision reads, and each request a row
+that a decision finds by key, so a decision folds them plus the events
+after the snapshot's version, whatever the stream's length; the log, replay
+and history still see every event, and ``projections verify`` checks both
+tables against a fold of the whole stream.
 
 A snapshot holds no address and no nonce. Each request keeps, instead of its
 recipient and nonce, the log position of the event that carries them

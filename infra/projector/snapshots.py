@@ -1,19 +1,19 @@
-"""Snapshots in PostgreSQL: each reset and OTP stream's state as jsonb, read back and kept up to date.
+"""Snapshots in PostgreSQL: each reset and OTP stream's live part as jsonb, and a row per request.
 
 The pure fold is ``projections.snapshots``; this module encodes its states
 with the log's converter conventions (UUIDs and times as text), leaving out
 every address and nonce: a request keeps the log position of the event that
 carries its recipient and nonce, and a decision reading a snapshot opens those
-events' envelopes under the user's data key. ``SnapshotApplier`` folds
-events into the table inline (the unit of work passes the snapshot it
+events' envelopes under the user's data key. ``stream_requests`` holds every
+request so, live or not; ``load_for_decision`` reads, with the live part, the
+rows a call names by its keys (``Lookups``). ``SnapshotApplier`` folds
+events into both tables inline (the unit of work passes the snapshot it
 decided on, so nothing is read twice), and in rebuild, verify and replay.
 """
 
 from __future__ import annotations
 
 import functools
-
-import attrs
 
 from collections import OrderedDict
 import json
@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+import attrs
 from attrs import frozen
 from sqlalchemy import Connection, Table, text
 
@@ -220,7 +221,7 @@ class StreamRead:
     counts: Sequence[Mapping[str, Any]]
     # Older requests the call looked up (their recipients and nonces opened), and the receipt of its key.
     found: Sequence[Request] = ()
-    receipts: Mapping[tuple[str | None, str], Receipt] = {}
+    receipts: Mapping[tuple[str | None, str], Receipt] = attrs.field(factory=dict)
 
 
 def load_for_decision(
