@@ -1,4 +1,4 @@
-"""The ``stream_snapshots`` read model: each reset and OTP stream folded, and the version it is folded to.
+"""The ``stream_snapshots`` read model: each reset and OTP stream's live part, and a row per request.
 
 Why snapshots and not a fold window: the rules reach back further than any
 window one could name without changing an answer. A consumed link is told
