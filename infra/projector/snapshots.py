@@ -74,14 +74,6 @@ def _upsert(table: Table, requests: Table) -> Any:
     """)
 
 
-@functools.cache
-def _select_requests(table: Table) -> Any:
-    return text(f"""
-        SELECT request_id, stream_id, recipient_at, request FROM {qualified_name(table)}
-         WHERE stream_id = ANY(CAST(:stream_ids AS text[]))
-    """)
-
-
 def encode_state(snapshot: Snapshot) -> dict[str, Any]:
     """The jsonb of a snapshot's state: no address, and only JSON types, so that it compares as it reads back."""
     state = snapshot.state
@@ -383,18 +375,3 @@ def _request_row(stream_id: str, request_id: UUID, request: Request, position: i
     """A request row; ``encoded`` as ``_upsert`` reads it (ids as text), else as the table reads back."""
     return {"request_id": str(request_id) if encoded else request_id, "stream_id": stream_id,
             "recipient_at": position, "request": _without_personal(request)}
-
-
-def load_requests(connection: Connection, stream_ids: Iterable[str], table: Table = tables.stream_requests,
-                  keyring: Keyring | None = None) -> dict[str, dict[UUID, Request]]:
-    """Every request row of these streams, by stream id and request id; with ``keyring`` their recipients and
-    nonces opened, as a decision reads them, else left out (empty)."""
-    found = connection.execute(_select_requests(table), {"stream_ids": sorted(stream_ids)}).all()
-    at = {str(row.request_id): row.recipient_at for row in found}
-    personal = _personal(connection, keyring, at)
-    by_stream: dict[str, dict[UUID, Request]] = {}
-    for row in found:
-        kind = OtpChallenge if "challenge_id" in row.request else ResetRequest
-        by_stream.setdefault(row.stream_id, {})[row.request_id] = decode_request(
-            row.request, personal[str(row.request_id)], kind)
-    return by_stream

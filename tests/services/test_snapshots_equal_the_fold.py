@@ -27,7 +27,7 @@ from domain.policy import OtpPolicy, ResetPolicy
 from domain.reset import RequestReset, decide_consume, decide_reset_request, decide_verify_link, reset_delivery_verdict
 from domain.reset_events import PASSWORD_CHANGED, RESET_LINK, reset_stream
 from domain.reset_state import fold_reset
-from projections.snapshots import live_part
+from projections.snapshots import live_part, request_id_of, requests_of
 from tests.support.secrets import otp_code_of, reset_token_of
 from infra.clock import ManualClock
 from infra.errors import RateLimited
@@ -35,7 +35,7 @@ from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.personal_data import key_id_of
 from infra.eventlog.subject_keys import master_keys_from_environment
 from infra.projector.registry import projection_named
-from infra.projector.snapshots import Lookups, load_for_decision, load_requests, load_snapshots, receipt_lookup
+from infra.projector.snapshots import Lookups, load_for_decision, load_snapshots, receipt_lookup
 from infra.projector.verify import verify
 from infra.services.otp import request_otp, verify_code
 from infra.services.reset import consume_token, request_reset
@@ -100,10 +100,12 @@ def assert_snapshot_equals_the_fold(engine: Engine, stream_id: str, fold: object
     assert snapshot is not None and snapshot.version == history[-1].stream_version
     whole = fold(r.event for r in history)  # type: ignore[operator]
     assert snapshot.state == live_part(whole)
-    with engine.connect() as connection:
+    every = requests_of(whole)
+    with engine.connect() as connection:  # every request's row, found by id as a decision finds one
         store = PostgresEventStore(connection)
-        rows = load_requests(connection, [stream_id], keyring=store.keyring).get(stream_id, {})
-    assert rows == (whole.requests if stream_id.startswith("reset") else whole.challenges)
+        read = load_for_decision(connection, [stream_id], store.keyring,
+                                 {stream_id: Lookups(request_ids=tuple(every))})[stream_id]
+    assert {request_id_of(r): r for r in read.found} == every
 
 
 def outcome(decide: object) -> object:
