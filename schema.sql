@@ -383,8 +383,8 @@ $$;
 -- Snapshots of the reset and OTP streams (issue 13, projections/snapshots.py):
 -- the folded state at stream version `version`, so that a decision folds
 -- only the events after it. An inline projection, rebuilt and verified like
--- the others. Addresses in `state` are the very envelopes of the events that
--- carry them, so `privacy forget` erases them here too.
+-- the others. `state` holds no address and no nonce, only the log position
+-- of the event that carries them, so `privacy forget` erases them here too.
 CREATE TABLE IF NOT EXISTS stream_snapshots (
     stream_id  text    PRIMARY KEY,
     version    integer NOT NULL CHECK (version > 0),
@@ -396,11 +396,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON request_counts, stream_snapshots TO auth
 -- Every reset request and OTP challenge as a decision reads it (schema 5,
 -- projections/snapshots.py): its fields without address or nonce, and the
 -- log position of the event that carries those. A snapshot keeps a stream's
--- live part only (open requests, the last two hours'); a decision finds an
--- older request here by the key its call carries (a link's token, a code's
--- challenge, an idempotency key's receipt, a queued email's request), so
--- what it reads follows the hourly limit, not the user's history. Written by
--- the same inline projection as stream_snapshots.
+-- live part only (open requests, and the last two hours' request times); a
+-- decision finds a closed request here by the key its call carries (a link's
+-- token, a code's challenge, an idempotency key's receipt, a queued email's
+-- request), so what it reads follows neither the user's history nor the
+-- hourly limit. Written by the same inline projection as stream_snapshots.
 CREATE TABLE IF NOT EXISTS stream_requests (
     request_id    uuid    PRIMARY KEY,
     stream_id     text    NOT NULL,

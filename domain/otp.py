@@ -56,7 +56,7 @@ from domain.otp_events import (
     OtpRequestRefused,
     OtpVerificationFailed,
 )
-from domain.otp_state import OtpChallenge, OtpState, account_locked_until, receipt_request
+from domain.otp_state import OtpChallenge, OtpState, account_locked_until, open_challenges, receipt_request
 
 
 @frozen
@@ -120,7 +120,8 @@ def decide_otp_request(
         return replay
     _raise_if_account_locked(state, now)
     early = reuse_or_refuse(
-        [c.past() for c in state.challenges.values()],
+        [c.past() for c in open_challenges(state)],
+        state.request_times,
         params,
         now=now,
         cooldown=policy.cooldown,
@@ -152,8 +153,7 @@ def decide_otp_request(
     )
     superseded = tuple(
         OtpChallengeSuperseded(c.challenge_id, superseded_by=challenge_id)
-        for c in state.challenges.values()
-        if c.status == "open"
+        for c in open_challenges(state)
     )
     email = EmailQueued(
         message_id, "otp", OTP_CODE, cmd.scoped_user_id, challenge_id, cmd.recipient, available_at=now

@@ -78,6 +78,9 @@ class OtpState:
     run: CountingRun | None = None
     # Rejected presentations written in the latest window they were written in: past a bound they are counted.
     rejections: CountingRun | None = None
+    # When each challenge was issued, oldest first: what the hourly limit counts. Apart from ``challenges`` so
+    # that a snapshot keeps the open challenges and the times alone (``projections.snapshots.live_part``).
+    request_times: tuple[datetime, ...] = ()
 
 
 def initial_otp_state() -> OtpState:
@@ -110,7 +113,7 @@ def _evolve_challenges(state: OtpState, event: object) -> OtpState:
             event.purpose, event.issued_at, event.expires_at, event.message_id, event.idempotency_key,
             event.client, derivation=event.derivation, nonce=event.nonce,
         )  # fmt: skip
-        state = _with_challenge(state, challenge)
+        state = evolve(_with_challenge(state, challenge), request_times=(*state.request_times, event.issued_at))
         if event.idempotency_key is not None:
             receipt = Receipt(event.challenge_id, event.issued_at)
             state = _with_receipt(state, event.client, event.idempotency_key, receipt)
@@ -149,6 +152,10 @@ def _set_status(state: OtpState, challenge_id: UUID | None, status: str) -> OtpS
     if challenge is None or challenge.status != "open":
         return state
     return _with_challenge(state, evolve(challenge, status=status))
+
+
+def open_challenges(state: OtpState) -> list[OtpChallenge]:
+    return [c for c in state.challenges.values() if c.status == "open"]
 
 
 def receipt_request(state: OtpState, client: str | None, key: str | None) -> PastRequest | None:

@@ -97,7 +97,8 @@ def replay_receipt(
 
 
 def reuse_or_refuse(
-    past: Sequence[PastRequest],
+    open_requests: Sequence[PastRequest],
+    request_times: Iterable[datetime],
     params: tuple[str, ...],
     *,
     now: datetime,
@@ -105,11 +106,11 @@ def reuse_or_refuse(
     hourly_limit: int,
     refusal: Callable[[datetime], object],
 ) -> Decision | None:
-    """Rules (b) and (c): reuse the newest open request when it is unexpired,
-    younger than ``cooldown`` and for the same parameters; else, when
-    ``hourly_limit`` requests fall within the last hour, record
-    ``refusal(retry_at)``. None when a new request may be made."""
-    open_requests = [p for p in past if p.is_open]
+    """Rules (b) and (c): reuse the newest of ``open_requests`` when it is
+    unexpired, younger than ``cooldown`` and for the same parameters; else,
+    when ``hourly_limit`` of ``request_times`` (when each request was made)
+    fall within the last hour, record ``refusal(retry_at)``. None when a new
+    request may be made."""
     if open_requests:
         newest = max(open_requests, key=lambda p: p.created_at)
         if (
@@ -118,7 +119,7 @@ def reuse_or_refuse(
             and newest.params == params
         ):
             return Decision(events=(), emails=(), outcome=evolve(newest.outcome, reused=True))
-    retry_at = rate_limit_retry_at((p.created_at for p in past), now=now, limit=hourly_limit)
+    retry_at = rate_limit_retry_at(request_times, now=now, limit=hourly_limit)
     if retry_at is None:
         return None
     return Decision(

@@ -90,7 +90,8 @@ def decide_reset_request(
     if replay is not None:
         return replay
     early = reuse_or_refuse(
-        [r.past() for r in state.requests.values()],
+        [r.past() for r in open_requests(state)],
+        state.request_times,
         params,
         now=now,
         cooldown=policy.cooldown,

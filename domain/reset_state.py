@@ -66,6 +66,9 @@ class ResetState:
     run: CountingRun | None = None
     # Rejected presentations written in the latest window they were written in: past a bound they are counted.
     rejections: CountingRun | None = None
+    # When each request was made, oldest first: what the hourly limit counts. Apart from ``requests`` so that a
+    # snapshot keeps the open requests and the times alone (``projections.snapshots.live_part``).
+    request_times: tuple[datetime, ...] = ()
 
 
 def initial_reset_state() -> ResetState:
@@ -99,6 +102,7 @@ def _evolve_requests(state: ResetState, event: object) -> ResetState:
         state = evolve(
             _with_request(state, request),
             by_token_hash={**state.by_token_hash, event.token_hash: event.request_id},
+            request_times=(*state.request_times, event.requested_at),
         )
         if event.idempotency_key is not None:
             receipt = Receipt(event.request_id, event.requested_at)

@@ -17,15 +17,18 @@ data key, so `privacy forget` erases them from snapshots as it erases them
 in the log.
 
 A snapshot holds a stream's live part only (``live_part``): its open
-requests, those made within ``LIVE_FOR`` of its newest, the run and the
-account counters, and no receipt. Every request, live or not, also has a
-row of its own (a step's ``unwritten`` says which to write), so that a
-decision finds an older one by the key its call carries (a link's token, a
-code's challenge, an idempotency key's receipt, a queued email's request)
-and adds it to the live part (``with_found``). A snapshot's size
-therefore follows the hourly limit, not the user's history: a user kept at
-the limit for two days made a decision read 235 requests before
-(bench/RESULTS.md, "Two days at the hourly limit").
+requests, when each request within ``LIVE_FOR`` of the newest was made (what
+the hourly limit counts), the run and the account counters, and no receipt.
+Every request, open or closed, also has a row of its own (a step's
+``unwritten`` says which to write), so that a decision finds a closed one by
+the key its call carries (a link's token, a code's challenge, an idempotency
+key's receipt, a queued email's request) and adds it to the live part
+(``with_found``). A snapshot's size therefore follows neither the user's
+history nor the hourly limit's requests: a user kept at the limit for two
+days made a decision read 235 requests before (bench/RESULTS.md, "Two days
+at the hourly limit"), and one with the last two hours' requests kept each
+of them, its address opened, until only the open one was (bench/RESULTS.md,
+"Closed requests leave the live part").
 """
 
 from __future__ import annotations
@@ -46,9 +49,10 @@ from domain.reset_state import ResetRequest, ResetState, fold_reset
 
 State = ResetState | OtpState
 Request = ResetRequest | OtpChallenge
-# What a decision iterates over, rather than looks up by key: the open requests (superseded by a new one), and
-# those inside the rate window (counted by the hourly limit). Twice the window, so that a process whose clock
-# lags the one that wrote the newest request still finds every request its window holds.
+# What a decision iterates over, rather than looks up by key, is the open requests (superseded by a new one) and
+# the times of those inside the rate window (counted by the hourly limit). The times are kept for twice the
+# window, so that a process whose clock lags the one that wrote the newest request still counts every request
+# its window holds.
 LIVE_FOR = 2 * RATE_WINDOW
 # stream id prefix -> the flow's fold; the prefixes come from the stream-naming functions themselves.
 FOLDS: dict[str, Callable[[Iterable[object], Any], Any]] = {
@@ -89,15 +93,18 @@ def evolve_snapshot(snapshot: Snapshot | None, recorded: RecordedEvent) -> Snaps
     live part."""
     fold = fold_of(recorded.stream_id)
     assert fold is not None, f"{recorded.stream_id} has no snapshots"
-    state = live_part(fold([recorded.event], snapshot.state if snapshot is not None else None))
+    folded = fold([recorded.event], snapshot.state if snapshot is not None else None)
     recipient_at = snapshot.recipient_at if snapshot is not None else {}
     event = recorded.event
     if isinstance(event, ResetRequested):
         recipient_at = {**recipient_at, event.request_id: recorded.global_position}
     elif isinstance(event, OtpChallengeIssued):
         recipient_at = {**recipient_at, event.challenge_id: recorded.global_position}
+    # Compared before the cut: a request this step closes leaves the live part in the same step, and its row
+    # must say so.
     unwritten = {**(snapshot.unwritten if snapshot is not None else {}),
-                 **_changed(requests_of(snapshot.state) if snapshot is not None else {}, state, recipient_at)}
+                 **_changed(requests_of(snapshot.state) if snapshot is not None else {}, folded, recipient_at)}
+    state = live_part(folded)
     live = requests_of(state)
     if len(recipient_at) != len(live):
         recipient_at = {request_id: at for request_id, at in recipient_at.items() if request_id in live}
@@ -109,27 +116,25 @@ def requests_of(state: State) -> Mapping[UUID, Request]:
     return state.requests if isinstance(state, ResetState) else state.challenges
 
 
-def made_at(request: Request) -> datetime:
-    """When a request was made (a challenge issued)."""
-    return request.requested_at if isinstance(request, ResetRequest) else request.issued_at
-
-
 def live_part(state: State) -> State:
-    """The state a snapshot keeps: open requests and those made within ``LIVE_FOR`` of the newest; no receipt.
+    """The state a snapshot keeps: the open requests, the times of those made within ``LIVE_FOR`` of the
+    newest, and the counters; no closed request and no receipt.
 
     Whatever a decision reads beyond that, it reads by key, and finds in the
     stream's request rows and the receipts (``with_found``).
     """
     requests = requests_of(state)
-    newest = max((made_at(r) for r in requests.values()), default=None)
-    live = {request_id: r for request_id, r in requests.items()
-            if r.status == "open" or newest is None or made_at(r) >= newest - LIVE_FOR}
-    if len(live) == len(requests) and not state.receipts:
+    live = {request_id: r for request_id, r in requests.items() if r.status == "open"}
+    times = state.request_times
+    if times:
+        oldest_live = max(times) - LIVE_FOR
+        times = tuple(t for t in times if t >= oldest_live)
+    if len(live) == len(requests) and len(times) == len(state.request_times) and not state.receipts:
         return state
     if isinstance(state, ResetState):
         by_token_hash = {token_hash: i for token_hash, i in state.by_token_hash.items() if i in live}
-        return evolve(state, requests=live, by_token_hash=by_token_hash, receipts={})
-    return evolve(state, challenges=live, receipts={})
+        return evolve(state, requests=live, by_token_hash=by_token_hash, receipts={}, request_times=times)
+    return evolve(state, challenges=live, receipts={}, request_times=times)
 
 
 def with_found(
@@ -161,7 +166,8 @@ def request_id_of(request: Request) -> UUID:
 def _changed(
     before: Mapping[UUID, Request], after: State, recipient_at: Mapping[UUID, int],
 ) -> dict[UUID, tuple[Request, int]]:
-    """The requests ``after`` made or changed, each with its recipient's log position: request rows to write.
-    A request leaving the live part is not changed: its row already holds it."""
+    """The requests ``after`` (a step's fold, before its cut) made or changed, each with its recipient's log
+    position: request rows to write. A request of ``before`` it does not hold was cut from the live part
+    earlier: its row already holds it."""
     return {request_id: (request, recipient_at[request_id])
             for request_id, request in requests_of(after).items() if before.get(request_id) != request}

@@ -84,6 +84,7 @@ def encode_state(snapshot: Snapshot) -> dict[str, Any]:
         "receipts": [[client, key, _converter.unstructure(receipt)]
                      for (client, key), receipt in state.receipts.items()],
         "run": _converter.unstructure(state.run) if state.run is not None else None,
+        "request_times": _converter.unstructure(state.request_times),
         "recipient_at": {str(request_id): position for request_id, position in snapshot.recipient_at.items()},
     }
     if state.rejections is not None:  # absent until the first: snapshots made before stay equal to a rebuild
@@ -122,16 +123,24 @@ def decode_snapshot(
                       for data in encoded["requests"]]
         failures, lockouts, locked_until = encoded["account"]
         state = OtpState({c.challenge_id: c for c in challenges}, receipts, failures, lockouts,
-                         _converter.structure(locked_until, datetime | None), run, rejections)
+                         _converter.structure(locked_until, datetime | None), run, rejections,
+                         _request_times(encoded, [c.issued_at for c in challenges]))
     else:
         requests = [decode_request(data, personal[data["request_id"]], ResetRequest)
                     for data in encoded["requests"]]
         state = ResetState({r.request_id: r for r in requests}, {r.token_hash: r.request_id for r in requests},
-                           receipts, run, rejections)
+                           receipts, run, rejections, _request_times(encoded, [r.requested_at for r in requests]))
     # A snapshot from before schema 5 holds every request and none has a row: its next step writes them all.
     unwritten = {} if "live" in encoded else {
         request_id: (request, recipient_at[request_id]) for request_id, request in requests_of(state).items()}
     return Snapshot(stream_id, version, state, recipient_at, unwritten)
+
+
+def _request_times(encoded: Mapping[str, Any], made: list[datetime]) -> tuple[datetime, ...]:
+    """A snapshot's request times; a snapshot written before they were kept holds every request it counts."""
+    if "request_times" in encoded:
+        return _converter.structure(encoded["request_times"], tuple[datetime, ...])
+    return tuple(sorted(made))
 
 
 def decode_request(data: Mapping[str, Any], personal: Mapping[str, str | None], kind: type[Request]) -> Request:

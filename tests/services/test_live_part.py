@@ -1,10 +1,10 @@
 """A user kept at the hourly limit for days costs what a new one does (issue 13), on real PostgreSQL.
 
-A snapshot holds its stream's live part (open requests, the last two hours'),
-every request has a row of its own, and a decision reads an older request by
-the key its call carries. Through the services: the snapshot stays small
-whatever the history, and what the service answers about an old link, code
-or key is what the whole fold says.
+A snapshot holds its stream's live part (the open requests, and when the
+last two hours' requests were made), every request has a row of its own, and
+a decision reads a closed request by the key its call carries. Through the
+services: the snapshot stays small whatever the history, and what the
+service answers about an old link, code or key is what the whole fold says.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import attrs
 import pytest
 from sqlalchemy import Engine, text
 
@@ -23,6 +24,7 @@ from domain.reset import RequestReset
 from domain.reset_events import ResetTokenRejected, reset_stream
 from domain.reset_state import fold_reset
 from infra.clock import ManualClock
+from infra.errors import RateLimited
 from infra.eventlog.postgres import PostgresEventStore
 from infra.projector.registry import projection_named
 from infra.projector.snapshots import encode_state
@@ -50,11 +52,14 @@ def hours_at_the_limit(ctx: ServiceContext, clock: ManualClock, user: str, hours
     return made
 
 
-def snapshot_requests(engine: Engine, stream_id: str) -> int:
+def snapshot_state(engine: Engine, stream_id: str) -> dict:
     with engine.connect() as connection:
-        state = connection.execute(text("SELECT state FROM stream_snapshots WHERE stream_id = :s"),
-                                   {"s": stream_id}).scalar_one()
-    return len(state["requests"])
+        return connection.execute(text("SELECT state FROM stream_snapshots WHERE stream_id = :s"),
+                                  {"s": stream_id}).scalar_one()
+
+
+def snapshot_requests(engine: Engine, stream_id: str) -> int:
+    return len(snapshot_state(engine, stream_id)["requests"])
 
 
 def request_rows(engine: Engine, stream_id: str) -> int:
@@ -63,14 +68,16 @@ def request_rows(engine: Engine, stream_id: str) -> int:
                                   {"s": stream_id}).scalar_one()
 
 
-def test_two_days_at_the_limit_leave_two_hours_in_the_snapshot_and_a_row_for_every_request(
+def test_two_days_at_the_limit_leave_the_open_request_and_two_hours_of_times_in_the_snapshot_and_a_row_for_each(
     ctx: ServiceContext, clock: ManualClock, engine: Engine, admin_engine: Engine
 ) -> None:
     made = hours_at_the_limit(ctx, clock, "7", 48)
 
     live_hours = LIVE_FOR // timedelta(hours=1)
     assert len(made) == 48 * ctx.reset_policy.hourly_limit
-    assert snapshot_requests(engine, reset_stream("7")) <= (live_hours + 1) * ctx.reset_policy.hourly_limit
+    assert snapshot_requests(engine, reset_stream("7")) == 1
+    assert len(snapshot_state(engine, reset_stream("7"))["request_times"]) <= \
+        (live_hours + 1) * ctx.reset_policy.hourly_limit
     assert request_rows(engine, reset_stream("7")) == len(made)
     report = verify(admin_engine, projection_named("stream_snapshots"))
     assert report.ok, report.summary()
@@ -124,7 +131,7 @@ def test_a_code_used_a_day_ago_is_refused_as_used(
 
     with pytest.raises(CodeRejected, match="already used"):
         verify_code(ctx, challenge.request_id, code, user_id="10")
-    assert snapshot_requests(engine, otp_stream("10")) < 24 * ctx.otp_policy.hourly_limit
+    assert snapshot_requests(engine, otp_stream("10")) == 1
 
 
 def test_a_snapshot_from_before_the_live_part_answers_from_itself_and_writes_its_rows_on_its_next_decision(
@@ -139,7 +146,7 @@ def test_a_snapshot_from_before_the_live_part_answers_from_itself_and_writes_its
         whole = fold_reset(r.event for r in history)
         recipient_at = {r.event.request_id: r.global_position for r in history if hasattr(r.event, "nonce")}
         state = encode_state(Snapshot(reset_stream("11"), history[-1].stream_version, whole, recipient_at))
-        del state["live"]
+        del state["live"], state["request_times"]
         connection.execute(text("UPDATE stream_snapshots SET state = CAST(:state AS jsonb)"),
                            {"state": json.dumps(state)})
         connection.execute(text("DELETE FROM stream_requests"))
@@ -148,6 +155,34 @@ def test_a_snapshot_from_before_the_live_part_answers_from_itself_and_writes_its
         consume_token(ctx, replaced)  # the old snapshot holds it; recording the refusal writes every row
 
     assert request_rows(engine, reset_stream("11")) == len(whole.requests)
-    assert snapshot_requests(engine, reset_stream("11")) < len(whole.requests)
+    assert snapshot_requests(engine, reset_stream("11")) == 1
+    report = verify(admin_engine, projection_named("stream_snapshots"))
+    assert report.ok, report.summary()
+
+
+def test_a_snapshot_that_kept_closed_requests_counts_them_and_keeps_their_times_alone_on_its_next_decision(
+    ctx: ServiceContext, clock: ManualClock, engine: Engine, admin_engine: Engine
+) -> None:
+    for _ in range(ctx.reset_policy.hourly_limit):  # the hour's limit: the next request within it is refused
+        request_reset(ctx, RequestReset("12", ADA))
+        clock.advance(ctx.reset_policy.cooldown + timedelta(seconds=1))
+    with admin_engine.begin() as connection:  # as schema 5 first wrote it: closed requests kept, no times
+        history = PostgresEventStore(connection).load(reset_stream("12"))
+        whole = fold_reset(r.event for r in history)
+        recipient_at = {r.event.request_id: r.global_position for r in history if hasattr(r.event, "nonce")}
+        state = encode_state(Snapshot(reset_stream("12"), history[-1].stream_version, attrs.evolve(
+            whole, receipts={}), recipient_at))
+        del state["request_times"]
+        connection.execute(text("UPDATE stream_snapshots SET state = CAST(:state AS jsonb)"),
+                           {"state": json.dumps(state)})
+    assert snapshot_requests(engine, reset_stream("12")) == ctx.reset_policy.hourly_limit
+
+    with pytest.raises(RateLimited):
+        request_reset(ctx, RequestReset("12", EVE))
+    clock.advance(timedelta(hours=1))
+    request_reset(ctx, RequestReset("12", EVE))
+
+    assert snapshot_requests(engine, reset_stream("12")) == 1
+    assert len(snapshot_state(engine, reset_stream("12"))["request_times"]) == ctx.reset_policy.hourly_limit + 1
     report = verify(admin_engine, projection_named("stream_snapshots"))
     assert report.ok, report.summary()

@@ -24,6 +24,7 @@ from domain.otp_events import (
 )
 from domain.otp_state import fold_otp
 from infra.clock import ManualClock
+from infra.projector.snapshots import Lookups
 from infra.services.otp import request_otp, verify_code
 from infra.services.unit_of_work import ServiceContext, load_state
 from infra.delivery.worker import Worker
@@ -51,7 +52,8 @@ def wrong(code: str) -> str:
 
 def code_of(ctx: ServiceContext, user_id: str, outcome: RequestOutcome) -> str:
     """The code the worker would send, re-derived (for emails that are never sent)."""
-    challenge = load_state(ctx, otp_stream(user_id), fold_otp).challenges[outcome.request_id]
+    challenge = load_state(ctx, otp_stream(user_id), fold_otp,
+                           lookups=Lookups(request_ids=(outcome.request_id,))).challenges[outcome.request_id]
     return otp_code_for(challenge, ctx.keys)
 
 

@@ -174,10 +174,14 @@ def test_every_snapshot_equals_a_fresh_fold_of_its_whole_stream(
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=operations)
-# Always at least this one: used, replaced and verified requests two days older than the live part.
+# Always at least these two. This one: used, replaced and verified requests two days older than the live part.
 @example(steps=[("reset", "k1", None, ADA), ("consume", 0), ("wait", 61), ("reset", None, "app", ADA),
                 ("otp", "k2", "app", ADA), ("verify", 0, True), ("otp", None, None, EVE), ("wait", 2 * 86400),
                 ("reset", "k3", None, EVE), ("otp", "k1", None, ADA), ("wait", 3700), ("reset", "k2", "app", ADA)])
+# And this one: both flows at the hourly limit, with replaced requests the live part keeps only the times of.
+@example(steps=[("reset", None, None, ADA), ("wait", 61), ("reset", None, None, EVE), ("wait", 61),
+                ("reset", "k1", "app", ADA), ("otp", None, None, ADA), ("wait", 61), ("otp", None, None, EVE),
+                ("wait", 61), ("otp", "k2", None, ADA)])
 def test_every_next_call_decided_on_the_live_part_and_its_look_ups_is_decided_as_on_the_whole_fold(
     ctx: ServiceContext, clock: ManualClock, steps: list[tuple]
 ) -> None:
@@ -246,13 +250,14 @@ def test_a_user_with_two_data_keys_has_the_fields_sealed_under_each_opened_and_w
     sealed_under = {request_id: key_id_of(envelope) for request_id, envelope in sealed}
     assert sealed_under[str(second.request_id)] == new_key_id != sealed_under[str(first.request_id)]
     assert_snapshot_equals_the_fold(ctx.engine, reset_stream(user), fold_reset)
-    with ctx.engine.connect() as connection:
+    with ctx.engine.connect() as connection:  # the first, replaced, is a closed request: read by id
         store = PostgresEventStore(connection)
-        decided = load_for_decision(connection, [reset_stream(user)], store.keyring)[reset_stream(user)].snapshot
+        read = load_for_decision(connection, [reset_stream(user)], store.keyring,
+                                 {reset_stream(user): Lookups(request_ids=(first.request_id,))})[reset_stream(user)]
         assert store.keyring.writing_key(user)[0] == new_key_id
-    assert decided is not None
-    assert {r.request_id: r.recipient for r in decided.state.requests.values()} == {
-        first.request_id: ADA, second.request_id: EVE}
+    assert read.snapshot is not None
+    opened = [*read.snapshot.state.requests.values(), *read.found]
+    assert {r.request_id: r.recipient for r in opened} == {first.request_id: ADA, second.request_id: EVE}
     # A replay of either key finds its first answer: its recipient was opened under its own key.
     assert request_reset(ctx, RequestReset("8", ADA, "k1")).request_id == first.request_id
     assert request_reset(ctx, RequestReset("8", EVE, "k2")).request_id == second.request_id

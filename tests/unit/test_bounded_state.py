@@ -1,9 +1,9 @@
 """What a decision reads of a user's state is bounded, whatever their history (issue 13): the pure parts.
 
 The whole fold remembers every request (a used link is told so for good);
-a snapshot keeps its live part (``projections.snapshots.live_part``): open
-requests and those of the last ``LIVE_FOR``, with the OTP account-lock
-counters. Older requests are looked up by key. Floods are counted, not
+a snapshot keeps its live part (``projections.snapshots.live_part``): the
+open requests and when those of the last ``LIVE_FOR`` were made, with the
+OTP account-lock counters. Older requests are looked up by key. Floods are counted, not
 written: see the counting rules.
 """
 
@@ -50,13 +50,25 @@ def requested_for_days(days: int) -> tuple[list[object], list[UUID]]:
     return events, ids
 
 
-def test_ten_days_of_requests_at_the_limit_leave_two_hours_in_the_live_part() -> None:
+def test_ten_days_of_requests_at_the_limit_leave_the_open_one_and_two_hours_of_times_in_the_live_part() -> None:
     events, ids = requested_for_days(10)
-    live = live_part(fold_reset(events))
+    whole = fold_reset(events)
+    live = live_part(whole)
     assert len(ids) == 10 * 24 * POLICY.hourly_limit
-    assert len(live.requests) <= (LIVE_FOR // timedelta(hours=1) + 1) * POLICY.hourly_limit
-    assert len(live.by_token_hash) == len(live.requests) and live.receipts == {}
-    assert ids[-1] in live.requests and ids[0] not in live.requests
+    assert list(live.requests) == [ids[-1]] and list(live.by_token_hash.values()) == [ids[-1]]
+    assert live.receipts == {}
+    assert POLICY.hourly_limit <= len(live.request_times) <= (LIVE_FOR // timedelta(hours=1) + 1) * POLICY.hourly_limit
+    assert live.request_times == whole.request_times[-len(live.request_times):]
+
+
+def test_the_live_part_refuses_the_next_request_of_a_full_hour_as_the_whole_fold_does() -> None:
+    events, _ = requested_for_days(1)
+    whole = fold_reset(events)
+    now = whole.request_times[-1] + timedelta(minutes=1)
+    decided = [decide_reset_request(state, RequestReset("42", "eve@example.test"), now=now, request_id=UUID(int=7),
+                                    message_id=UUID(int=8), nonce=nonce(7), keys=KEYS, policy=POLICY)
+               for state in (whole, live_part(whole))]
+    assert isinstance(decided[0].outcome, Refused) and decided[0] == decided[1]
 
 
 def test_a_link_ten_days_old_is_refused_as_replaced_and_so_is_a_recent_closed_one() -> None:
