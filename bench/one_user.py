@@ -42,8 +42,9 @@ as ``serve`` writes it, the others before.
 The history part (``--only history``, or with the others) asks what a
 user's state costs rather than a flood: ``--history-users`` users a row
 make the hourly limit's creates every hour for 1, 12, 24 or 47 hours (a
-user's state keeps a closed request 48 hours, ``KEPT_FOR``), and each
-one's next create is timed beside a brand-new user's first, in turn.
+user's state once kept a closed request 48 hours, the old ``KEPT_FOR``),
+and each one's next create is timed beside a brand-new user's first, in
+turn.
 """
 
 from __future__ import annotations
@@ -270,7 +271,7 @@ def victim_rows(engine: Engine, flow: str, refusals: int, samples: int) -> list[
     return rows
 
 
-HISTORY_HOURS = (1, 12, 24, 47)  # hours at the hourly limit before the timed create; state keeps 48 h
+HISTORY_HOURS = (1, 12, 24, 47)  # hours at the hourly limit before the timed create; state once kept 48 h
 
 
 def history_rows(engine: Engine, flow: str, users: int) -> list[tuple[str, float, str]]:
