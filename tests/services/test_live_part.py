@@ -176,6 +176,7 @@ def test_a_snapshot_that_kept_closed_requests_counts_them_and_keeps_their_times_
         connection.execute(text("UPDATE stream_snapshots SET state = CAST(:state AS jsonb)"),
                            {"state": json.dumps(state)})
     assert snapshot_requests(engine, reset_stream("12")) == ctx.reset_policy.hourly_limit
+    assert not verify(admin_engine, projection_named("stream_snapshots")).ok  # the uncut snapshot is reported
 
     with pytest.raises(RateLimited):
         request_reset(ctx, RequestReset("12", EVE))
