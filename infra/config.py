@@ -12,6 +12,7 @@ refuses to run.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -28,6 +29,17 @@ from infra import config_values as values
 
 PROVIDERS = ("maildir", "smtp", "http")
 LOG_FORMATS = ("auto", "json", "text")
+# `serve`'s processes when nothing says how many: one for each core, as a
+# second process on one core only adds switching (bench/RESULTS.md), and no
+# more than four, whose pools (20 connections each, infra/http/serve.py)
+# fit within PostgreSQL's default max_connections of 100 with room for the CLI.
+MOST_DEFAULT_API_PROCESSES = 4
+
+
+def default_api_processes() -> int:
+    """One API process for each core this process may run on (its CPU affinity), at most four."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(cores, MOST_DEFAULT_API_PROCESSES)
 
 
 @frozen
@@ -123,6 +135,9 @@ class Settings:
         doc="Seconds allowed for one provider call.")
     delivery_inflight: int = _setting("AUTHLEDGER_DELIVERY_INFLIGHT", 64, values.whole(1, 1024),
         doc="Provider calls a worker process keeps in flight at once; each provider keeps as many connections.")
+    api_processes: int | None = _setting("AUTHLEDGER_API_PROCESSES", None, values.whole(1, 64),
+        doc=f"API processes `serve` runs on its port; unset, one for each core it may run on, at most "
+            f"{MOST_DEFAULT_API_PROCESSES}.")
     max_attempts: int | None = _setting("AUTHLEDGER_MAX_ATTEMPTS", None, values.whole(1, 1000),
         feeds=(DeliveryPolicy, "max_attempts"),
         doc="Optional hard cap on send attempts; unset, a message is retried until its link or code expires.")
@@ -144,6 +159,10 @@ class Settings:
     @property
     def maildir_path(self) -> Path:
         return self.maildir or self.data_dir / "maildir"
+
+    @property
+    def api_process_count(self) -> int:
+        return self.api_processes or default_api_processes()
 
 
 SETTINGS: tuple[Setting, ...] = tuple(
@@ -233,6 +252,8 @@ def _value_and_source(settings: Settings, setting: Setting, environ: Mapping[str
         return f"*** from {settings.data_dir / DEV_KEY_FILES[setting.name]}", "generated development key file"
     elif setting.name == "maildir" and value is None:
         return str(settings.maildir_path), "default, in the data directory"
+    elif setting.name == "api_processes" and value is None:
+        return settings.api_process_count, f"default, one for each core (at most {MOST_DEFAULT_API_PROCESSES})"
     else:
         source = "default"
     if value is None:

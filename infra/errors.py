@@ -123,7 +123,7 @@ class KeyNotTrusted(AuthledgerError):
 
 
 class ApiProcessExited(AuthledgerError):
-    """An API process of `serve --processes` exited on its own; the others were stopped."""
+    """One of `serve`'s API processes exited on its own; the others were stopped."""
 
     exit_code = 70  # EX_SOFTWARE: a crash, as an internal error is; never an HTTP answer
 

@@ -333,6 +333,23 @@ def test_serve_with_two_processes_answers_from_each_delivers_from_one_and_stops_
     assert "processes: 2 API processes" in (tmp_path / "serve.out").read_text()
 
 
+def test_serve_runs_as_many_api_processes_as_the_environment_says_unless_the_command_line_says_otherwise(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**env, "AUTHLEDGER_API_PROCESSES": "2"}
+    for told, expected in (((), 2), (("--processes", "1"), 0)):
+        process, _ = start_serve(env, tmp_path, "--inflight", "0", *told)
+        try:
+            if expected:
+                wait_for("both API processes", lambda: api_processes(tmp_path, expected))
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=90) == 0
+        said, log = (tmp_path / "serve.out").read_text(), (tmp_path / "serve.err").read_text()
+        assert log.count('"api process started"') == expected, log
+        assert ("processes: 2 API processes" in said) == bool(expected), said
+
+
 @pytest.mark.slow
 def test_when_one_api_process_dies_serve_stops_the_others_and_exits_with_an_error(
     env: dict[str, str], tmp_path: Path

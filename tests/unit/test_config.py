@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,9 +17,10 @@ from cli import cli
 from domain.delivery import DeliveryPolicy
 from domain.policy import OtpPolicy, ResetPolicy
 from infra.bootstrap import App
-from infra.config import SETTINGS, Settings, load_settings, policy, with_settings_table
+from infra.config import SETTINGS, Settings, default_api_processes, load_settings, policy, with_settings_table
 
 README = Path(__file__).parents[2] / "README.md"
+AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
 
 ACCOUNT_LOCK_DEFAULTS = {
     "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES": 100,
@@ -164,3 +168,59 @@ def test_readme_lists_every_setting_as_declared() -> None:
     assert readme == with_settings_table(readme), (
         "README's settings table is out of date: run `python -m infra.config README.md`"
     )
+
+
+# -- how many API processes `serve` runs --------------------------------------------------------
+
+
+def test_unset_serve_runs_one_api_process_for_each_core_it_may_run_on() -> None:
+    result = config_show({}, "--json")
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["AUTHLEDGER_API_PROCESSES"] == {
+        "value": min(len(os.sched_getaffinity(0)), 4), "source": "default, one for each core (at most 4)"}
+
+
+def test_a_process_held_to_one_core_runs_one_api_process(tmp_path: Path) -> None:
+    env = {name: value for name, value in os.environ.items() if not name.startswith("AUTHLEDGER_")}
+    env.pop("DATABASE_URL", None)
+    one_core = min(os.sched_getaffinity(0))
+
+    shown = subprocess.run([AUTHLEDGER, "config", "show", "--json"], env={**env, "AUTHLEDGER_DATA_DIR": str(tmp_path)},
+                           preexec_fn=lambda: os.sched_setaffinity(0, {one_core}),
+                           capture_output=True, text=True, timeout=60, check=True)
+
+    assert json.loads(shown.stdout)["AUTHLEDGER_API_PROCESSES"]["value"] == 1
+
+
+def test_unset_serve_runs_at_most_four_api_processes_however_many_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+
+    assert default_api_processes() == 4
+    assert Settings().api_process_count == 4
+    assert Settings(api_processes=6).api_process_count == 6
+
+
+def test_api_processes_set_in_the_environment_are_shown_as_set() -> None:
+    result = config_show({"AUTHLEDGER_API_PROCESSES": "3"})
+
+    assert result.exit_code == 0, result.output
+    assert _line(result.output, "AUTHLEDGER_API_PROCESSES") == ("3", "environment")
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ("0", "must be between 1 and 64, got 0"),
+    ("65", "must be between 1 and 64, got 65"),
+    ("two", "must be a whole number, got 'two'"),
+])  # fmt: skip
+def test_a_bad_api_processes_setting_is_one_clear_line_and_serve_starts_nothing(
+    value: str, said: str, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+
+    result = CliRunner().invoke(cli, ["serve", "--port", "1"],
+                                env={"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_API_PROCESSES": value})
+
+    assert result.exit_code == 78
+    assert result.output == f"Error: invalid configuration:\n  AUTHLEDGER_API_PROCESSES {said}\n"
+    assert not data_dir.exists(), "no embedded server, key or Maildir was made"
