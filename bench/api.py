@@ -1,6 +1,6 @@
 """HTTP API throughput and latency beside /healthz on the same server, in the same run (issues 5 and 13).
 
-    .venv/bin/python bench/api.py [--requests 2000] [--clients 16] [--rounds 3] [--processes 1] [--quick]
+    .venv/bin/python bench/api.py [--requests 2000] [--clients 16] [--rounds 3] [--processes N] [--quick]
                                   [--statements]
 
 Starts its own embedded PostgreSQL in a temporary directory with the
@@ -85,6 +85,7 @@ from domain.reset_events import reset_stream
 from domain.reset_state import fold_reset
 from domain.tokens import TokenKeys
 from infra.eventlog.postgres import PostgresEventStore
+from infra.config import default_api_processes
 from infra.services.clients import create_client
 from infra.services.unit_of_work import ServiceContext
 from infra.db.schema import init_schema
@@ -337,7 +338,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16, help="requests in flight (default 16)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, alternating the order (default 3)")
     parser.add_argument("--single", type=int, default=300, help="requests per endpoint, one in flight (default 300)")
-    parser.add_argument("--processes", type=int, default=1, help="`serve --processes` (default 1)")
+    parser.add_argument("--processes", type=int, default=default_api_processes(),
+                        help="`serve --processes` (default: serve's own, one for each core, at most 4)")
     parser.add_argument("--quick", action="store_true", help="200 requests, 1 round: a smoke test for CI")
     parser.add_argument("--statements", action="store_true",
                         help="load pg_stat_statements; print where the database server's time went")

@@ -29,10 +29,11 @@ from infra import config_values as values
 
 PROVIDERS = ("maildir", "smtp", "http")
 LOG_FORMATS = ("auto", "json", "text")
-# `serve`'s processes when nothing says how many: one for each core, as a
-# second process on one core only adds switching (bench/RESULTS.md), and no
-# more than four, whose pools (20 connections each, infra/http/serve.py)
-# fit within PostgreSQL's default max_connections of 100 with room for the CLI.
+# `serve`'s processes when nothing says how many: one for each core, as more
+# served no more requests (bench/RESULTS.md, "serve's processes by default")
+# while each keeps a pool of 20 connections (infra/http/serve.py); and no more
+# than four, whose pools fit within PostgreSQL's default max_connections of
+# 100 with room for the CLI and other workers.
 MOST_DEFAULT_API_PROCESSES = 4
 
 
