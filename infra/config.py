@@ -30,7 +30,7 @@ from infra import config_values as values
 PROVIDERS = ("maildir", "smtp", "http")
 LOG_FORMATS = ("auto", "json", "text")
 # `serve`'s processes when nothing says how many: one for each core, as more
-# served no more requests (bench/RESULTS.md, "serve's processes by default")
+# served no clearly more requests (bench/RESULTS.md, "serve's processes by default")
 # while each keeps a pool of 20 connections (infra/http/serve.py); and no more
 # than four, whose pools fit within PostgreSQL's default max_connections of
 # 100 with room for the CLI and other workers.
