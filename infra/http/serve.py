@@ -32,12 +32,14 @@ from types import FrameType
 import attrs
 import uvicorn
 from attrs import frozen
+from sqlalchemy import text
 
 from domain.clients import SCOPES
-from domain.errors import NotFound
+from domain.errors import ConfigError, NotFound
 from infra.bootstrap import App, stop_on_sigterm
 from infra.config import Settings
 from infra.db.engine import Database
+from infra.db.reading import reading
 from infra.errors import ApiProcessExited, PortUnavailable
 from infra.http.app import create_app
 from infra.console.app import Console
@@ -61,6 +63,11 @@ SERVE_METADATA = {"actor": "authledger serve", "client": "cli", "command": "serv
 # request after request, and each new connection parses its statements anew.
 API_THREADS = 16
 API_POOL_SIZE = API_THREADS + 4
+# The connections the database lets a role without superuser rights open.
+CONNECTIONS_ALLOWED = text("""
+    SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int
+           - coalesce(current_setting('reserved_connections', true)::int, 0)
+""")
 # How long ``serve --processes`` waits for its API processes after SIGTERM before it kills them: uvicorn's
 # graceful shutdown (10 s), then the worker's sends in flight.
 STOP_GRACE_SECONDS = 60.0
@@ -115,6 +122,7 @@ def serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str],
     _route_uvicorn_logs()
     app = App(app.settings, database=app.database, pool_size=API_POOL_SIZE)
     try:
+        check_connections_fit(app, processes)
         lines, reset_page = _prepare(app, host=host, port=port, inflight=inflight)
         if processes == 1:
             # Bound here rather than by uvicorn: a port in use is refused as with several processes (exit 69).
@@ -129,6 +137,23 @@ def serve(app: App, *, host: str, port: int, inflight: int, say: Callable[[str],
                         processes=processes, announce=lambda: say("\n".join(lines)))
     finally:
         app.close()
+
+
+def check_connections_fit(app: App, processes: int) -> None:
+    """Refuse, before anything is written, more API processes than the database has connections for.
+
+    Each process's pool grows to ``API_POOL_SIZE`` under load; beyond what the
+    server allows, requests would fail with "too many clients" only then.
+    """
+    with reading(app.admin_engine) as connection:
+        allowed = connection.execute(CONNECTIONS_ALLOWED).scalar_one()
+    wanted = processes * API_POOL_SIZE
+    if wanted > allowed:
+        fewer = (f"run at most {allowed // API_POOL_SIZE} (--processes or AUTHLEDGER_API_PROCESSES)"
+                 if allowed >= API_POOL_SIZE else "raise the database's max_connections")
+        raise ConfigError(f"{processes} API processes would keep up to {wanted} database connections "
+                          f"({API_POOL_SIZE} each), and the database allows {allowed} (max_connections, less "
+                          f"those reserved for superusers): {fewer}")
 
 
 def _prepare(app: App, *, host: str, port: int, inflight: int) -> tuple[list[str], bool]:

@@ -30,7 +30,7 @@ from infra.config import Settings
 from infra.db.engine import Database
 from domain.clients import SCOPES
 from infra.services.clients import authenticate, create_client, revoke_client
-from infra.http.serve import ensure_dev_key
+from infra.http.serve import API_POOL_SIZE, CONNECTIONS_ALLOWED, ensure_dev_key
 from tests.console.support import csrf_of
 from tests.support.log_reading import stream_events
 from tests.support.servers import AUTHLEDGER, free_port, start_serve, wait_for
@@ -348,6 +348,27 @@ def test_serve_runs_as_many_api_processes_as_the_environment_says_unless_the_com
         said, log = (tmp_path / "serve.out").read_text(), (tmp_path / "serve.err").read_text()
         assert log.count('"api process started"') == expected, log
         assert ("processes: 2 API processes" in said) == bool(expected), said
+
+
+def test_serve_refuses_more_api_processes_than_the_database_has_connections_for_and_writes_nothing(
+    env: dict[str, str], engine: Engine
+) -> None:
+    with engine.connect() as connection:
+        allowed = connection.execute(CONNECTIONS_ALLOWED).scalar_one()
+        events = connection.execute(text("SELECT count(*) FROM events")).scalar_one()
+    too_many = allowed // API_POOL_SIZE + 1
+
+    refused = subprocess.run([AUTHLEDGER, "serve", "--port", str(free_port()), "--processes", str(too_many),
+                              "--inflight", "0"], env=env, capture_output=True, text=True, timeout=60)
+
+    assert refused.returncode == 78, refused.stderr
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"Error: {too_many} API processes would keep up to {too_many * API_POOL_SIZE} database connections "
+        f"({API_POOL_SIZE} each), and the database allows {allowed} (max_connections, less those reserved for "
+        f"superusers): run at most {too_many - 1} (--processes or AUTHLEDGER_API_PROCESSES)")
+    assert "Traceback" not in refused.stderr and "api process started" not in refused.stderr
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM events")).scalar_one() == events
 
 
 @pytest.mark.slow
