@@ -357,6 +357,8 @@ def test_serve_refuses_more_api_processes_than_the_database_has_connections_for_
         allowed = connection.execute(CONNECTIONS_ALLOWED).scalar_one()
         events = connection.execute(text("SELECT count(*) FROM events")).scalar_one()
     too_many = allowed // API_POOL_SIZE + 1
+    if too_many > 64:  # --processes takes 1-64: a TEST_DATABASE_URL server this large leaves nothing to refuse
+        pytest.skip(f"the database allows {allowed} connections, room for more than 64 processes")
 
     refused = subprocess.run([AUTHLEDGER, "serve", "--port", str(free_port()), "--processes", str(too_many),
                               "--inflight", "0"], env=env, capture_output=True, text=True, timeout=60)
