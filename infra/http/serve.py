@@ -143,10 +143,16 @@ def check_connections_fit(app: App, processes: int) -> None:
     """Refuse, before anything is written, more API processes than the database has connections for.
 
     Each process's pool grows to ``API_POOL_SIZE`` under load; beyond what the
-    server allows, requests would fail with "too many clients" only then.
+    server allows, requests would fail with "too many clients" only then. Read
+    through an engine of its own, closed at once, so that no idle connection
+    outlives the check (before the schema exists, so not as the app role).
     """
-    with reading(app.admin_engine) as connection:
-        allowed = connection.execute(CONNECTIONS_ALLOWED).scalar_one()
+    engine = app.database.admin_engine()
+    try:
+        with reading(engine) as connection:
+            allowed = connection.execute(CONNECTIONS_ALLOWED).scalar_one()
+    finally:
+        engine.dispose()
     wanted = processes * API_POOL_SIZE
     if wanted > allowed:
         fewer = (f"run at most {allowed // API_POOL_SIZE} (--processes or AUTHLEDGER_API_PROCESSES)"
