@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 
 from commands.output import CLI_CLIENT, cli_metadata, emit, explained_mismatch, json_option, tenant_option
@@ -9,6 +11,22 @@ from domain.reset import RequestReset
 from domain.tenants import split_scoped_user
 from infra.bootstrap import App
 from infra.services import reset as reset_service
+
+
+# A reset token is base64url of 32 bytes, 43 characters: one in 64 begins
+# with "-", which click would read as an option ("No such option: -x").
+DASHED_TOKEN = re.compile(r"-[A-Za-z0-9_-]{42}")
+
+
+class TakesAToken(click.Command):
+    """A command whose argument is a reset token: a word of a token's shape that begins with "-" is put
+    behind "--", where click reads only arguments. Anything else, a mistyped option too, is parsed as given."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        dashed = [arg for arg in args if DASHED_TOKEN.fullmatch(arg)]
+        if dashed and "--" not in args:
+            args = [arg for arg in args if arg not in dashed] + ["--", *dashed]
+        return super().parse_args(ctx, args)
 
 
 @click.group()
@@ -38,7 +56,7 @@ def reset_request(app: App, user_id: str, recipient: str, idempotency_key: str |
                         f"expires {data['expires_at']}")
 
 
-@reset.command("verify")
+@reset.command("verify", cls=TakesAToken)
 @click.argument("token")
 @tenant_option
 @json_option
@@ -53,7 +71,7 @@ def reset_verify(app: App, token: str, tenant: str, as_json: bool) -> None:
                         f"expires {data['expires_at']}")
 
 
-@reset.command("consume")
+@reset.command("consume", cls=TakesAToken)
 @click.argument("token")
 @tenant_option
 @json_option

@@ -93,6 +93,16 @@ def test_a_tenants_link_is_verified_and_consumed_only_for_that_tenant(env: dict[
     assert code == 0 and " of user u1;" in output
 
 
+def test_a_token_that_begins_with_a_dash_is_read_as_the_token_not_as_an_option(env: dict[str, str]) -> None:
+    # Base64url: one token in 64 begins with "-". Unknown, it is refused as a link, not as a usage error.
+    dashed = "-" + "A" * 42
+    for command in ("verify", "consume"):
+        assert run(env, "reset", command, dashed) == (4, "Error: The reset link is not valid.\n")
+        assert run(env, "reset", command, "--json", dashed)[0] == 4
+    code, output = run(env, "reset", "verify", "--jsn", dashed)
+    assert code == 2 and "--jsn" in output and dashed not in output, "a mistyped option is still refused"
+
+
 def test_the_second_request_within_the_cooldown_is_reused(env: dict[str, str]) -> None:
     first = json.loads(run(env, "reset", "request", "--user-id", "1", "--email", "a@example.test", "--json")[1])
     again = json.loads(run(env, "reset", "request", "--user-id", "1", "--email", "a@example.test", "--json")[1])
