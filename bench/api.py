@@ -17,7 +17,9 @@ request was as large as the server's. Its CPU time over each measurement is
 reported beside the wall time (its share of one core), so that a reader can
 see whether it was the bottleneck; so are the server's processes' and the
 whole machine's CPU, and the server's CPU milliseconds a request: a core's
-second over that is one API process's ceiling.
+second over that is one API process's ceiling. Beside it, the database
+server's CPU milliseconds a request (the postmaster and its backends): the
+machine's cores over that bound the rate even if the API cost nothing.
 
 Each round measures, in turn, with ``--clients`` requests in flight:
 
@@ -166,13 +168,17 @@ def _start_server(database_url: str, data_dir: Path, processes: int) -> tuple[su
 
 
 def _tree_cpu_seconds(pid: int) -> float:
-    """User and system CPU of a process and its live descendants (Linux /proc)."""
+    """User and system CPU of a process, its live descendants and those it has reaped (Linux /proc).
+
+    The reaped count: PostgreSQL's autovacuum workers come and go within a measurement.
+    """
     total, pending = 0.0, [pid]
     while pending:
         current = pending.pop()
         try:
             fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            counted = fields[11:15] if current == pid else fields[11:13]  # utime, stime (cutime, cstime)
+            total += sum(int(ticks) for ticks in counted) / os.sysconf("SC_CLK_TCK")
             for task in Path(f"/proc/{current}/task").iterdir():
                 pending += [int(child) for child in (task / "children").read_text().split()]
         except (FileNotFoundError, ProcessLookupError):
@@ -224,6 +230,7 @@ class Measured(NamedTuple):
     latencies: list[float]  # seconds, each request
     client_cpu: float  # the load generator's CPU seconds ÷ wall seconds (its share of one core)
     server_cpu: float  # the server processes' CPU seconds ÷ wall seconds (cores)
+    database_cpu: float  # the database server's CPU seconds ÷ wall seconds (cores)
     machine_busy: float  # the whole machine's busy share (0-1, all cores)
 
     @property
@@ -231,9 +238,21 @@ class Measured(NamedTuple):
         """The server's CPU milliseconds a request: one process's ceiling is a core's second over this."""
         return self.server_cpu / self.rate * 1000
 
+    @property
+    def database_ms(self) -> float:
+        """The database server's CPU milliseconds a request: the cores' seconds over this bound the rate."""
+        return self.database_cpu / self.rate * 1000
+
+
+class Watched(NamedTuple):
+    """The processes whose CPU a measurement reads: ``authledger serve`` and the PostgreSQL postmaster."""
+
+    server: int
+    database: int
+
 
 async def _measure(connections: list[Connection], call: Call, count: int, expected: int,
-                   server_pid: int) -> Measured:
+                   watched: Watched) -> Measured:
     """Requests/s over ``count`` calls with one request in flight per connection, and each call's latency."""
     latencies: list[float] = []
     next_index = 0
@@ -248,13 +267,15 @@ async def _measure(connections: list[Connection], call: Call, count: int, expect
             if status != expected:
                 raise SystemExit(f"expected {expected}, got {status}: {body[:300]!r}")
 
-    cpu, server, (busy, total) = time.process_time(), _tree_cpu_seconds(server_pid), _machine_busy()
+    cpu, (busy, total) = time.process_time(), _machine_busy()
+    server, database = _tree_cpu_seconds(watched.server), _tree_cpu_seconds(watched.database)
     started = time.perf_counter()
     await asyncio.gather(*(one_client(c) for c in connections))
     wall = time.perf_counter() - started
     busy_after, total_after = _machine_busy()
     return Measured(count / wall, latencies, (time.process_time() - cpu) / wall,
-                    (_tree_cpu_seconds(server_pid) - server) / wall,
+                    (_tree_cpu_seconds(watched.server) - server) / wall,
+                    (_tree_cpu_seconds(watched.database) - database) / wall,
                     (busy_after - busy) / max(total_after - total, 1e-9))
 
 
@@ -278,7 +299,7 @@ def _secrets(database_url: str, users: list[str], flow: str) -> list[str]:
 
 
 async def _round(port: int, api_key: str, count: int, clients: int, order: list[str], database_url: str,
-                 server_pid: int) -> dict[str, Measured]:
+                 watched: Watched) -> dict[str, Measured]:
     run_id = uuid4().hex[:8]
     users = {"otp": [f"o-{run_id}-{i}" for i in range(count)], "reset": [f"r-{run_id}-{i}" for i in range(count)]}
     secrets: dict[str, list] = {}
@@ -309,13 +330,13 @@ async def _round(port: int, api_key: str, count: int, clients: int, order: list[
     connections = [await Connection.open(port, api_key) for _ in range(clients)]
     results = {}
     try:
-        await _measure(connections, healthz, clients * 4, 200, server_pid)  # every connection used once first
+        await _measure(connections, healthz, clients * 4, 200, watched)  # every connection used once first
         for name in order:
             if name in ("verify", "consume"):
                 flow = "otp" if name == "verify" else "reset"
                 secrets[flow] = _secrets(database_url, users[flow], flow)
             call, expected = calls[name]
-            results[name] = await _measure(connections, call, count, expected, server_pid)
+            results[name] = await _measure(connections, call, count, expected, watched)
     finally:
         for connection in connections:
             connection.close()
@@ -356,6 +377,8 @@ def main() -> None:
     # The bench reads each request's sealed nonce as the server does: under the same master key.
     os.environ.setdefault("AUTHLEDGER_MASTER_KEY", MASTER_KEY)
     server, port = _start_server(_url(uri, DATABASE), data_dir, args.processes)
+    # The postmaster's pid heads its pid file; its backends are its children.
+    watched = Watched(server.pid, int((data_dir / "pg" / "pgdata" / "postmaster.pid").read_text().split()[0]))
     loads = [os.getloadavg()[0]]
     try:
         print(f"PostgreSQL {settings.pop('server_version')} (embedded, unix socket, data in {data_dir})")
@@ -367,20 +390,22 @@ def main() -> None:
               f"single client: {single} per endpoint\n")
         uvloop.install()
         database_url = _url(uri, DATABASE)
-        alone = asyncio.run(_round(port, api_key, single, 1, ["healthz", *ENDPOINTS], database_url, server.pid))
+        alone = asyncio.run(_round(port, api_key, single, 1, ["healthz", *ENDPOINTS], database_url, watched))
         for name, result in alone.items():
             print(f"  single client: {name:<8} p50 {_ms(result.latencies, 50):6.2f} ms, "
-                  f"p99 {_ms(result.latencies, 99):6.2f} ms, server CPU {result.server_ms:.2f} ms a request",
+                  f"p99 {_ms(result.latencies, 99):6.2f} ms, server CPU {result.server_ms:.2f} ms a request, "
+                  f"database {result.database_ms:.2f}",
                   flush=True)
         samples: dict[str, list[Measured]] = {name: [] for name in ["healthz", *ENDPOINTS]}
         for round_ in range(rounds):
             order = ["healthz", *ENDPOINTS] if round_ % 2 == 0 else [*ENDPOINTS, "healthz"]
             for name, result in asyncio.run(_round(port, api_key, count, args.clients, order, database_url,
-                                                   server.pid)).items():
+                                                   watched)).items():
                 samples[name].append(result)
                 print(f"  round {round_ + 1}: {name:<8} {result.rate:>8,.0f} req/s, p99 "
                       f"{_ms(result.latencies, 99):6.1f} ms, load generator {result.client_cpu:.0%} of a core, "
                       f"server {result.server_cpu:.2f} cores ({result.server_ms:.2f} ms a request), "
+                      f"database {result.database_cpu:.2f} cores ({result.database_ms:.2f} ms), "
                       f"machine {result.machine_busy:.0%} busy", flush=True)
             loads.append(os.getloadavg()[0])
     finally:
@@ -392,8 +417,8 @@ def main() -> None:
     print(f"\nload average (1 min) at the start and after each round: {', '.join(f'{x:.2f}' for x in loads)}")
     print(f"\n| endpoint | single client p50 ms | req/s ({args.clients} in flight) | p50 ms | p99 ms | "
           "req/s ÷ /healthz | load generator, share of a core | server, cores | server CPU ms a request | "
-          "machine busy |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "database CPU ms a request | machine busy |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, runs in samples.items():
         rate = statistics.median(r.rate for r in runs)
         ratio = statistics.median(r.rate / h.rate for r, h in zip(runs, samples["healthz"], strict=True))
@@ -403,8 +428,9 @@ def main() -> None:
         served = statistics.median(r.server_cpu for r in runs)
         busy = statistics.median(r.machine_busy for r in runs)
         cpu_ms = statistics.median(r.server_ms for r in runs)
+        database_ms = statistics.median(r.database_ms for r in runs)
         print(f"| {LABELS[name]} | {_ms(alone[name].latencies, 50):.2f} | {rate:,.0f} | {p50:.1f} | {p99:.1f} | "
-              f"{ratio:.2f} | {client:.0%} | {served:.2f} | {cpu_ms:.2f} | {busy:.0%} |")
+              f"{ratio:.2f} | {client:.0%} | {served:.2f} | {cpu_ms:.2f} | {database_ms:.2f} | {busy:.0%} |")
     if args.statements:
         _print_statements(uri)
 
