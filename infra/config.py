@@ -12,7 +12,6 @@ refuses to run.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -26,6 +25,7 @@ from domain.errors import ConfigError
 from domain.policy import ACCOUNT_LOCK_CEILING, OTP_DIGITS_FLOOR, OtpPolicy, ResetPolicy
 from domain.tokens import MAX_OTP_DIGITS
 from infra import config_values as values
+from infra.cores import usable_cores
 
 PROVIDERS = ("maildir", "smtp", "http")
 LOG_FORMATS = ("auto", "json", "text")
@@ -38,9 +38,8 @@ MOST_DEFAULT_API_PROCESSES = 4
 
 
 def default_api_processes() -> int:
-    """One API process for each core this process may run on (its CPU affinity), at most four."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(cores, MOST_DEFAULT_API_PROCESSES)
+    """One API process for each core this process may use (its affinity and CPU quota), at most four."""
+    return min(usable_cores(), MOST_DEFAULT_API_PROCESSES)
 
 
 @frozen
@@ -137,7 +136,7 @@ class Settings:
     delivery_inflight: int = _setting("AUTHLEDGER_DELIVERY_INFLIGHT", 64, values.whole(1, 1024),
         doc="Provider calls a worker process keeps in flight at once; each provider keeps as many connections.")
     api_processes: int | None = _setting("AUTHLEDGER_API_PROCESSES", None, values.whole(1, 64),
-        doc=f"API processes `serve` runs on its port; unset, one for each core it may run on, at most "
+        doc=f"API processes `serve` runs on its port; unset, one for each core it may use, at most "
             f"{MOST_DEFAULT_API_PROCESSES}.")
     max_attempts: int | None = _setting("AUTHLEDGER_MAX_ATTEMPTS", None, values.whole(1, 1000),
         feeds=(DeliveryPolicy, "max_attempts"),

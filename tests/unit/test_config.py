@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from cli import cli
 from domain.delivery import DeliveryPolicy
 from domain.policy import OtpPolicy, ResetPolicy
 from infra.bootstrap import App
+from infra import config
 from infra.config import SETTINGS, Settings, default_api_processes, load_settings, policy, with_settings_table
+from infra.cores import usable_cores
 
 README = Path(__file__).parents[2] / "README.md"
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
@@ -178,7 +181,7 @@ def test_unset_serve_runs_one_api_process_for_each_core_it_may_run_on() -> None:
 
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["AUTHLEDGER_API_PROCESSES"] == {
-        "value": min(len(os.sched_getaffinity(0)), 4), "source": "default, one for each core (at most 4)"}
+        "value": min(usable_cores(), 4), "source": "default, one for each core (at most 4)"}
 
 
 def test_a_process_held_to_one_core_runs_one_api_process(tmp_path: Path) -> None:
@@ -193,8 +196,38 @@ def test_a_process_held_to_one_core_runs_one_api_process(tmp_path: Path) -> None
     assert json.loads(shown.stdout)["AUTHLEDGER_API_PROCESSES"]["value"] == 1
 
 
+CPU_HIERARCHY = Path("/sys/fs/cgroup/cpu")  # cgroup v1's cpu controller, where the quota is one file
+
+
+@pytest.fixture
+def cgroup_of_one_core(tmp_path: Path) -> Iterator[Path]:
+    """A real cgroup whose quota is one core's time: needs root and cgroup v1, as this machine and CI have."""
+    if not (CPU_HIERARCHY / "cpu.cfs_quota_us").exists() or not os.access(CPU_HIERARCHY, os.W_OK):
+        pytest.skip("needs a writable cgroup v1 cpu hierarchy (root, cgroup v1)")
+    if len(os.sched_getaffinity(0)) == 1:
+        pytest.skip("this process may run on one core already: a quota of one would change nothing")
+    cgroup = CPU_HIERARCHY / f"authledger-test-{tmp_path.name}"
+    cgroup.mkdir()
+    try:
+        (cgroup / "cpu.cfs_quota_us").write_text(str(int((cgroup / "cpu.cfs_period_us").read_text())))
+        yield cgroup
+    finally:
+        cgroup.rmdir()  # the process it held has exited
+
+
+def test_a_process_whose_cgroup_allows_one_core_runs_one_api_process(tmp_path: Path, cgroup_of_one_core: Path) -> None:
+    env = {name: value for name, value in os.environ.items() if not name.startswith("AUTHLEDGER_")}
+    env.pop("DATABASE_URL", None)
+
+    shown = subprocess.run([AUTHLEDGER, "config", "show", "--json"], env={**env, "AUTHLEDGER_DATA_DIR": str(tmp_path)},
+                           preexec_fn=lambda: (cgroup_of_one_core / "cgroup.procs").write_text(str(os.getpid())),
+                           capture_output=True, text=True, timeout=60, check=True)
+
+    assert json.loads(shown.stdout)["AUTHLEDGER_API_PROCESSES"]["value"] == 1
+
+
 def test_unset_serve_runs_at_most_four_api_processes_however_many_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(config, "usable_cores", lambda: 64)
 
     assert default_api_processes() == 4
     assert Settings().api_process_count == 4
