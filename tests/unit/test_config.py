@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -184,16 +184,20 @@ def test_unset_serve_runs_one_api_process_for_each_core_it_may_run_on() -> None:
         "value": min(usable_cores(), 4), "source": "default, one for each core (at most 4)"}
 
 
+def default_processes_of_a_process(data_dir: Path, before_it_runs: Callable[[], object]) -> int:
+    """The API processes a real `authledger config show` reports, on no settings but its data directory,
+    run in a process that ``before_it_runs`` has placed (on fewer cores, in a cgroup)."""
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith("AUTHLEDGER_") and name != "DATABASE_URL"}
+    shown = subprocess.run([AUTHLEDGER, "config", "show", "--json"], env={**env, "AUTHLEDGER_DATA_DIR": str(data_dir)},
+                           preexec_fn=before_it_runs, capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(shown.stdout)["AUTHLEDGER_API_PROCESSES"]["value"]
+
+
 def test_a_process_held_to_one_core_runs_one_api_process(tmp_path: Path) -> None:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("AUTHLEDGER_")}
-    env.pop("DATABASE_URL", None)
     one_core = min(os.sched_getaffinity(0))
 
-    shown = subprocess.run([AUTHLEDGER, "config", "show", "--json"], env={**env, "AUTHLEDGER_DATA_DIR": str(tmp_path)},
-                           preexec_fn=lambda: os.sched_setaffinity(0, {one_core}),
-                           capture_output=True, text=True, timeout=60, check=True)
-
-    assert json.loads(shown.stdout)["AUTHLEDGER_API_PROCESSES"]["value"] == 1
+    assert default_processes_of_a_process(tmp_path, lambda: os.sched_setaffinity(0, {one_core})) == 1
 
 
 CPU_HIERARCHY = Path("/sys/fs/cgroup/cpu")  # cgroup v1's cpu controller, where the quota is one file
@@ -216,14 +220,10 @@ def cgroup_of_one_core(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_process_whose_cgroup_allows_one_core_runs_one_api_process(tmp_path: Path, cgroup_of_one_core: Path) -> None:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("AUTHLEDGER_")}
-    env.pop("DATABASE_URL", None)
+    def join_the_cgroup() -> None:
+        (cgroup_of_one_core / "cgroup.procs").write_text(str(os.getpid()))
 
-    shown = subprocess.run([AUTHLEDGER, "config", "show", "--json"], env={**env, "AUTHLEDGER_DATA_DIR": str(tmp_path)},
-                           preexec_fn=lambda: (cgroup_of_one_core / "cgroup.procs").write_text(str(os.getpid())),
-                           capture_output=True, text=True, timeout=60, check=True)
-
-    assert json.loads(shown.stdout)["AUTHLEDGER_API_PROCESSES"]["value"] == 1
+    assert default_processes_of_a_process(tmp_path, join_the_cgroup) == 1
 
 
 def test_unset_serve_runs_at_most_four_api_processes_however_many_cores(monkeypatch: pytest.MonkeyPatch) -> None:
