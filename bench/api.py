@@ -87,7 +87,7 @@ from domain.reset_events import reset_stream
 from domain.reset_state import fold_reset
 from domain.tokens import TokenKeys
 from infra.eventlog.postgres import PostgresEventStore
-from infra.config import default_api_processes
+from infra.config.settings import default_api_processes
 from infra.services.clients import create_client
 from infra.services.unit_of_work import ServiceContext
 from infra.db.schema import init_schema

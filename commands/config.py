@@ -9,7 +9,7 @@ from click.core import ParameterSource
 
 from commands.output import emit, json_option
 from infra.bootstrap import App
-from infra.config import shown_settings
+from infra.config.settings import shown_settings
 
 
 @click.group()

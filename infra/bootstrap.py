@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from infra.clock import SystemClock
-from infra.config import Settings, load_settings, policy
+from infra.config.settings import Settings, load_settings, policy
 
 # The adapters (SQLAlchemy, the providers' clients, the services) are
 # imported where they are first built, not here: every CLI command imports

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from domain.errors import ConfigError
 from domain.tokens import TokenKeys
-from infra.config import DEV_KEY_FILES, Settings
-from infra.config_values import parse_token_keys
+from infra.config.settings import DEV_KEY_FILES, Settings
+from infra.config.values import parse_token_keys
 from infra.logs import log_event
 from infra.eventlog.subject_keys import MasterKeys
 

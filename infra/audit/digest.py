@@ -24,8 +24,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from domain.errors import ConfigError, InvalidInput
 from infra.errors import DigestInvalid
-from infra.config import Settings
-from infra.config_values import parse_signing_key
+from infra.config.settings import Settings
+from infra.config.values import parse_signing_key
 from projections.audit_chain import Seal, canonical_json
 
 DIGEST_FORMAT = "authledger-digest/1"

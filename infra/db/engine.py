@@ -16,7 +16,7 @@ from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, OperationalError, ProgrammingError
 
 from domain.errors import ConfigError
-from infra.config_values import mask_url
+from infra.config.values import mask_url
 from infra.errors import DatabaseUnavailable, SchemaMismatch
 from infra.db.embedded import start_embedded
 

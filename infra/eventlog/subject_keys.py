@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy import Connection, Engine, text
 
 from domain.errors import ConfigError
-from infra.config_values import parse_master_keys
+from infra.config.values import parse_master_keys
 from infra.db.identity import database_identity
 from infra.db.pipeline import execute_deferred
 from infra.eventlog.ids import time_ordered_id

@@ -37,7 +37,7 @@ from sqlalchemy import text
 from domain.clients import SCOPES
 from domain.errors import ConfigError, NotFound
 from infra.bootstrap import App, stop_on_sigterm
-from infra.config import Settings
+from infra.config.settings import Settings
 from infra.db.engine import Database
 from infra.db.reading import reading
 from infra.errors import ApiProcessExited, PortUnavailable

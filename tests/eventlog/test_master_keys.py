@@ -15,7 +15,7 @@ from sqlalchemy import Engine, text
 from cli import cli
 from domain.errors import ConfigError
 from domain.reset import RequestReset
-from infra.config import Settings
+from infra.config.settings import Settings
 from infra.keys import DEV_MASTER_KEY_FILE, load_master_keys, load_token_keys
 from infra.eventlog.personal_data import key_id_of
 from infra.eventlog.postgres import PostgresEventStore

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from domain.reset import RequestReset
-from infra.config import Settings
+from infra.config.settings import Settings
 from infra.http.serve import reset_page_enabled
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext

@@ -26,7 +26,7 @@ from domain.reset_events import reset_stream
 from infra.bootstrap import App
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
-from infra.config import Settings
+from infra.config.settings import Settings
 from infra.db.engine import Database
 from domain.clients import SCOPES
 from infra.services.clients import authenticate, create_client, revoke_client

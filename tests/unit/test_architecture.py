@@ -56,7 +56,7 @@ def test_the_import_contracts_hold() -> None:
     [
         ("infra/db/engine.py", "import infra.http.app", "infra.db.engine -> infra.http.app"),
         ("infra/eventlog/reader.py", "import infra.projector.status", "infra.eventlog.reader -> infra.projector.status"),
-        ("infra/config.py", "import infra.db.engine", "infra.config -> infra.db.engine"),
+        ("infra/config/settings.py", "import infra.db.engine", "infra.config.settings -> infra.db.engine"),
         ("infra/delivery/status.py", "import infra.review.timeline", "infra.delivery.status -> infra.review.timeline"),
         ("domain/log.py", "import infra.clock", "domain.log -> infra.clock"),
         ("projections/outbox.py", "import commands.output", "projections.outbox -> commands.output"),

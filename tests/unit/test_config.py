@@ -18,9 +18,8 @@ from cli import cli
 from domain.delivery import DeliveryPolicy
 from domain.policy import OtpPolicy, ResetPolicy
 from infra.bootstrap import App
-from infra import config
-from infra.config import SETTINGS, Settings, default_api_processes, load_settings, policy, with_settings_table
-from infra.cores import usable_cores
+from infra.config.cores import usable_cores
+from infra.config.settings import SETTINGS, Settings, default_api_processes, load_settings, policy, with_settings_table
 
 README = Path(__file__).parents[2] / "README.md"
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
@@ -169,7 +168,7 @@ def test_readme_lists_every_setting_as_declared() -> None:
     readme = README.read_text()
 
     assert readme == with_settings_table(readme), (
-        "README's settings table is out of date: run `python -m infra.config README.md`"
+        "README's settings table is out of date: run `python -m infra.config.settings README.md`"
     )
 
 
@@ -227,7 +226,7 @@ def test_a_process_whose_cgroup_allows_one_core_runs_one_api_process(tmp_path: P
 
 
 def test_unset_serve_runs_at_most_four_api_processes_however_many_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config, "usable_cores", lambda: 64)
+    monkeypatch.setattr("infra.config.settings.usable_cores", lambda: 64)
 
     assert default_api_processes() == 4
     assert Settings().api_process_count == 4

@@ -18,8 +18,8 @@ from click.testing import CliRunner, Result
 
 from cli import cli
 from domain.errors import ConfigError
-from infra.config import load_settings
-from infra.config_values import is_loopback, mask_url
+from infra.config.settings import load_settings
+from infra.config.values import is_loopback, mask_url
 from infra.db.engine import Database
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.cores import usable_cores
+from infra.config.cores import usable_cores
 
 AFFINITY = len(os.sched_getaffinity(0))
 V2_PROCESS_IN = "0::/system.slice/authledger.service\n"

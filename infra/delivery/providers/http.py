@@ -21,7 +21,7 @@ from infra.delivery.providers import (
     SendFailed,
     single_recipient,
 )
-from infra.config_values import mask_url
+from infra.config.values import mask_url
 from infra.delivery.providers.http_clients import ClientGroup
 
 # A provider's machine-readable error name ("validation_error") is worth

@@ -24,8 +24,8 @@ from domain.delivery import RECORD_WITHIN, DeliveryPolicy
 from domain.errors import ConfigError
 from domain.policy import ACCOUNT_LOCK_CEILING, OTP_DIGITS_FLOOR, OtpPolicy, ResetPolicy
 from domain.tokens import MAX_OTP_DIGITS
-from infra import config_values as values
-from infra.cores import usable_cores
+from infra.config import values
+from infra.config.cores import usable_cores
 
 PROVIDERS = ("maildir", "smtp", "http")
 LOG_FORMATS = ("auto", "json", "text")
@@ -301,6 +301,6 @@ def with_settings_table(readme: str) -> str:
 
 
 if __name__ == "__main__":
-    # python -m infra.config README.md: regenerate the settings table in place.
+    # python -m infra.config.settings README.md: regenerate the settings table in place.
     readme = Path(sys.argv[1])
     readme.write_text(with_settings_table(readme.read_text()))

@@ -1,8 +1,8 @@
 """How a setting's text becomes a value: numbers, durations, choices, URLs, keys.
 
 Each parser raises ``ValueError`` with a message that names what was wrong
-and never repeats a secret; ``infra.config`` collects those messages, one
-line per bad setting. The URL parsers enforce the standards floors (https and
+and never repeats a secret; ``infra.config.settings`` collects those
+messages, one line per bad setting. The URL parsers enforce the standards floors (https and
 TLS except to this machine), and ``mask_url`` is how every URL is shown.
 """
 
