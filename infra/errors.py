@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from domain.errors import AuthledgerError
+from domain.limits import Quota
 
 
 class DatabaseUnavailable(AuthledgerError):
@@ -43,9 +44,10 @@ class RateLimited(AuthledgerError):
     exit_code = 6
     problem_type = "rate-limited"
 
-    def __init__(self, message: str | None = None, *, retry_at: datetime) -> None:
+    def __init__(self, message: str | None = None, *, retry_at: datetime, quota: Quota | None = None) -> None:
         super().__init__(message)
         self.retry_at = retry_at
+        self.quota = quota  # the limit that refused, for the RateLimit headers; None: not named
 
 
 class Unauthorized(AuthledgerError):

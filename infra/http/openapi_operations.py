@@ -57,6 +57,15 @@ def retry_after(required: bool) -> Json:
                             "schema": {"type": "string", "pattern": "^[1-9][0-9]*$"}}}
 
 
+def rate_limited_headers() -> Json:
+    """Retry-After and the IETF RateLimit headers of a 429 (``infra.http.problems.rate_limit_headers``)."""
+    return {**retry_after(True),
+            "RateLimit-Policy": {"description": "The limit that refused: `\"name\";q=COUNT;w=SECONDS`.",
+                                 "required": False, "schema": {"type": "string"}},
+            "RateLimit": {"description": "What is left of it and when it resets: `\"name\";r=0;t=SECONDS`.",
+                          "required": False, "schema": {"type": "string"}}}
+
+
 WWW_AUTHENTICATE = {"WWW-Authenticate": {"description": "Bearer", "required": True, "schema": {"type": "string"}}}
 REPLAYED_HEADER = {"Idempotency-Replayed": {
     "description": "Sent, as `true`, only when this answer replays the first answer to this Idempotency-Key.",

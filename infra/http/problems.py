@@ -19,6 +19,7 @@ from typing import Any
 from starlette.responses import Response
 
 from domain.errors import AuthledgerError, CodeRejected, ConcurrencyConflict, InvalidInput, LockedOut, NotFound
+from domain.limits import Quota
 from infra.errors import RateLimited, RequestInFlight, Unauthorized
 
 PROBLEM_JSON = "application/problem+json"
@@ -138,6 +139,8 @@ def problem_response(error: AuthledgerError, *, now: datetime | None = None,
     headers = dict(headers or {})
     if isinstance(error, RateLimited | LockedOut) and error.retry_at is not None and now is not None:
         headers["Retry-After"] = str(max(1, math.ceil((error.retry_at - now).total_seconds())))
+        if isinstance(error, RateLimited) and error.quota is not None:
+            headers.update(rate_limit_headers(error.quota, remaining=0, reset_seconds=int(headers["Retry-After"])))
     if isinstance(error, ConcurrencyConflict):
         headers["Retry-After"] = "1"
     if isinstance(error, RequestInFlight):
@@ -146,6 +149,12 @@ def problem_response(error: AuthledgerError, *, now: datetime | None = None,
         headers["WWW-Authenticate"] = 'Bearer realm="authledger"'
     return Response(safe_json(problem_body(error)), status_code=error.http_status, headers=headers,
                     media_type=PROBLEM_JSON)
+
+
+def rate_limit_headers(quota: Quota, *, remaining: int, reset_seconds: int) -> dict[str, str]:
+    """The IETF ``RateLimit-Policy`` and ``RateLimit`` headers (draft-ietf-httpapi-ratelimit-headers) for ``quota``."""
+    return {"RateLimit-Policy": f'"{quota.name}";q={quota.count};w={quota.window_seconds}',
+            "RateLimit": f'"{quota.name}";r={max(0, remaining)};t={max(0, reset_seconds)}'}
 
 
 # JSON escapes control characters; these three it leaves alone. Escaping them
