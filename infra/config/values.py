@@ -3,7 +3,8 @@
 Each parser raises ``ValueError`` with a message that names what was wrong
 and never repeats a secret; ``infra.config.settings`` collects those
 messages, one line per bad setting. The URL parsers enforce the standards floors (https and
-TLS except to this machine), and ``mask_url`` is how every URL is shown.
+TLS except to this machine); ``mask_url`` is how every URL is shown, and ``mask_passwords`` how a
+database URL is shown where its user, hosts and parameters are wanted (``db url``).
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
+import re
 from collections.abc import Callable
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
+
+from attrs import frozen
 
 
 def whole(low: int, high: int, *, low_because: str = "", high_because: str = "") -> Callable[[str], int]:
@@ -58,22 +62,101 @@ def yes_no(raw: str) -> bool:
     raise ValueError(f"must be true or false, got {raw!r}")
 
 
+# libpq's connection parameters that hold no secret: ``mask_passwords`` shows these in a query and masks the
+# value of every other one (``password``, ``sslpassword``, ``oauth_client_secret`` and whatever comes next).
+LIBPQ_PLAIN_PARAMETERS = frozenset({
+    "host", "hostaddr", "port", "dbname", "user", "passfile", "channel_binding", "connect_timeout",
+    "client_encoding", "options", "application_name", "fallback_application_name", "keepalives",
+    "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout", "replication",
+    "gssencmode", "sslmode", "sslnegotiation", "sslcompression", "sslcert", "sslkey", "sslcertmode",
+    "sslrootcert", "sslcrl", "sslcrldir", "sslsni", "requirepeer", "ssl_min_protocol_version",
+    "ssl_max_protocol_version", "min_protocol_version", "max_protocol_version", "krbsrvname", "gsslib",
+    "gssdelegation", "service", "target_session_attrs", "load_balance_hosts", "require_auth",
+})
+
+
+@frozen
+class UrlParts:
+    """A URL cut where every reader of it would cut: the parts ``mask_url`` and ``mask_passwords`` show or hide."""
+
+    scheme: str
+    userinfo: str | None  # everything before the host's "@", password included
+    hosts: str  # one host[:port], or libpq's comma-separated list of them
+    path: str
+    query: str | None
+    fragment: str | None
+
+
+def _userinfo_end(rest: str) -> int:
+    """Where the userinfo of ``rest`` (a URL after ``://``) ends: the index of its "@", or -1.
+
+    Parsers disagree on a password holding an unencoded "/", "?", "#" or "@":
+    RFC 3986 (urllib) ends the authority at the first "/?#", libpq looks for
+    the first "@" before a "/", SQLAlchemy takes "user:" then anything up to
+    an "@". The latest of their answers hides every reading of the password.
+    """
+    authority_end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    slash = rest.find("/")
+    sqlalchemy = re.match(r"[^:/]*(?::[^@]*)?@", rest)
+    candidates = [
+        rest.rfind("@", 0, authority_end),
+        rest.find("@", 0, slash if slash >= 0 else len(rest)),
+        sqlalchemy.end() - 1 if sqlalchemy else -1,
+    ]
+    return max(candidates)
+
+
+def split_url(url: str) -> UrlParts | None:
+    """``url`` in its parts, or None when it is not a ``scheme://`` URL (a libpq ``key=value`` string, say)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or not scheme or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        return None
+    at = _userinfo_end(rest)
+    userinfo, rest = (rest[:at], rest[at + 1:]) if at >= 0 else (None, rest)
+    rest, has_fragment, fragment = rest.partition("#")
+    rest, has_query, query = rest.partition("?")
+    hosts, slash, path = rest.partition("/")
+    return UrlParts(scheme, userinfo, hosts, slash + path, query if has_query else None,
+                    fragment if has_fragment else None)
+
+
 def mask_url(url: str) -> str:
     """``url`` with its userinfo, query and fragment replaced by ``***``: how a URL is shown or quoted.
 
     ``https://user:pass@host/path?key=abc`` reads ``https://***@host/path?***``. Text
     that is not a ``scheme://`` URL is masked whole: it might be a secret mistyped.
     """
-    scheme, sep, rest = url.partition("://")
-    if not sep or not scheme:
+    parts = split_url(url)
+    if parts is None:
         return "***"
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    authority, tail = rest[:end], rest[end:]
-    if "@" in authority:
-        authority = "***@" + authority.rpartition("@")[2]
-    tail, has_fragment, _ = tail.partition("#")
-    path, has_query, _ = tail.partition("?")
-    return f"{scheme}://{authority}{path}{'?***' if has_query else ''}{'#***' if has_fragment else ''}"
+    return (f"{parts.scheme}://{'***@' if parts.userinfo is not None else ''}{parts.hosts}{parts.path}"
+            f"{'?***' if parts.query is not None else ''}{'#***' if parts.fragment is not None else ''}")
+
+
+def mask_passwords(url: str) -> str:
+    """A database URL with only its secrets masked: the password in the userinfo, and the value of every query
+    parameter that libpq does not list as plain (``password=``, ``sslpassword=``...); user, hosts (one or many),
+    database and the plain parameters stay as psql takes them. What is not a URL is masked whole.
+
+    ``postgresql://ada:pw@h1:5432,h2/auth?sslmode=require&password=pw`` reads
+    ``postgresql://ada:***@h1:5432,h2/auth?sslmode=require&password=***``.
+    """
+    parts = split_url(url)
+    if parts is None:
+        return "***"
+    userinfo = ""
+    if parts.userinfo is not None:
+        user, has_password, _ = parts.userinfo.partition(":")
+        userinfo = f"{user}{':***' if has_password else ''}@"
+    query = "" if parts.query is None else "?" + "&".join(_masked_parameter(item) for item in parts.query.split("&"))
+    return f"{parts.scheme}://{userinfo}{parts.hosts}{parts.path}{query}{'#***' if parts.fragment is not None else ''}"
+
+
+def _masked_parameter(item: str) -> str:
+    name, has_value, _ = item.partition("=")
+    if unquote(name) in LIBPQ_PLAIN_PARAMETERS:
+        return item
+    return f"{name}=***" if has_value else "***"
 
 
 def is_loopback(host: str | None) -> bool:

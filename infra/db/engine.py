@@ -10,13 +10,13 @@ import re
 import time
 from pathlib import Path
 
-from attrs import frozen
+from attrs import field, frozen
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, OperationalError, ProgrammingError
 
 from domain.errors import ConfigError
-from infra.config.values import mask_url
+from infra.config.values import mask_passwords, mask_url, split_url
 from infra.errors import DatabaseUnavailable, SchemaMismatch
 from infra.db.embedded import start_embedded
 
@@ -33,30 +33,46 @@ def _sqlalchemy_url(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in {"postgres", "postgresql", "postgresql+psycopg"}:
         raise ConfigError(f"database URL {mask_url(url)!r} must start with postgresql://")
-    candidate = "postgresql+psycopg://" + rest
+    candidate = "postgresql+psycopg://" + _hosts_in_query(rest)
     try:
         make_url(candidate)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise ConfigError(f"database URL {mask_url(url)!r} is malformed") from None
     return candidate
+
+
+def _hosts_in_query(rest: str) -> str:
+    """libpq's multi-host form (``user@h1:5432,h2:5433/db``, a failover pair) as SQLAlchemy takes it
+    (``user@/db?host=h1:5432&host=h2:5433``); any other URL (after ``://``) as it is."""
+    parts = split_url("postgresql://" + rest)
+    if parts is None or "," not in parts.hosts:
+        return rest
+    hosts = "&".join(f"host={host}" for host in parts.hosts.split(","))
+    userinfo = "" if parts.userinfo is None else parts.userinfo + "@"
+    query = hosts if parts.query is None else f"{parts.query}&{hosts}"
+    return f"{userinfo}{parts.path or '/'}?{query}{'' if parts.fragment is None else '#' + parts.fragment}"
 
 
 @frozen
 class Database:
     """Where the data lives: an external server, or the embedded one in a data directory."""
 
-    url: str  # SQLAlchemy form, postgresql+psycopg://
+    url: str = field(repr=mask_url)  # SQLAlchemy form, postgresql+psycopg://; repr() masked, as in any log line
     embedded: bool = False
+    # The URL as it was given, for psql and libpq (a multi-host URL keeps its form); None: ``url`` as libpq reads it.
+    given: str | None = field(default=None, repr=False)
 
     @classmethod
     def locate(cls, database_url: str | None, data_dir: Path) -> Database:
         if database_url:
-            return cls(_sqlalchemy_url(database_url))
+            return cls(_sqlalchemy_url(database_url), given=database_url)
         return cls(_sqlalchemy_url(start_embedded(data_dir)), embedded=True)
 
     @property
     def plain_url(self) -> str:
         """The libpq URL (``postgresql://``), password included: for psql, never for a log."""
+        if self.given is not None:
+            return "postgresql://" + self.given.partition("://")[2]
         return self.url.replace("postgresql+psycopg://", "postgresql://", 1)
 
     @property
@@ -66,9 +82,10 @@ class Database:
 
     @property
     def tool_url(self) -> str:
-        """The libpq URL with only its password masked, for ``db url``: the user, the database
-        and the query (the embedded server's socket is ``?host=...``) stay as other tools take them."""
-        return re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", self.plain_url)
+        """The libpq URL with only its passwords masked (``mask_passwords``), for ``db url``: the user, the hosts,
+        the database and the plain parameters (the embedded server's socket is ``?host=...``) stay as other tools
+        take them."""
+        return mask_passwords(self.plain_url)
 
     def engine(self, *, pool_size: int = 5, as_app: bool = True) -> Engine:
         """An engine whose sessions run as the application role (or the login role for admin work)."""

@@ -42,10 +42,12 @@ def _listen(
     retry_seconds: float, log: logging.Logger,
 ) -> None:
     # psycopg directly: SQLAlchemy's pool has no use for a connection that only waits.
-    url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    # The engine's own connection arguments: a multi-host URL (SQLAlchemy's ``?host=h1:5432&host=h2``) becomes
+    # libpq's ``host=h1,h2 port=5432,...`` as it does for the pool.
+    _, arguments = engine.dialect.create_connect_args(engine.url)
     while not stopping.is_set():
         try:
-            with psycopg.connect(url, autocommit=True) as connection:
+            with psycopg.connect(**arguments, autocommit=True) as connection:
                 connection.execute(f'LISTEN "{channel}"')
                 wake()  # something may have committed while we were not listening
                 while not stopping.is_set():

@@ -254,6 +254,47 @@ def test_db_url_masks_the_password_unless_asked_to_show_it() -> None:
     assert code == 0 and output == url + "\n"
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://ada:s3cret@db.example/auth?password=s3cret&sslpassword=s3cret&sslmode=require",
+         "postgresql://ada:***@db.example/auth?password=***&sslpassword=***&sslmode=require"),
+        ("postgresql://ada:s3/c?r#t@db.example/auth", "postgresql://ada:***@db.example/auth"),
+        ("postgresql://ada:s3cr@t@db.example/auth", "postgresql://ada:***@db.example/auth"),
+        ("postgresql://ada:s3cret@h1:5432,h2:5433/auth", "postgresql://ada:***@h1:5432,h2:5433/auth"),
+    ],
+)  # fmt: skip
+def test_db_url_masks_every_form_of_password(url: str, shown: str) -> None:
+    code, output = run(url, "db", "url")
+    assert (code, output) == (0, shown + "\n")
+    code, output = run(url, "db", "url", "--show-password")
+    assert (code, output) == (0, url + "\n")
+
+
+@pytest.mark.parametrize("command", [("db", "url"), ("db", "check")])
+def test_a_libpq_key_value_string_is_refused_without_repeating_its_password(command: tuple[str, ...]) -> None:
+    result = subprocess.run([AUTHLEDGER, *command], capture_output=True, text=True,
+                            env={**os.environ, "DATABASE_URL": "host=db.example user=ada password=s3cret"})
+    assert result.returncode == 78
+    assert "must start with postgresql://" in result.stderr
+    assert "s3cret" not in result.stdout + result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_malformed_port_is_one_clear_line_without_the_password() -> None:
+    result = subprocess.run([AUTHLEDGER, "db", "url"], capture_output=True, text=True,
+                            env={**os.environ, "DATABASE_URL": "postgresql://ada:s3cret@db.example:port/auth"})
+    assert (result.returncode, result.stderr) == (78, "Error: database URL 'postgresql://***@db.example:port/auth' "
+                                                      "is malformed\n")
+
+
+def test_config_show_masks_a_password_holding_url_delimiters() -> None:
+    result = CliRunner().invoke(cli, ["config", "show", "--json"],
+                                env={"DATABASE_URL": "postgresql://u:hun/ter?2#x@h/db?password=hunter2"})
+    assert result.exit_code == 0
+    assert json.loads(result.output)["DATABASE_URL"]["value"] == "postgresql://***@h/db?***"
+    assert "hun" not in result.output
+
+
 def test_db_shell_runs_psql_on_the_configured_database(database_url: str) -> None:
     env = {**os.environ, "DATABASE_URL": database_url}
     result = subprocess.run([AUTHLEDGER, "db", "shell", "-tA", "-c", "SELECT max(version) FROM schema_version"],

@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 from cli import cli
 from domain.errors import ConfigError
 from infra.config.settings import load_settings
-from infra.config.values import is_loopback, mask_url
+from infra.config.values import is_loopback, mask_passwords, mask_url
 from infra.db.engine import Database
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
@@ -169,6 +169,11 @@ def test_a_refused_url_is_quoted_masked_never_with_its_credentials() -> None:
         ("https://a@b@host/x", "https://***@host/x"),
         ("postgresql://ada:s3cret@db.example:5432/auth?sslmode=require", "postgresql://***@db.example:5432/auth?***"),
         ("not a url with s3cret", "***"),
+        ("postgresql://ada:s3/cret@db.example/auth", "postgresql://***@db.example/auth"),
+        ("postgresql://ada:s3?cret#x@db.example/auth", "postgresql://***@db.example/auth"),
+        ("postgresql://ada:s3@cret@db.example/auth", "postgresql://***@db.example/auth"),
+        ("postgresql://ada:s3cret@h1:5432,h2:5433/auth", "postgresql://***@h1:5432,h2:5433/auth"),
+        ("host=db.example password=s3cret", "***"),
     ],
 )  # fmt: skip
 def test_a_url_is_masked_in_its_userinfo_query_and_fragment(url: str, shown: str) -> None:
@@ -232,6 +237,41 @@ def test_a_database_url_refused_by_the_engine_is_quoted_masked() -> None:
     assert result.exit_code == CONFIG
     assert result.output == ("Error: database URL 'mysql://***@db.example/auth?***' must start with "
                              "postgresql://\n")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://ada:s3cret@db.example:5432/auth", "postgresql://ada:***@db.example:5432/auth"),
+        ("postgresql://ada@db.example/auth?password=s3cret", "postgresql://ada@db.example/auth?password=***"),
+        ("postgresql://ada@db.example/auth?sslmode=verify-full&sslpassword=s3cret&sslkey=/k.pem",
+         "postgresql://ada@db.example/auth?sslmode=verify-full&sslpassword=***&sslkey=/k.pem"),
+        ("postgresql://ada@db.example/auth?pass%77ord=s3cret", "postgresql://ada@db.example/auth?pass%77ord=***"),
+        ("postgresql://ada@db.example/auth?oauth_client_secret=s3cret&s3cret",
+         "postgresql://ada@db.example/auth?oauth_client_secret=***&***"),
+        ("postgresql://ada:s3cret@h1:5432,h2:5433/auth?target_session_attrs=read-write",
+         "postgresql://ada:***@h1:5432,h2:5433/auth?target_session_attrs=read-write"),
+        ("postgresql://ada:s3/c?r#e@db.example/auth", "postgresql://ada:***@db.example/auth"),
+        ("postgresql://ada:s3cr@t@db.example/auth", "postgresql://ada:***@db.example/auth"),
+        ("postgresql:///auth?host=/run/pg&password=s3cret", "postgresql:///auth?host=/run/pg&password=***"),
+        ("postgresql://ada:s3cret@db.example/auth#s3cret", "postgresql://ada:***@db.example/auth#***"),
+        ("host=db.example user=ada password=s3cret", "***"),
+    ],
+)  # fmt: skip
+def test_a_database_url_shown_for_tools_masks_every_form_of_password(url: str, shown: str) -> None:
+    assert mask_passwords(url) == shown
+
+
+def test_a_multi_host_url_reaches_every_host_and_psql_gets_it_back_as_given() -> None:
+    url = "postgresql://ada:s3cret@h1:5432,h2:5433/auth?target_session_attrs=read-write"
+    database = Database.locate(url, Path("unused"))
+
+    engine = database.engine()
+    _, arguments = engine.dialect.create_connect_args(engine.url)
+    assert (arguments["host"], arguments["port"], arguments["password"]) == ("h1,h2", "5432,5433", "s3cret")
+    assert database.plain_url == url
+    assert database.tool_url == "postgresql://ada:***@h1:5432,h2:5433/auth?target_session_attrs=read-write"
+    assert "s3cret" not in repr(database)
 
 
 def test_the_database_url_in_messages_is_masked_and_db_url_keeps_the_form_other_tools_take() -> None:
