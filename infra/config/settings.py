@@ -145,6 +145,12 @@ class Settings:
         feeds=(DeliveryPolicy, "backoff_cap"), doc="Longest wait, in seconds, between two attempts of one message.")
     poll_seconds: float = _setting("AUTHLEDGER_POLL_SECONDS", 5.0, values.seconds,
         doc="Longest an idle worker or catch-up runner waits without a notification.")
+    # Generous for any real client (its headers come in one packet; a body is at most 16 KiB, so 10 s asks for
+    # 1.6 KB/s) and short enough that a slowloris must keep opening connections to hold the server's.
+    http_header_timeout: float = _setting("AUTHLEDGER_HTTP_HEADER_TIMEOUT", 10.0, values.seconds,
+        doc="Seconds a connection has to send a request's headers; past them it is closed (after a 408).")
+    http_body_timeout: float = _setting("AUTHLEDGER_HTTP_BODY_TIMEOUT", 10.0, values.seconds,
+        doc="Seconds a request has to send its body once its headers are in; past them, a 408 and nothing written.")
     log_format: str = _setting("AUTHLEDGER_LOG_FORMAT", "auto", values.choice(LOG_FORMATS),
         doc="Log lines as json, text, or auto (JSON when stderr is not a terminal).")
     master_key: str | None = _setting("AUTHLEDGER_MASTER_KEY", None, values.checked_text(values.parse_master_keys), secret=True,

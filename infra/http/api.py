@@ -1,6 +1,6 @@
 """The API's route handlers (``Api``): password resets, OTP, the timeline, erasure and operations.
 
-Handlers are thin: check the headers, read and check the body, then run the
+Handlers are thin: check the headers and the key, read and check the body, then run the
 database work (authenticate the key, call the service) in Starlette's
 threadpool, where the sync SQLAlchemy pool lives. What they raise becomes a
 problem+json response in ``infra.http.problems``, by the exception handlers
@@ -88,8 +88,14 @@ class Api:
 
     async def _checked(self, request: Request, schema: schemas.Schema, *, create: bool = False
                        ) -> tuple[dict[str, Any], str | None]:
-        """The body (and a create's Idempotency-Key), checked before any database work: nothing is written."""
-        bearer_key(request)  # 401 first when there is no key at all
+        """The key, then the body (and a create's Idempotency-Key), checked before any write: nothing is written.
+
+        The key is looked up before a byte of the body is read: a client without a working key is answered 401
+        at once, and can make the server neither wait for a body nor hold one (``infra.http.deadlines``).
+        """
+        api_key = bearer_key(request)  # 401 first when there is no key at all
+        if await run_in_threadpool(authenticate, self.ctx.engine, api_key) is None:  # cached: _authenticated's
+            raise Unauthorized("the API key is unknown or revoked")  # look-up then costs nothing
         key = idempotency_key(request) if create else None
         return await read_json(request, schema, limit=self.max_body_bytes), key
 

@@ -30,6 +30,7 @@ from infra.console.app import Console
 from infra.delivery.worker import Worker
 from infra.http.admin import Admin, admin_routes
 from infra.http.api import Api
+from infra.http.deadlines import BODY_SECONDS, BodyDeadline
 from infra.http.pages import docs_routes, reset_page_routes
 from infra.http.problems import MethodNotAllowed, RouteNotFound, problem_response
 from infra.http.request_context import RequestContext
@@ -45,13 +46,14 @@ log = logging.getLogger("authledger.http")
 def create_app(
     ctx: ServiceContext, *, worker: Worker | None = None, catch_up: CatchUpRunner | None = None,
     closed_counts: ClosedCountsWriter | None = None, max_body_bytes: int = MAX_BODY_BYTES, reset_page: bool = False,
-    console: Console | None = None, threads: int | None = None,
+    console: Console | None = None, threads: int | None = None, body_seconds: float = BODY_SECONDS,
 ) -> Starlette:
     """The API over ``ctx``, and the review console at /console; ``worker``, ``catch_up`` and
     ``closed_counts`` run in threads.
 
     ``/docs`` is always served; the development reset page (``infra.http.pages``) with ``reset_page``.
     ``threads``: how many requests run at once in the threadpool (anyio's default, 40, without).
+    ``body_seconds``: how long a request's body may take to arrive (``infra.http.deadlines``).
     """
     api = Api(ctx, max_body_bytes=max_body_bytes, worker=worker)
     console = console or Console(ctx)
@@ -93,7 +95,7 @@ def create_app(
     ]
     return Starlette(
         routes=routes,
-        middleware=[Middleware(RequestContext)],
+        middleware=[Middleware(RequestContext), Middleware(BodyDeadline, seconds=body_seconds)],
         exception_handlers={AuthledgerError: on_error, HTTPException: on_http_error},
         lifespan=_lifespan(api, [part for part in (worker, catch_up, closed_counts) if part is not None], threads),
     )

@@ -85,6 +85,8 @@ WRITE_UNAVAILABLE = problem(
     "requests for this user could not be put in order (`concurrency-conflict`, with Retry-After). Concurrent "
     "requests for one user are otherwise answered one after the other, never with a conflict.", retry_after(False))
 BODY_PROBLEMS = {
+    "408": problem("The body did not arrive within the deadline (`request-timeout`, setting "
+                   "`AUTHLEDGER_HTTP_BODY_TIMEOUT`); the connection is closed and nothing is written."),
     "413": problem("The body is larger than the limit (`body-too-large`)."),
     "415": problem("The body is not application/json (`unsupported-media-type`)."),
 }

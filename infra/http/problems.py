@@ -81,6 +81,15 @@ class BodyTooLarge(AuthledgerError):
     problem_type = "body-too-large"
 
 
+class RequestTimeout(AuthledgerError):
+    """The request did not arrive in time."""
+
+    # Answered with the connection closed: what is left of the request may still come, and would be misread
+    # as the next one.
+    http_status = 408
+    problem_type = "request-timeout"
+
+
 class UnsupportedMediaType(AuthledgerError):
     """The request body must be application/json."""
 
@@ -147,6 +156,8 @@ def problem_response(error: AuthledgerError, *, now: datetime | None = None,
         headers["Retry-After"] = str(IN_FLIGHT_RETRY_AFTER_SECONDS)
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = 'Bearer realm="authledger"'
+    if isinstance(error, RequestTimeout):
+        headers["Connection"] = "close"
     return Response(safe_json(problem_body(error)), status_code=error.http_status, headers=headers,
                     media_type=PROBLEM_JSON)
 

@@ -42,6 +42,7 @@ from infra.db.engine import Database
 from infra.db.reading import reading
 from infra.errors import ApiProcessExited, PortUnavailable
 from infra.http.app import create_app
+from infra.http.deadlines import DeadlineProtocol
 from infra.console.app import Console
 from infra.audit.digest import signing_key
 from infra.services.clients import authenticate, create_client, revoke_client
@@ -203,11 +204,14 @@ def _run(app: App, *, inflight: int, reset_page: bool, host: str, port: int,
         closed_counts = ClosedCountsWriter(ctx, metadata=SERVE_METADATA)
     config = uvicorn.Config(
         create_app(ctx, worker=worker, catch_up=catch_up, closed_counts=closed_counts, reset_page=reset_page,
-                   threads=API_THREADS,
+                   threads=API_THREADS, body_seconds=settings.http_body_timeout,
                    console=Console(ctx, idle=timedelta(minutes=settings.console_idle_minutes),
                                    signing_key=lambda: signing_key(settings))),
         host=host, port=port, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=10,
-        server_header=False, loop="uvloop", http="httptools",  # C event loop and parser: see pyproject.toml
+        server_header=False, loop="uvloop",
+        # httptools, the C parser (see pyproject.toml), with deadlines for slow clients: infra.http.deadlines.
+        http=DeadlineProtocol.with_deadlines(header_seconds=settings.http_header_timeout,
+                                             body_seconds=settings.http_body_timeout),
     )
     server = uvicorn.Server(config)
 
