@@ -78,7 +78,7 @@ def _story(engine: Engine, tenant: str, kind: str, found: UUID) -> Story | None:
     if kind not in ("request", "message"):
         return None
     with looking_up(engine) as lookup:
-        story = about_request(lookup, found) if kind == "request" else about_message(lookup, found)
+        story = about_request(lookup, found, tenant) if kind == "request" else about_message(lookup, found, tenant)
     story = of_tenant(story, tenant)
     return story if story is not None and story.user_id is not None else None
 

@@ -79,9 +79,9 @@ def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID 
     """
     with looking_up(engine) as lookup:
         if request_id is not None:
-            story, kind, value = about_request(lookup, request_id), "request", request_id
+            story, kind, value = about_request(lookup, request_id, tenant), "request", request_id
         elif message_id is not None:
-            story, kind, value = about_message(lookup, message_id), "message", message_id
+            story, kind, value = about_message(lookup, message_id, tenant), "message", message_id
         else:
             raise ValueError("explain needs a request id or a message id")
     story = of_tenant(story, tenant)

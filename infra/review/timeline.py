@@ -76,7 +76,7 @@ def request_timeline(ctx: ServiceContext, request_id: UUID, *, tenant: str = DEF
                      limit: int = DEFAULT_LIMIT) -> Timeline:
     """One reset request or OTP challenge: its events, its emails', and those of the request that replaced it."""
     with looking_up(ctx.engine) as lookup:
-        story = of_tenant(about_request(lookup, request_id), tenant)
+        story = of_tenant(about_request(lookup, request_id, tenant), tenant)
         if story is None:
             raise NotFound(f"no reset request or OTP challenge {request_id}")
         events, truncated = _as_stored(lookup, story.events, limit)
@@ -87,7 +87,7 @@ def message_timeline(ctx: ServiceContext, message_id: UUID, *, tenant: str = DEF
                      limit: int = DEFAULT_LIMIT) -> Timeline:
     """One email: its delivery events and the events of the request it serves (why it was or was not sent)."""
     with looking_up(ctx.engine) as lookup:
-        story = of_tenant(about_message(lookup, message_id), tenant)
+        story = of_tenant(about_message(lookup, message_id, tenant), tenant)
         if story is None:
             raise NotFound(f"no email {message_id}")
         events, truncated = _as_stored(lookup, story.events, limit)
