@@ -146,15 +146,15 @@ def mask_passwords(url: str) -> str:
         return "***"
     userinfo = ""
     if parts.userinfo is not None:
-        user, has_password, _ = parts.userinfo.partition(":")
-        userinfo = f"{user}{':***' if has_password else ''}@"
+        user, has_password, password = parts.userinfo.partition(":")
+        userinfo = f"{user}{':***' if password else ':' if has_password else ''}@"  # an empty one hides nothing
     query = "" if parts.query is None else "?" + "&".join(_masked_parameter(item) for item in parts.query.split("&"))
     return f"{parts.scheme}://{userinfo}{parts.hosts}{parts.path}{query}{'#***' if parts.fragment is not None else ''}"
 
 
 def _masked_parameter(item: str) -> str:
-    name, has_value, _ = item.partition("=")
-    if unquote(name) in LIBPQ_PLAIN_PARAMETERS:
+    name, has_value, value = item.partition("=")
+    if unquote(name) in LIBPQ_PLAIN_PARAMETERS or (has_value and not value):
         return item
     return f"{name}=***" if has_value else "***"
 

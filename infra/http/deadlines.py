@@ -74,7 +74,8 @@ class DeadlineProtocol(HttpToolsProtocol):
         self._deadline = None
         if self.transport.is_closing():
             return
-        if self._request_begun:
+        answering = self.cycle is not None and not self.cycle.response_complete  # a pipelined request's answer
+        if self._request_begun and not answering:
             self.transport.write(timeout_response(RequestTimeout(
                 f"the request's headers did not arrive within {self.header_seconds:g} seconds")))
         self.transport.close()

@@ -256,6 +256,7 @@ def test_a_database_url_refused_by_the_engine_is_quoted_masked() -> None:
         ("postgresql:///auth?host=/run/pg&password=s3cret", "postgresql:///auth?host=/run/pg&password=***"),
         ("postgresql://ada:s3cret@db.example/auth#s3cret", "postgresql://ada:***@db.example/auth#***"),
         ("host=db.example user=ada password=s3cret", "***"),
+        ("postgresql://postgres:@/postgres?host=/data/pgdata&password=", "postgresql://postgres:@/postgres?host=/data/pgdata&password="),
     ],
 )  # fmt: skip
 def test_a_database_url_shown_for_tools_masks_every_form_of_password(url: str, shown: str) -> None:
