@@ -157,10 +157,10 @@ class Shell:
     # -- acting ---------------------------------------------------------------------------------
 
     def metadata(self, request: Request, session: Session) -> dict[str, str]:
-        """An action's event metadata, as the HTTP API records it: the key's client, and the request's id."""
+        """An action's event metadata, as the HTTP API records it: the key's client and id, and the request's id."""
         client = session.caller.client
-        return {"client": client, "actor": f"client:{client}", "request_id": request.state.request_id,
-                "correlation_id": request.state.request_id}
+        return {"client": client, "key_id": session.caller.key_id, "actor": f"client:{client}",
+                "request_id": request.state.request_id, "correlation_id": request.state.request_id}
 
     def signing_key(self) -> Ed25519PrivateKey | None:
         """The audit signing key; None when the server has none or cannot load it."""
