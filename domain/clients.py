@@ -56,27 +56,27 @@ class Caller:
         return scope in self.scopes
 
 
-def client_stream(name: str, tenant: str = DEFAULT_TENANT) -> str:
-    """Where a client of ``tenant`` would be created now: ``client:<name>``, or ``client:<tenant>/<name>``.
+def client_stream(name: str, tenant: str | None = None) -> str:
+    """A stream that may hold a client's keys: the shared ``client:<name>``, or ``client:<tenant>/<name>``.
 
-    The default tenant's clients keep the stream they always had, so a
-    database from before names were per tenant needs no change. A '/' can
-    occur in neither a tenant nor a client name, so no two (tenant, name)
-    pairs share a stream. Another tenant's client created before names were
-    per tenant lives in ``client:<name>``: ``infra.services.clients`` finds it
-    there (``legacy_stream_serves``).
+    The default tenant's clients live in ``client:<name>``, as every client
+    did before names were per tenant, so a database from before needs no
+    change; other tenants' new clients live in their own. A '/' can occur in
+    neither a tenant nor a client name, so no two (tenant, name) pairs share a
+    stream. Which of the two holds a given client: ``legacy_stream_serves``.
     """
-    return f"client:{name}" if tenant == DEFAULT_TENANT else f"client:{tenant}/{name}"
+    return f"client:{name}" if tenant is None else f"client:{tenant}/{name}"
 
 
 def legacy_stream_serves(state: ClientState, tenant: str) -> bool:
     """Whether ``client:<name>``, folded to ``state``, holds ``tenant``'s client of that name.
 
-    It does when it is that tenant's client (created before names were per
-    tenant, or the default tenant's), and when it was never created and
-    ``tenant`` is the default tenant (whose clients it holds now). A default
-    tenant's client whose name another tenant took before that lives in
-    ``client:default/<name>``.
+    It does when it is that tenant's client (the default tenant's, or
+    another's created before names were per tenant), and when it was never
+    created and ``tenant`` is the default tenant (whose clients it holds now).
+    Otherwise the client lives in ``client_stream(name, tenant)``: another
+    tenant's new client, or a default tenant's client whose name another
+    tenant took before names were per tenant.
     """
     if state.name is None:
         return tenant == DEFAULT_TENANT
