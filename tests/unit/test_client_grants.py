@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from uuid import uuid4
 
 import pytest
 
@@ -24,6 +25,8 @@ from domain.clients import (
     legacy_stream_serves,
 )
 from domain.errors import Forbidden
+from domain.log import RecordedEvent
+from projections.timeline import timeline
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 ADMIN = Caller("acme-admin", "acme", frozenset({"admin", "send", "review"}), "key_admin")
@@ -94,3 +97,17 @@ def test_the_old_stream_serves_the_tenant_whose_client_it_already_holds() -> Non
     assert legacy_stream_serves(acme_before_names_were_per_tenant, "acme")
     assert not legacy_stream_serves(acme_before_names_were_per_tenant, "default")  # default's goes to client:default/web
     assert legacy_stream_serves(defaults, "default") and not legacy_stream_serves(defaults, "acme")
+
+
+def test_a_history_line_names_the_client_and_the_key_that_acted() -> None:
+    def recorded(position: int, metadata: dict[str, str]) -> RecordedEvent:
+        event = ClientKeyRevoked("web", "key_x", NOW)
+        return RecordedEvent(position, "client:acme/web", position, uuid4(), "ClientKeyRevoked", 1, event,
+                             metadata, NOW)
+
+    with_key, without = timeline([
+        recorded(1, {"actor": "client:acme-admin", "client": "acme-admin", "key_id": "key_0123456789abcdef"}),
+        recorded(2, {"actor": "client:acme-admin", "client": "acme-admin"}),  # appended before key ids
+    ])
+    assert with_key.actor == "client:acme-admin with key key_0123456789abcdef"
+    assert without.actor == "client:acme-admin"
