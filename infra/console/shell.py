@@ -100,7 +100,8 @@ class Shell:
         session = await run_in_threadpool(self._signed_in, request.cookies.get(COOKIE))
         if not isinstance(session, Session):
             return self.to_sign_in(session)
-        request.state.client = session.caller.client  # for the request's log line
+        request.state.client = session.caller.client  # for the request's log line, with the key's id
+        request.state.key_id = session.caller.key_id
         return session
 
     def _signed_in(self, cookie: str | None) -> Session | str | None:

@@ -104,7 +104,8 @@ class Api:
 
         def authenticated_work() -> Any:
             caller = self._caller(api_key, scope)
-            request.state.client = caller.client  # for the request's log line
+            request.state.client = caller.client  # for the request's log line, with the key's id
+            request.state.key_id = caller.key_id
             return work(caller)
 
         return await run_in_threadpool(authenticated_work)
