@@ -1,11 +1,12 @@
 """API clients: the applications allowed to call authledger, one ``client:`` stream each.
 
 A client belongs to one tenant, and its name is unique within that tenant
-only: two tenants may each have a client ``web`` (``client_stream``). It holds scopes; it may hold several live
-keys at once, so that a key can be rotated with overlap: issue a new key,
-move the application to it, then revoke the old one. A key is recorded only
-as the SHA-256 of its value (shown once) and a key id derived from that
-hash, so the audit trail says which key could call the service when.
+only: two tenants may each have a client ``web`` (``client_stream``). It
+holds scopes, and it may hold several live keys at once, so that a key can
+be rotated with overlap: issue a new key, move the application to it, then
+revoke the old one. A key is recorded only as the SHA-256 of its value
+(shown once) and a key id derived from that hash, so the audit trail says
+which key could call the service when.
 
 Clients registered before tenants and scopes (``ClientRegistered``,
 ``ClientRevoked``: one key per client at a time) still fold: they belong to
@@ -113,7 +114,8 @@ def check_grant(scopes: Iterable[str], granter: Caller | None) -> None:
         raise Forbidden("the 'operator' scope is granted only by `authledger clients` at the server, never over HTTP")
     lacking = ordered_scopes(given - granter.scopes)
     if lacking:
-        raise Forbidden(f"this API key may only grant scopes it holds itself, and it lacks {', '.join(map(repr, lacking))}")
+        raise Forbidden("this API key may only grant scopes it holds itself, and it lacks "
+                        + ", ".join(map(repr, lacking)))
 
 
 @frozen

@@ -95,7 +95,8 @@ def test_the_old_stream_serves_the_tenant_whose_client_it_already_holds() -> Non
     defaults = fold_client([issued("web", "default", "send")])
     assert legacy_stream_serves(never, "default") and not legacy_stream_serves(never, "acme")
     assert legacy_stream_serves(acme_before_names_were_per_tenant, "acme")
-    assert not legacy_stream_serves(acme_before_names_were_per_tenant, "default")  # default's goes to client:default/web
+    # The default tenant's web then goes to client:default/web.
+    assert not legacy_stream_serves(acme_before_names_were_per_tenant, "default")
     assert legacy_stream_serves(defaults, "default") and not legacy_stream_serves(defaults, "acme")
 
 
