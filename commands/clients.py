@@ -1,4 +1,10 @@
-"""`authledger clients`: the API keys of the applications that call the HTTP API."""
+"""`authledger clients`: the API keys of the applications that call the HTTP API.
+
+A client is named within its tenant (``--tenant``, the default tenant when
+not given): two tenants may each have a client ``web``. This is the operator
+at the server, so it may grant any scope, ``operator`` included, which no
+key can grant over HTTP.
+"""
 
 from __future__ import annotations
 
@@ -39,23 +45,32 @@ def clients_create(app: App, name: str, tenant: str, scopes: tuple[str, ...], as
                               f"with scopes {' '.join(created.scopes)}")
 
 
+TENANT = click.option("--tenant", default=DEFAULT_TENANT, show_default=True, help="The tenant the client belongs to.")
+
+
+def _tenant_flag(tenant: str) -> str:
+    return "" if tenant == DEFAULT_TENANT else f" --tenant {tenant}"
+
+
 @clients.command("rotate")
 @click.argument("name")
+@TENANT
 @json_option
 @click.pass_obj
-def clients_rotate(app: App, name: str, as_json: bool) -> None:
+def clients_rotate(app: App, name: str, tenant: str, as_json: bool) -> None:
     """Issue another key for a client; its other keys stay live until revoked."""
-    issued = client_service.rotate_client(app.services, name, metadata=cli_metadata("clients rotate"))
+    issued = client_service.rotate_client(app.services, name, metadata=cli_metadata("clients rotate"), tenant=tenant)
     _issued(issued, as_json, f"client {issued.name}: new key issued, its other keys stay live until "
-                             f"`authledger clients revoke {issued.name} --key KEY_ID`")
+                             f"`authledger clients revoke {issued.name}{_tenant_flag(tenant)} --key KEY_ID`")
 
 
 @clients.command("list")
+@click.option("--tenant", default=None, help="Only this tenant's clients (every tenant's when not given).")
 @json_option
 @click.pass_obj
-def clients_list(app: App, as_json: bool) -> None:
+def clients_list(app: App, tenant: str | None, as_json: bool) -> None:
     """Every key of every client, live or revoked."""
-    data = [key_json(row) for row in client_service.list_keys(app.engine)]
+    data = [key_json(row) for row in client_service.list_keys(app.engine, tenant=tenant)]
     lines = [f"{k['client']:<20} {k['key_id']:<22} {k['tenant']:<12} {k['status']:<8} {' '.join(k['scopes']):<32} "
              f"created {k['created_at']}" + (f", revoked {k['revoked_at']}" if k["revoked_at"] else "")
              for k in data]
@@ -64,13 +79,14 @@ def clients_list(app: App, as_json: bool) -> None:
 
 @clients.command("revoke")
 @click.argument("name")
+@TENANT
 @click.option("--key", "key_id", default=None, metavar="KEY_ID", help="Revoke only this key (see `clients list`).")
 @json_option
 @click.pass_obj
-def clients_revoke(app: App, name: str, key_id: str | None, as_json: bool) -> None:
+def clients_revoke(app: App, name: str, tenant: str, key_id: str | None, as_json: bool) -> None:
     """Revoke one of a client's keys, or all of them; a revoked key's next request gets 401."""
     revoked = client_service.revoke_client(app.services, name, metadata=cli_metadata("clients revoke"),
-                                           key_id=key_id)
+                                           key_id=key_id, tenant=tenant)
     what = f"key {key_id} of client {name}" if key_id else f"client {name}"
     emit({"name": name, "revoked": bool(revoked), "already_revoked": not revoked, "key_ids": revoked}, as_json,
          f"{what} revoked" + (f" ({', '.join(revoked)})" if revoked and not key_id else "") if revoked

@@ -1,10 +1,12 @@
-"""API clients: the applications allowed to call authledger, one ``client:<name>`` stream each.
+"""API clients: the applications allowed to call authledger, one ``client:`` stream each.
 
-A client belongs to one tenant and holds scopes; it may hold several live
-keys at once, so that a key can be rotated with overlap: issue a new key,
-move the application to it, then revoke the old one. A key is recorded only
-as the SHA-256 of its value (shown once) and a key id derived from that
-hash, so the audit trail says which key could call the service when.
+A client belongs to one tenant, and its name is unique within that tenant
+only: two tenants may each have a client ``web`` (``client_stream``). It
+holds scopes, and it may hold several live keys at once, so that a key can
+be rotated with overlap: issue a new key, move the application to it, then
+revoke the old one. A key is recorded only as the SHA-256 of its value
+(shown once) and a key id derived from that hash, so the audit trail says
+which key could call the service when.
 
 Clients registered before tenants and scopes (``ClientRegistered``,
 ``ClientRevoked``: one key per client at a time) still fold: they belong to
@@ -23,13 +25,20 @@ from datetime import datetime
 from attrs import evolve, frozen
 
 from domain.input_checks import require_utc
-from domain.errors import InvalidInput, NotFound, UnknownEventType
+from domain.errors import Forbidden, InvalidInput, NotFound, UnknownEventType
 from domain.tenants import DEFAULT_TENANT
 
 CLIENT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 
-# What a key may do. Each HTTP operation needs exactly one of these.
-SCOPES = ("send", "verify", "review", "admin", "metrics")
+# What a key may do. Each HTTP operation needs one of these.
+SCOPES = ("send", "verify", "review", "admin", "metrics", "operator")
+# The deployment's own view (/metrics across every tenant: the process, the
+# pool, the queue as a whole). Only the operator at the machine (the CLI)
+# grants it: a tenant's admin key never can, nor can it rotate a key that
+# holds it, so no tenant can read what another tenant's traffic does.
+OPERATOR = "operator"
+# What an admin key may grant over HTTP, at most (and only those it holds).
+TENANT_SCOPES = tuple(scope for scope in SCOPES if scope != OPERATOR)
 # A client registered before scopes existed could create, verify and read
 # timelines (what the API offered then), and keeps exactly that.
 LEGACY_SCOPES = frozenset({"send", "verify", "review"})
@@ -37,19 +46,42 @@ LEGACY_SCOPES = frozenset({"send", "verify", "review"})
 
 @frozen
 class Caller:
-    """Who presented a key: the client, the tenant it belongs to, and what its key may do."""
+    """Who presented a key: the client, the tenant it belongs to, what its key may do, and the key's id."""
 
     client: str
     tenant: str
     scopes: frozenset[str]
+    key_id: str = ""  # the public id of the key presented (never the key nor its hash)
 
     def may(self, scope: str) -> bool:
         return scope in self.scopes
 
 
-def client_stream(name: str) -> str:
-    """The stream id holding this client's keys: issued and revoked."""
-    return f"client:{name}"
+def client_stream(name: str, tenant: str | None = None) -> str:
+    """A stream that may hold a client's keys: the shared ``client:<name>``, or ``client:<tenant>/<name>``.
+
+    The default tenant's clients live in ``client:<name>``, as every client
+    did before names were per tenant, so a database from before needs no
+    change; other tenants' new clients live in their own. A '/' can occur in
+    neither a tenant nor a client name, so no two (tenant, name) pairs share a
+    stream. Which of the two holds a given client: ``legacy_stream_serves``.
+    """
+    return f"client:{name}" if tenant is None else f"client:{tenant}/{name}"
+
+
+def legacy_stream_serves(state: ClientState, tenant: str) -> bool:
+    """Whether ``client:<name>``, folded to ``state``, holds ``tenant``'s client of that name.
+
+    It does when it is that tenant's client (the default tenant's, or
+    another's created before names were per tenant), and when it was never
+    created and ``tenant`` is the default tenant (whose clients it holds now).
+    Otherwise the client lives in ``client_stream(name, tenant)``: another
+    tenant's new client, or a default tenant's client whose name another
+    tenant took before names were per tenant.
+    """
+    if state.name is None:
+        return tenant == DEFAULT_TENANT
+    return state.tenant == tenant
 
 
 def key_id_of(key_hash: str) -> str:
@@ -66,6 +98,24 @@ def ordered_scopes(scopes: Iterable[str]) -> tuple[str, ...]:
     """Scopes in the order of ``SCOPES``, each once."""
     given = set(scopes)
     return tuple(scope for scope in SCOPES if scope in given)
+
+
+def check_grant(scopes: Iterable[str], granter: Caller | None) -> None:
+    """``Forbidden`` unless ``granter`` may issue a key with ``scopes``; None is the operator at the CLI, who may.
+
+    A key may only create (or rotate) keys whose scopes it holds itself, so an
+    admin key of a tenant cannot mint a scope it was not given; and the
+    ``operator`` scope is the CLI's alone, whoever asks over HTTP.
+    """
+    if granter is None:
+        return
+    given = set(scopes)
+    if OPERATOR in given:
+        raise Forbidden("the 'operator' scope is granted only by `authledger clients` at the server, never over HTTP")
+    lacking = ordered_scopes(given - granter.scopes)
+    if lacking:
+        raise Forbidden("this API key may only grant scopes it holds itself, and it lacks "
+                        + ", ".join(map(repr, lacking)))
 
 
 @frozen
@@ -168,35 +218,50 @@ def check_scopes(scopes: object) -> tuple[str, ...]:
 
 
 def decide_create(
-    state: ClientState, name: str, *, tenant: str, scopes: tuple[str, ...], key_hash: str, now: datetime
+    state: ClientState, name: str, *, tenant: str, scopes: tuple[str, ...], key_hash: str, now: datetime,
+    granter: Caller | None = None,
 ) -> list[object]:
     """The client's first key; ``InvalidInput`` while the client has a live key (rotate it instead).
 
-    A client whose keys are all revoked may be created again in its tenant, with any scopes.
+    A client whose keys are all revoked may be created again in its tenant,
+    with any scopes ``granter`` may grant (``check_grant``; None: the CLI).
     """
     require_utc(now)
     check_client_name(name)
+    check_grant(scopes, granter)
     # A name stays with its tenant, revoked or not: its keys' history belongs there.
     if state.active or (state.name is not None and state.tenant != tenant):
         raise InvalidInput(f"a client named {name!r} already exists; `clients rotate {name}` issues another key")
     return [ClientKeyIssued(name, tenant, check_scopes(scopes), key_id_of(key_hash), key_hash, now)]
 
 
-def decide_rotate(state: ClientState, name: str, *, key_hash: str, now: datetime) -> list[object]:
-    """Another live key, with the client's tenant and scopes; its other keys stay live."""
+def decide_rotate(state: ClientState, name: str, *, key_hash: str, now: datetime,
+                  granter: Caller | None = None) -> list[object]:
+    """Another live key, with the client's tenant and scopes; its other keys stay live.
+
+    A new key is a grant of the client's scopes: ``granter`` must hold them (``check_grant``).
+    """
     require_utc(now)
     if state.name is None:
         raise NotFound(f"no client named {name!r}")
+    check_grant(state.scopes, granter)
     if not state.active:
         raise InvalidInput(f"client {name!r} has no live key; create it again with `clients create {name}`")
     return [ClientKeyIssued(name, state.tenant, state.scopes, key_id_of(key_hash), key_hash, now)]
 
 
-def decide_revoke(state: ClientState, name: str, key_id: str | None = None, *, now: datetime) -> list[object]:
-    """Revoke one key (``key_id``) or every live key; nothing when already revoked, ``NotFound`` when unknown."""
+def decide_revoke(state: ClientState, name: str, key_id: str | None = None, *, now: datetime,
+                  revoker: Caller | None = None) -> list[object]:
+    """Revoke one key (``key_id``) or every live key; nothing when already revoked, ``NotFound`` when unknown.
+
+    An operator client is the CLI's to manage: a key (``revoker``) may not
+    revoke it, or a tenant's admin could blind the deployment's monitoring.
+    """
     require_utc(now)
     if state.name is None:
         raise NotFound(f"no client named {name!r}")
+    if revoker is not None and OPERATOR in state.scopes:
+        raise Forbidden("an operator client is managed only by `authledger clients` at the server, never over HTTP")
     if key_id is None:
         return [ClientKeyRevoked(name, live, now) for live in state.live]
     if key_id not in state.keys:

@@ -69,6 +69,16 @@ class NotFound(AuthledgerError):
     problem_type = "not-found"
 
 
+class Forbidden(AuthledgerError):
+    """The API key is valid but lacks the scope this operation needs."""
+
+    # Here, not in infra/errors.py: which scopes a key may grant is a domain
+    # rule (domain.clients.check_grant).
+    http_status = 403
+    exit_code = 7  # like Unauthorized: the caller's credentials do not allow it
+    problem_type = "forbidden"
+
+
 class TokenInvalid(AuthledgerError):
     """The token is unknown, expired, superseded or already used."""
 

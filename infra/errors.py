@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from domain.errors import AuthledgerError
+from domain.errors import Forbidden as Forbidden  # the API raises it too; its home is the domain's grant rule
 from domain.limits import Quota
 
 
@@ -56,14 +57,6 @@ class Unauthorized(AuthledgerError):
     http_status = 401
     exit_code = 7
     problem_type = "unauthorized"
-
-
-class Forbidden(AuthledgerError):
-    """The API key is valid but lacks the scope this operation needs."""
-
-    http_status = 403
-    exit_code = 7  # like Unauthorized: the caller's credentials do not allow it
-    problem_type = "forbidden"
 
 
 class TamperDetected(AuthledgerError):

@@ -95,10 +95,12 @@ def _actor(recorded: RecordedEvent) -> str | None:
     if owner:
         return owner
     metadata = recorded.metadata or {}
-    actor, client = metadata.get("actor"), metadata.get("client")
+    actor, client, key_id = metadata.get("actor"), metadata.get("client"), metadata.get("key_id")
     if actor and client and client not in str(actor):
-        return f"{actor} (client {client})"
-    return actor or (f"client {client}" if client else None)
+        actor = f"{actor} (client {client})"
+    actor = actor or (f"client {client}" if client else None)
+    # Which of the client's keys acted: after a rotation both may be live.
+    return f"{actor} with key {key_id}" if actor and key_id else actor
 
 
 # Why a presented link or code was refused, as the end of "after it was ...".

@@ -100,7 +100,8 @@ class Shell:
         session = await run_in_threadpool(self._signed_in, request.cookies.get(COOKIE))
         if not isinstance(session, Session):
             return self.to_sign_in(session)
-        request.state.client = session.caller.client  # for the request's log line
+        request.state.client = session.caller.client  # for the request's log line, with the key's id
+        request.state.key_id = session.caller.key_id
         return session
 
     def _signed_in(self, cookie: str | None) -> Session | str | None:
@@ -157,10 +158,10 @@ class Shell:
     # -- acting ---------------------------------------------------------------------------------
 
     def metadata(self, request: Request, session: Session) -> dict[str, str]:
-        """An action's event metadata, as the HTTP API records it: the key's client, and the request's id."""
+        """An action's event metadata, as the HTTP API records it: the key's client and id, and the request's id."""
         client = session.caller.client
-        return {"client": client, "actor": f"client:{client}", "request_id": request.state.request_id,
-                "correlation_id": request.state.request_id}
+        return {"client": client, "key_id": session.caller.key_id, "actor": f"client:{client}",
+                "request_id": request.state.request_id, "correlation_id": request.state.request_id}
 
     def signing_key(self) -> Ed25519PrivateKey | None:
         """The audit signing key; None when the server has none or cannot load it."""

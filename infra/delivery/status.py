@@ -7,13 +7,25 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
+from domain.tenants import DEFAULT_TENANT, SEPARATOR
 from projections.outbox import STATES
 
-BY_STATE = text("SELECT state, count(*) AS n FROM email_outbox GROUP BY state")
-DUE = text("SELECT count(*) AS n FROM email_outbox WHERE state IN ('pending', 'leased') AND available_at <= :now")
-OLDEST_DUE = text("""
+# Only the messages of one tenant when :tenant is given (/metrics for a
+# tenant's key): a scoped user id names its tenant (domain.tenants), the
+# default tenant's holding no separator.
+OF_TENANT = """
+    (CAST(:tenant AS text) IS NULL
+     OR CASE WHEN CAST(:tenant AS text) = :default_tenant THEN strpos(user_id, :separator) = 0
+             ELSE starts_with(user_id, CAST(:tenant AS text) || :separator) END)
+"""
+BY_STATE = text(f"SELECT state, count(*) AS n FROM email_outbox WHERE {OF_TENANT} GROUP BY state")
+DUE = text(f"""
+    SELECT count(*) AS n FROM email_outbox
+     WHERE state IN ('pending', 'leased') AND available_at <= :now AND {OF_TENANT}
+""")
+OLDEST_DUE = text(f"""
     SELECT message_id, available_at, queued_at FROM email_outbox
-     WHERE state IN ('pending', 'leased') AND available_at <= :now
+     WHERE state IN ('pending', 'leased') AND available_at <= :now AND {OF_TENANT}
      ORDER BY available_at LIMIT 1
 """)
 
@@ -22,16 +34,17 @@ def _seconds(since: datetime, now: datetime) -> float:
     return round(max((now - since).total_seconds(), 0.0), 1)
 
 
-def outbox_status(engine: Engine, *, now: datetime) -> dict[str, Any]:
+def outbox_status(engine: Engine, *, now: datetime, tenant: str | None = None) -> dict[str, Any]:
     """Messages by state, how many are due now, and the oldest due one: how long it has been due and queued.
 
-    ``oldest_due_seconds`` and ``oldest_due_queued_seconds`` are None when
-    nothing is due.
+    Of every tenant, or of ``tenant`` only. ``oldest_due_seconds`` and
+    ``oldest_due_queued_seconds`` are None when nothing is due.
     """
+    scope = {"tenant": tenant, "default_tenant": DEFAULT_TENANT, "separator": SEPARATOR}
     with engine.connect() as connection:
-        counts = {row.state: row.n for row in connection.execute(BY_STATE)}
-        due = connection.execute(DUE, {"now": now}).scalar_one()
-        oldest = connection.execute(OLDEST_DUE, {"now": now}).first()
+        counts = {row.state: row.n for row in connection.execute(BY_STATE, scope)}
+        due = connection.execute(DUE, {"now": now, **scope}).scalar_one()
+        oldest = connection.execute(OLDEST_DUE, {"now": now, **scope}).first()
     return {
         "by_state": {state: counts.get(state, 0) for state in STATES},
         "due_now": due,

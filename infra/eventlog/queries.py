@@ -37,17 +37,21 @@ HORIZON_HEAD = text("""
 """)
 # The delivery events past the checkpoint, with what their latencies need:
 # the queue time of the message (its stream's first event) and, for an
-# acceptance, when the lease it was sent under was claimed.
+# acceptance, when the lease it was sent under was claimed; and the scoped
+# user id the message was queued for, which names its tenant (metrics are
+# per tenant).
 DELIVERY_EVENTS = text("""
     SELECT e.transaction_id::text AS tx, e.global_position, e.event_type,
            (e.payload->>'attempt')::int AS attempt,
            coalesce(e.payload->>'claimed_at', e.payload->>'accepted_at')::timestamptz AS at,
-           q.queued_at, c.claimed_at
+           q.queued_at, q.user_id, c.claimed_at
       FROM events e
       LEFT JOIN LATERAL (
-            SELECT (x.payload->>'available_at')::timestamptz AS queued_at FROM events x
+            SELECT (x.payload->>'available_at')::timestamptz AS queued_at, x.payload->>'user_id' AS user_id
+              FROM events x
              WHERE x.stream_id = e.stream_id AND x.stream_version = 1
-            ) q ON e.event_type IN ('LeaseClaimed', 'ProviderAccepted')
+            ) q ON e.event_type IN ('EmailQueued', 'ProviderAccepted', 'DeliverySkipped', 'DeliveryAbandoned',
+                                    'DeliveryRedriven', 'SendAttemptFailed', 'LeaseClaimed', 'LeaseExpired')
       LEFT JOIN LATERAL (
             SELECT (x.payload->>'claimed_at')::timestamptz AS claimed_at FROM events x
              WHERE x.stream_id = e.stream_id AND x.event_type = 'LeaseClaimed'

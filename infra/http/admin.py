@@ -2,7 +2,10 @@
 
 Clients and their keys (list, create, rotate, revoke) and the re-drive of an
 abandoned or failed message, with a reason. Another tenant's client or
-message is answered exactly as one that does not exist: 404.
+message is answered exactly as one that does not exist: 404. A key may only
+create or rotate keys whose scopes it holds itself, never ``operator`` (the
+CLI's alone), and may not revoke an operator client: 403, nothing written
+(``domain.clients.check_grant``).
 """
 
 from __future__ import annotations
@@ -72,14 +75,14 @@ class Admin:
         body, _ = await self.api._checked(request, schemas.CLIENT_CREATE)
         issued = await self.api._authenticated(request, ADMIN, lambda caller: client_service.create_client(
             self.api.ctx, body["name"], self.api._metadata(request, caller), tenant=caller.tenant,
-            scopes=body["scopes"]))
+            scopes=body["scopes"], granter=caller))
         return _json(_issued(issued), 201)
 
     async def rotate_client(self, request: Request) -> Response:
         bearer_key(request)
         name = _client_name(request)
         issued = await self.api._authenticated(request, ADMIN, lambda caller: client_service.rotate_client(
-            self.api.ctx, name, self.api._metadata(request, caller), tenant=caller.tenant))
+            self.api.ctx, name, self.api._metadata(request, caller), tenant=caller.tenant, granter=caller))
         return _json(_issued(issued), 201)
 
     async def revoke_client(self, request: Request) -> Response:
@@ -87,7 +90,7 @@ class Admin:
         body, _ = await self.api._checked(request, schemas.KEY_REVOKE)
         revoked = await self.api._authenticated(request, ADMIN, lambda caller: client_service.revoke_client(
             self.api.ctx, name, self.api._metadata(request, caller), key_id=body.get("key_id"),
-            tenant=caller.tenant))
+            tenant=caller.tenant, revoker=caller))
         return _json({"name": name, "revoked": bool(revoked), "key_ids": revoked})
 
     async def redrive_message(self, request: Request) -> Response:

@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from domain.clients import Caller
+from domain.clients import OPERATOR, Caller
 from domain.decisions import RequestOutcome
 from domain.errors import AuthledgerError, NotFound
 from domain.otp import RequestOtp
@@ -48,6 +48,7 @@ CONNECTED = text("SELECT 1")
 USER_ID = re.compile(schemas.USER_ID["pattern"].strip("^$"))
 MISSING_TABLES = text("SELECT name FROM unnest(CAST(:names AS text[])) AS name WHERE to_regclass(name) IS NULL")
 REPLAYED = "Idempotency-Replayed"
+MONITORING = ("metrics", OPERATOR)  # /metrics and /readyz's details: a tenant's view or the deployment's
 
 
 def _json(data: dict[str, Any], status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -73,18 +74,21 @@ class Api:
 
     # -- shared steps ---------------------------------------------------------------------------
 
-    def _caller(self, api_key: str, scope: str) -> Caller:
+    def _caller(self, api_key: str, scope: str | tuple[str, ...]) -> Caller:
+        """Who holds ``api_key``, when it holds ``scope`` (or one of several); 401 or 403 otherwise."""
         caller = authenticate(self.ctx.engine, api_key)
         if caller is None:
             raise Unauthorized("the API key is unknown or revoked")
-        if not caller.may(scope):
-            raise Forbidden(f"this API key lacks the {scope!r} scope that this operation needs")
+        needed = (scope,) if isinstance(scope, str) else scope
+        if not any(caller.may(one) for one in needed):
+            raise Forbidden(f"this API key lacks the {' or '.join(map(repr, needed))} scope that this operation needs")
         return caller
 
     def _metadata(self, request: Request, caller: Caller) -> dict[str, str]:
+        """What every event the call appends carries: the client and which of its keys (its public id) acted."""
         request_id = request.state.request_id
-        return {"client": caller.client, "actor": f"client:{caller.client}", "request_id": request_id,
-                "correlation_id": request_id}
+        return {"client": caller.client, "key_id": caller.key_id, "actor": f"client:{caller.client}",
+                "request_id": request_id, "correlation_id": request_id}
 
     async def _checked(self, request: Request, schema: schemas.Schema, *, create: bool = False
                        ) -> tuple[dict[str, Any], str | None]:
@@ -99,13 +103,15 @@ class Api:
         key = idempotency_key(request) if create else None
         return await read_json(request, schema, limit=self.max_body_bytes), key
 
-    async def _authenticated(self, request: Request, scope: str, work: Callable[[Caller], Any]) -> Any:
-        """Run ``work(caller)`` in the threadpool after checking there that the key holds ``scope``."""
+    async def _authenticated(self, request: Request, scope: str | tuple[str, ...],
+                             work: Callable[[Caller], Any]) -> Any:
+        """Run ``work(caller)`` in the threadpool after checking there that the key holds ``scope`` (or one of them)."""
         api_key = bearer_key(request)
 
         def authenticated_work() -> Any:
             caller = self._caller(api_key, scope)
-            request.state.client = caller.client  # for the request's log line
+            request.state.client = caller.client  # for the request's log line, with the key's id
+            request.state.key_id = caller.key_id
             return work(caller)
 
         return await run_in_threadpool(authenticated_work)
@@ -186,7 +192,7 @@ class Api:
         if "authorization" not in request.headers:
             await run_in_threadpool(self._check_connected)
             return _json({"status": "ready"})
-        await self._authenticated(request, "metrics", lambda _: self._check_ready())
+        await self._authenticated(request, MONITORING, lambda _: self._check_ready())
         return _json({"status": "ready", "schema_version": SCHEMA_VERSION})
 
     def _check_connected(self) -> None:
@@ -215,9 +221,11 @@ class Api:
 
     async def metrics(self, request: Request) -> Response:
         # Counters move when an email is queued: for an outsider, an oracle of
-        # who just asked for a reset. Prometheus scrapes with a bearer token.
-        exposition = await self._authenticated(
-            request, "metrics", lambda _: render(self.ctx, self.log_metrics, self.worker))
+        # who just asked for a reset. Prometheus scrapes with a bearer token,
+        # and a tenant's metrics key sees its own tenant's series only; the
+        # deployment as a whole is for an operator key (infra.http.metrics).
+        exposition = await self._authenticated(request, MONITORING, lambda caller: render(
+            self.ctx, self.log_metrics, self.worker, tenant=None if caller.may(OPERATOR) else caller.tenant))
         return Response(exposition, media_type=METRICS_CONTENT_TYPE)
 
     async def openapi(self, request: Request) -> Response:

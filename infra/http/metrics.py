@@ -9,6 +9,14 @@ started (or, failing that, first scraped): like any process counter they start a
 most ``MAX_EVENTS_PER_SCRAPE`` new events, so a scrape stays cheap after a burst.
 Gauges of the worker running in this process (sends in flight, circuit state)
 are read from the ``Worker`` that ``create_app`` was handed.
+
+Two views. A tenant's ``metrics`` key sees only what its own tenant's mail
+did: the outbox gauges, counters and latencies of its messages, each
+labelled ``tenant="<name>"`` (``render(..., tenant=...)``), and nothing of
+another tenant's traffic, not even totals it could subtract its own from.
+Everything else (totals across tenants, the worker, projection lag, the
+horizon) is the deployment's, and needs an ``operator`` key, which only the
+CLI grants: that view is the unlabelled exposition operators always had.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from domain.tenants import tenant_of
 from infra.eventlog.queries import delivery_events_after, horizon_head
 from infra.delivery.status import outbox_status
 from infra.projector.status import projection_status
@@ -72,19 +81,41 @@ class Histogram:
             if seconds <= bound:
                 self.counts[index] += 1
 
-    def lines(self, name: str) -> list[str]:
-        out = [f'{name}_bucket{{le="{bound}"}} {count}' for bound, count in zip(BUCKETS, self.counts, strict=True)]
-        return out + [f'{name}_bucket{{le="+Inf"}} {self.total}', f"{name}_sum {self.sum:.6f}", f"{name}_count {self.total}"]
+    def add(self, other: Histogram) -> None:
+        self.counts = [mine + theirs for mine, theirs in zip(self.counts, other.counts, strict=True)]
+        self.total += other.total
+        self.sum += other.sum
+
+    def lines(self, name: str, labels: str = "") -> list[str]:
+        """The exposition lines; ``labels`` (``tenant="acme",``) go before ``le`` and alone on sum and count."""
+        alone = f"{{{labels.rstrip(',')}}}" if labels else ""
+        out = [f'{name}_bucket{{{labels}le="{bound}"}} {count}'
+               for bound, count in zip(BUCKETS, self.counts, strict=True)]
+        return out + [f'{name}_bucket{{{labels}le="+Inf"}} {self.total}', f"{name}_sum{alone} {self.sum:.6f}",
+                      f"{name}_count{alone} {self.total}"]
+
+
+class Tally:
+    """The counters and histograms of one tenant's messages."""
+
+    def __init__(self) -> None:
+        self.counters = dict.fromkeys(HELP, 0)
+        self.histograms = {name: Histogram() for name in HISTOGRAMS}
+
+    def add(self, other: Tally) -> None:
+        for name, value in other.counters.items():
+            self.counters[name] += value
+        for name, histogram in other.histograms.items():
+            self.histograms[name].add(histogram)
 
 
 class LogMetrics:
-    """Counters and histograms folded from the log; one per process, safe to scrape from any thread."""
+    """Counters and histograms folded from the log, per tenant; one per process, safe to scrape from any thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._checkpoint: tuple[str, int] | None = None
-        self.counters = dict.fromkeys(HELP, 0)
-        self.histograms = {name: Histogram() for name in HISTOGRAMS}
+        self.tallies: dict[str, Tally] = {}  # by tenant; as many as tenants whose mail moved since start
 
     def start(self, connection: Connection) -> None:
         """Count from the log's horizon now (at app start, or else at the first scrape)."""
@@ -115,26 +146,41 @@ class LogMetrics:
         name = COUNTED.get(row.event_type)
         if name is None:
             return
-        self.counters[name] += 1
+        # A message's first event names its user, whose scoped id names the tenant.
+        tally = self.tallies.setdefault(tenant_of(row.user_id or ""), Tally())
+        tally.counters[name] += 1
         if row.at is None or row.queued_at is None:
             return
         if row.event_type == "LeaseClaimed" and row.attempt == 1:
-            self._observe("authledger_claim_latency_seconds", row.at - row.queued_at)
+            self._observe(tally, "authledger_claim_latency_seconds", row.at - row.queued_at)
         if row.event_type == "ProviderAccepted":
-            self._observe("authledger_delivery_latency_seconds", row.at - row.queued_at)
+            self._observe(tally, "authledger_delivery_latency_seconds", row.at - row.queued_at)
             if row.claimed_at is not None:
-                self._observe("authledger_send_latency_seconds", row.at - row.claimed_at)
+                self._observe(tally, "authledger_send_latency_seconds", row.at - row.claimed_at)
 
-    def _observe(self, name: str, elapsed: timedelta) -> None:
-        self.histograms[name].observe(elapsed.total_seconds())
+    @staticmethod
+    def _observe(tally: Tally, name: str, elapsed: timedelta) -> None:
+        tally.histograms[name].observe(elapsed.total_seconds())
 
-    def lines(self) -> list[str]:
-        out = []
+    def tally(self, tenant: str | None = None) -> Tally:
+        """A copy of ``tenant``'s counters and histograms, or of every tenant's added up."""
+        total = Tally()
         with self._lock:
-            for name, value in self.counters.items():
-                out += [f"# HELP {name} {HELP[name]}", f"# TYPE {name} counter", f"{name} {value}"]
-            for name, histogram in self.histograms.items():
-                out += [f"# HELP {name} {HISTOGRAMS[name]}", f"# TYPE {name} histogram", *histogram.lines(name)]
+            for name, tally in self.tallies.items():
+                if tenant is None or name == tenant:
+                    total.add(tally)
+        return total
+
+    def lines(self, tenant: str | None = None) -> list[str]:
+        """The counters and histograms of every tenant (unlabelled), or of ``tenant`` (labelled with it)."""
+        tally = self.tally(tenant)
+        labels = "" if tenant is None else f'tenant="{tenant}",'
+        alone = f"{{{labels.rstrip(',')}}}" if labels else ""
+        out = []
+        for name, value in tally.counters.items():
+            out += [f"# HELP {name} {HELP[name]}", f"# TYPE {name} counter", f"{name}{alone} {value}"]
+        for name, histogram in tally.histograms.items():
+            out += [f"# HELP {name} {HISTOGRAMS[name]}", f"# TYPE {name} histogram", *histogram.lines(name, labels)]
         return out
 
 
@@ -188,21 +234,32 @@ def operations_lines(ctx: ServiceContext, worker: Worker | None) -> list[str]:
     return out
 
 
-def render(ctx: ServiceContext, log_metrics: LogMetrics, worker: Worker | None = None) -> str:
-    """The whole exposition, gauges first."""
-    status = outbox_status(ctx.engine, now=ctx.clock.now())
+def outbox_lines(ctx: ServiceContext, tenant: str | None = None) -> list[str]:
+    """The outbox gauges of every tenant (unlabelled), or of ``tenant``'s messages (labelled with it)."""
+    status = outbox_status(ctx.engine, now=ctx.clock.now(), tenant=tenant)
+    label = "" if tenant is None else f'tenant="{tenant}"'
+    alone = f"{{{label}}}" if label else ""
     out = ["# HELP authledger_outbox_messages Messages in the outbox by state.",
            "# TYPE authledger_outbox_messages gauge"]
-    out += [f'authledger_outbox_messages{{state="{state}"}} {n}' for state, n in status["by_state"].items()]
+    out += [f'authledger_outbox_messages{{{label + "," if label else ""}state="{state}"}} {n}'
+            for state, n in status["by_state"].items()]
     oldest = status["oldest_due_seconds"]
-    out += [
+    return out + [
         "# HELP authledger_outbox_due_messages Pending or lease-expired messages due now.",
         "# TYPE authledger_outbox_due_messages gauge",
-        f"authledger_outbox_due_messages {status['due_now']}",
+        f"authledger_outbox_due_messages{alone} {status['due_now']}",
         "# HELP authledger_outbox_oldest_due_seconds Age of the oldest message due now (0 when none).",
         "# TYPE authledger_outbox_oldest_due_seconds gauge",
-        f"authledger_outbox_oldest_due_seconds {0 if oldest is None or math.isnan(oldest) else max(oldest, 0)}",
+        f"authledger_outbox_oldest_due_seconds{alone} "
+        f"{0 if oldest is None or math.isnan(oldest) else max(oldest, 0)}",
     ]
+
+
+def render(ctx: ServiceContext, log_metrics: LogMetrics, worker: Worker | None = None, *,
+           tenant: str | None = None) -> str:
+    """The whole exposition, gauges first: the deployment's (``tenant`` None), or one tenant's series only."""
+    out = outbox_lines(ctx, tenant)
     with ctx.engine.connect() as connection:
         log_metrics.catch_up(connection)
-    return "\n".join(out + operations_lines(ctx, worker) + log_metrics.lines()) + "\n"
+    deployment = operations_lines(ctx, worker) if tenant is None else []
+    return "\n".join(out + deployment + log_metrics.lines(tenant)) + "\n"

@@ -67,16 +67,19 @@ ADMIN_PATHS: Json = {
         "post": admin_operation(
             "Create a client of this tenant; its first key is shown this once", "createClient",
             {"201": json_response("Created.", "IssuedKey")}, body="ClientCreate", not_found=False,
-            bad_request="A name already taken (`invalid-input`)."),
+            bad_request="A name already taken in this tenant (`invalid-input`).",
+            forbidden="asks for a scope it does not hold itself, or for `operator` (granted only by the "
+                      "CLI at the server)"),
     },
     "/v1/admin/clients/{name}/rotate": {"post": admin_operation(
         "Issue another key for a client; its other keys stay live until revoked", "rotateClient",
         {"201": json_response("Issued; the key is shown this once.", "IssuedKey")}, parameters=[CLIENT_NAME_PARAMETER],
-        writes=True, bad_request="A client with no live key (`invalid-input`).")},
+        writes=True, bad_request="A client with no live key (`invalid-input`).",
+        forbidden="the client holds a scope the key does not hold itself, or `operator`")},
     "/v1/admin/clients/{name}/revoke": {"post": admin_operation(
         "Revoke one key (`key_id`) or every key of a client", "revokeClient",
         {"200": json_response("Revoked; `key_ids` empty when they already were.", "KeysRevoked")}, body="KeyRevoke",
-        parameters=[CLIENT_NAME_PARAMETER])},
+        parameters=[CLIENT_NAME_PARAMETER], forbidden="the client holds `operator` (managed only by the CLI)")},
     "/v1/admin/messages/{message_id}/redrive": {"post": admin_operation(
         "Send an abandoned or failed message again, with a reason recorded in the log", "redriveMessage",
         {"200": json_response("Pending again; the worker reads the request fresh and skips it if it expired.",
@@ -156,15 +159,17 @@ def openapi_document(*, max_body_bytes: int) -> Json:
             "/healthz": {"get": operation(
                 "The process is up", "health", {"200": json_response("Up.", "Health")}, secured=False)},
             "/readyz": {"get": {**operation(
-                "The database is reachable (without a key); with a `metrics` key, also that its schema is current",
+                "The database is reachable (without a key); with a `metrics` or `operator` key, also that its "
+                "schema is current",
                 "ready",
-                {"200": json_response("Ready; `schema_version` only for a `metrics` key.", "Ready"),
+                {"200": json_response("Ready; `schema_version` only for a `metrics` or `operator` key.", "Ready"),
                  "401": COMMON_PROBLEMS["401"], "403": FORBIDDEN,
                  "503": problem("Not ready (`database-unavailable`; with a `metrics` key also "
                                 "`schema-mismatch`).")}),
                 "security": [{}, {"apiKey": []}]}},
             "/metrics": {"get": operation(
-                "Prometheus metrics, for a key with the `metrics` scope (scrape with a bearer token)", "metrics",
+                "Prometheus metrics (scrape with a bearer token): a `metrics` key sees its own tenant's series "
+                "only, labelled `tenant`; an `operator` key sees the deployment's", "metrics",
                 {"200": {"description": "Prometheus text exposition format 0.0.4.",
                          "headers": {"X-Request-Id": REQUEST_ID_HEADER},
                          "content": {METRICS_CONTENT_TYPE: {"schema": {"type": "string"}}}},
@@ -180,7 +185,8 @@ def openapi_document(*, max_body_bytes: int) -> Json:
             "securitySchemes": {"apiKey": {
                 "type": "http", "scheme": "bearer",
                 "description": "An API key from `authledger clients create NAME --scope SCOPE`. Each operation "
-                               "needs one scope (send, verify, review, admin or metrics); a key without it "
+                               "needs one scope (send, verify, review, admin or metrics; `operator`, which "
+                               "only the CLI grants, also opens /metrics and /readyz); a key without it "
                                "gets 403 `forbidden`.",
             }},
             "schemas": {

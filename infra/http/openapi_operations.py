@@ -167,9 +167,13 @@ ADMIN_NOT_FOUND = problem("No such client, key or message in this key's tenant (
 
 def admin_operation(summary: str, operation_id: str, ok: Json, *, body: str | None = None,
                     parameters: list[Json] | None = None, not_found: bool = True, writes: bool = False,
-                    bad_request: str = "") -> Json:
-    """An operation for an ``admin`` key (403 without), within its tenant (404 for what it cannot see)."""
+                    bad_request: str = "", forbidden: str = "") -> Json:
+    """An operation for an ``admin`` key (403 without, or for what ``forbidden`` says), within its tenant
+    (404 for what it cannot see)."""
     responses = {**ok, **ADMIN_PROBLEMS, **({"404": ADMIN_NOT_FOUND} if not_found else {})}
+    if forbidden:
+        responses["403"] = problem(f"The API key lacks the `admin` scope, or {forbidden} (`forbidden`); "
+                                   "nothing is written.")
     if body:
         responses.update(BODY_PROBLEMS)
         bad_request = f"{BAD_BODY} {bad_request}".strip()

@@ -61,4 +61,4 @@ class RequestContext:
         finally:
             log_event(log, "http request", method=scope["method"], path=scope["path"], status=status,
                       ms=round((time.perf_counter() - started) * 1000, 1), request_id=request_id,
-                      client=state.get("client"))
+                      client=state.get("client"), key_id=state.get("key_id"))

@@ -1,7 +1,8 @@
 """API clients: create (the key is shown once), rotate, list, revoke, and authenticate a presented key.
 
-A client's keys are issued and revoked by events on ``client:<name>``, folded
-inline into ``api_keys``; a request is authenticated by looking up the
+A client is named within its tenant (``client_stream``: two tenants may each
+have a client ``web``). Its keys are issued and revoked by events on its
+stream, folded inline into ``api_keys``; a request is authenticated by looking up the
 SHA-256 of its key there (``authenticate``; ``authenticate_hash`` when only
 that hash is kept, as by a console session). The answer is cached in the process for at most
 ``KEY_CACHE_SECONDS`` per key, so the API does not read the database for the
@@ -31,6 +32,7 @@ from domain.clients import (
     decide_revoke,
     decide_rotate,
     fold_client,
+    legacy_stream_serves,
     ordered_scopes,
 )
 from domain.errors import InvalidInput
@@ -40,7 +42,7 @@ from infra.db import tables
 from infra.db.identity import database_identity
 from infra.db.reading import reading
 from infra.services.tenants import require_tenant
-from infra.services.unit_of_work import ServiceContext, decide_events_on_stream
+from infra.services.unit_of_work import ServiceContext, decide_events_on_stream, load_state
 from projections.api_keys import ApiKeyRow
 
 KEY_PREFIX = "alk_"  # lets secret scanners recognise a leaked key
@@ -94,10 +96,10 @@ KEYS = KeyCache()
 
 def _caller_of(engine: Engine, key_hash: str) -> Caller | None:
     c = tables.api_keys.c
-    query = select(c.client, c.tenant, c.scopes).where(c.key_hash == key_hash, c.status == "active")
+    query = select(c.client, c.tenant, c.scopes, c.key_id).where(c.key_hash == key_hash, c.status == "active")
     with reading(engine) as connection:
         row = connection.execute(query).one_or_none()
-    return None if row is None else Caller(row.client, row.tenant, frozenset(row.scopes.split()))
+    return None if row is None else Caller(row.client, row.tenant, frozenset(row.scopes.split()), row.key_id)
 
 
 def authenticate(engine: Engine, api_key: str) -> Caller | None:
@@ -124,15 +126,30 @@ def _issued(events: list[object], api_key: str) -> IssuedKey:
     return IssuedKey(issued.name, issued.tenant, issued.scopes, issued.key_id, api_key)
 
 
+def stream_of(ctx: ServiceContext, name: str, tenant: str) -> str:
+    """The stream holding ``tenant``'s client ``name``, or where it would be created.
+
+    ``client:<name>`` when it holds that tenant's client (the default
+    tenant's, or another's created before names were per tenant); otherwise
+    the tenant's own ``client:<tenant>/<name>``. Which one never changes once
+    decided: no other tenant's client is ever created in ``client:<name>`` now.
+    """
+    legacy = client_stream(name)
+    return legacy if legacy_stream_serves(load_state(ctx, legacy, fold_client), tenant) else client_stream(name, tenant)
+
+
 def create_client(
     ctx: ServiceContext, name: str, metadata: Mapping[str, Any] | None = None, *,
     tenant: str = DEFAULT_TENANT, scopes: Iterable[str] = ordered_scopes(LEGACY_SCOPES),
+    granter: Caller | None = None,
 ) -> IssuedKey:
     """Create a client of ``tenant`` with ``scopes`` and return its first key.
 
-    ``InvalidInput`` for a bad or taken name, an unknown scope or none, or a
-    tenant that was never created. Needs no token keys: clients can be
-    managed before the service is configured.
+    ``InvalidInput`` for a bad or taken name (in ``tenant``), an unknown scope
+    or none, or a tenant that was never created; ``Forbidden`` when
+    ``granter`` (the key asking over HTTP; None for the CLI) may not grant
+    ``scopes``. Needs no token keys: clients can be managed before the
+    service is configured.
     """
     check_client_name(name)
     check_tenant_name(tenant)
@@ -140,54 +157,60 @@ def create_client(
     require_tenant(ctx.engine, tenant)
     api_key = new_api_key()
     events = decide_events_on_stream(
-        ctx, client_stream(name), fold_client,
+        ctx, stream_of(ctx, name, tenant), fold_client,
         lambda state, now: decide_create(state, name, tenant=tenant, scopes=scopes, key_hash=hash_token(api_key),
-                                         now=now), metadata)
+                                         now=now, granter=granter), metadata)
     KEYS.clear()
     return _issued(events, api_key)
 
 
 def rotate_client(ctx: ServiceContext, name: str, metadata: Mapping[str, Any] | None = None, *,
-                  tenant: str | None = None) -> IssuedKey:
-    """Issue another live key to ``name``; its other keys stay live until revoked.
+                  tenant: str = DEFAULT_TENANT, granter: Caller | None = None) -> IssuedKey:
+    """Issue another live key to ``tenant``'s client ``name``; its other keys stay live until revoked.
 
-    With ``tenant``, a client of another tenant is ``NotFound``, as if it did not exist.
+    ``Forbidden`` when ``granter`` (a key; None for the CLI) lacks one of the client's scopes.
     """
     check_client_name(name)
+    check_tenant_name(tenant)
     api_key = new_api_key()
     events = decide_events_on_stream(
-        ctx, client_stream(name), fold_client,
-        lambda state, now: decide_rotate(_of_tenant(state, tenant), name, key_hash=hash_token(api_key), now=now),
+        ctx, stream_of(ctx, name, tenant), fold_client,
+        lambda state, now: decide_rotate(_of_tenant(state, tenant), name, key_hash=hash_token(api_key), now=now,
+                                         granter=granter),
         metadata)
     KEYS.clear()
     return _issued(events, api_key)
 
 
 def revoke_client(ctx: ServiceContext, name: str, metadata: Mapping[str, Any] | None = None, *,
-                  key_id: str | None = None, tenant: str | None = None) -> list[str]:
-    """Revoke one key or all of the client's; the key ids revoked now (none: already revoked).
+                  key_id: str | None = None, tenant: str = DEFAULT_TENANT, revoker: Caller | None = None
+                  ) -> list[str]:
+    """Revoke one key or all of ``tenant``'s client ``name``; the key ids revoked now (none: already revoked).
 
-    ``NotFound`` for an unknown client or key (or, with ``tenant``, one of another tenant).
+    ``NotFound`` for an unknown client or key; ``Forbidden`` for an operator
+    client when ``revoker`` (a key; None for the CLI) asks.
     """
     check_client_name(name)
+    check_tenant_name(tenant)
     if key_id is not None and (not isinstance(key_id, str) or not key_id or len(key_id) > 200):
         raise InvalidInput("a key id is 1-200 characters, as `clients list` shows it")
     events = decide_events_on_stream(
-        ctx, client_stream(name), fold_client,
-        lambda state, now: decide_revoke(_of_tenant(state, tenant), name, key_id, now=now), metadata)
+        ctx, stream_of(ctx, name, tenant), fold_client,
+        lambda state, now: decide_revoke(_of_tenant(state, tenant), name, key_id, now=now, revoker=revoker),
+        metadata)
     KEYS.clear()
     return [event.key_id for event in events]
 
 
-def _of_tenant(state: Any, tenant: str | None) -> Any:
+def _of_tenant(state: Any, tenant: str) -> Any:
     """The state, or that of a client never created when it belongs to another tenant than ``tenant``."""
-    return state if tenant is None or state.tenant == tenant else type(state)()
+    return state if state.name is None or state.tenant == tenant else type(state)()
 
 
 def list_keys(engine: Engine, *, tenant: str | None = None) -> list[ApiKeyRow]:
     """Every key, live or revoked, by client then creation; only ``tenant``'s when given."""
     c = tables.api_keys.c
-    query = select(tables.api_keys).order_by(c.client, c.created_at, c.key_id)
+    query = select(tables.api_keys).order_by(c.client, c.tenant, c.created_at, c.key_id)
     if tenant is not None:
         query = query.where(c.tenant == tenant)
     with engine.connect() as connection:

@@ -92,8 +92,8 @@ def test_db_init_upgrades_a_version_3_database_and_its_keys_keep_working(
 
     assert code == 0 and f"upgraded from schema version 3 (schema version {SCHEMA_VERSION})" in output, output
     legacy = frozenset(LEGACY_SCOPES)
-    assert authenticate(engine, keys["shop"]) == Caller("shop", "default", legacy)
-    assert authenticate(engine, keys["old"]) == Caller("old", "default", legacy)
+    assert authenticate(engine, keys["shop"]) == Caller("shop", "default", legacy, "legacy:shop")
+    assert authenticate(engine, keys["old"]) == Caller("old", "default", legacy, "legacy:old")
     assert authenticate(engine, keys["gone"]) is None and authenticate(engine, keys["old-before"]) is None
     listed = json.loads(run(database_url, "clients", "list", "--json")[1])
     assert [(k["client"], k["key_id"], k["status"], k["scopes"]) for k in listed] == [
@@ -129,9 +129,9 @@ def test_a_legacy_client_can_be_rotated_and_its_old_key_revoked_by_id(
 
     code, output = run(database_url, "clients", "rotate", "shop", "--json")
     assert code == 0, output
-    new_key = json.loads(output)["api_key"]
-    assert authenticate(engine, new_key) == authenticate(engine, keys["shop"]) == Caller(
-        "shop", "default", frozenset(LEGACY_SCOPES))
+    new_key, new_id = json.loads(output)["api_key"], json.loads(output)["key_id"]
+    assert authenticate(engine, new_key) == Caller("shop", "default", frozenset(LEGACY_SCOPES), new_id)
+    assert authenticate(engine, keys["shop"]) == Caller("shop", "default", frozenset(LEGACY_SCOPES), "legacy:shop")
     assert run(database_url, "clients", "revoke", "shop", "--key", "legacy:shop")[0] == 0
     assert authenticate(engine, keys["shop"]) is None and authenticate(engine, new_key) is not None
     assert_projections_match_log(engine)

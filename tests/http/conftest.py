@@ -33,7 +33,11 @@ async def api(ctx: ServiceContext, api_key: str) -> AsyncIterator[httpx.AsyncCli
 
 @pytest.fixture
 async def monitor(ctx: ServiceContext) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of the app that sends the key of "prometheus", which holds only the metrics scope."""
-    key = create_client(ctx, "prometheus", scopes=["metrics"]).api_key
+    """A client of the app that sends the key of "prometheus", which holds only the operator scope.
+
+    The deployment's view of /metrics (every tenant, the worker, projection
+    lag): a tenant's ``metrics`` key sees only its own tenant's series.
+    """
+    key = create_client(ctx, "prometheus", scopes=["operator"]).api_key
     async with asgi_client(ctx, key) as client:
         yield client

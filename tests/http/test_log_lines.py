@@ -7,6 +7,7 @@ import json
 import httpx
 import pytest
 
+from domain.tokens import hash_token
 from tests.support.log_lines import logged_lines
 
 pytestmark = pytest.mark.anyio
@@ -35,3 +36,15 @@ async def test_the_same_request_logged_as_json_is_valid_json_with_the_path_intac
     logged = json.loads(line)
     assert (logged["event"], logged["status"]) == ("http request", 404)
     assert logged["path"] == '/v1/timeline\n2026-01-01T00:00:00+00:00\tlevel=error\tevent="admin login"\r\x1b[2K'
+
+
+async def test_an_authenticated_requests_line_names_the_client_and_the_key_id_never_the_key(
+    api: httpx.AsyncClient, api_key: str,
+) -> None:
+    with logged_lines("json") as lines:
+        response = await api.get("/v1/timeline", params={"user_id": "42"})
+
+    [line] = lines()
+    logged = json.loads(line)
+    assert response.status_code == 200 and logged["key_id"].startswith("key_") and logged["client"]
+    assert api_key not in line and hash_token(api_key) not in line

@@ -15,6 +15,7 @@ from sqlalchemy import Engine, text
 from domain.clients import SCOPES
 from domain.delivery import DeliveryPolicy
 from domain.reset import RequestReset
+from domain.tokens import hash_token
 from infra.clock import ManualClock
 from infra.db.engine import Database
 from infra.db.schema import SCHEMA_VERSION
@@ -40,12 +41,12 @@ OPERATIONS = [
     ("verify", "POST", f"/v1/otp/challenges/{SOME_ID}/verify", {"code": "123456", "user_id": "42"}),
     ("review", "GET", "/v1/timeline?user_id=42", None),
     ("admin", "GET", "/v1/admin/clients", None),
-    ("admin", "POST", "/v1/admin/clients", {"name": "made-by-admin", "scopes": ["send"]}),
+    ("admin", "POST", "/v1/admin/clients", {"name": "made-by-admin", "scopes": ["admin"]}),
     ("admin", "POST", "/v1/admin/clients/nobody/rotate", None),
     ("admin", "POST", "/v1/admin/clients/nobody/revoke", {}),
     ("admin", "POST", f"/v1/admin/messages/{SOME_ID}/redrive", {"reason": "relay fixed"}),
-    ("metrics", "GET", "/metrics", None),
-    ("metrics", "GET", "/readyz", None),
+    (("metrics", "operator"), "GET", "/metrics", None),
+    (("metrics", "operator"), "GET", "/readyz", None),
 ]
 
 
@@ -69,11 +70,12 @@ async def test_a_key_is_refused_with_403_outside_its_scope_and_nothing_is_writte
         for needed, method, path, body in OPERATIONS:
             before = log_size(engine)
             response = await call(client, method, path, body)
-            if needed == scope:
+            if scope in needed if isinstance(needed, tuple) else needed == scope:
                 assert response.status_code not in (401, 403), (path, response.text)
             else:
                 problem = assert_problem(response, 403, "forbidden")
-                assert repr(needed) in problem["detail"] and log_size(engine) == before
+                named = needed if isinstance(needed, tuple) else (needed,)
+                assert all(repr(one) in problem["detail"] for one in named) and log_size(engine) == before
 
 
 async def test_metrics_need_a_bearer_key_with_the_metrics_scope(
@@ -117,12 +119,14 @@ class Tenant:
 
 @pytest.fixture
 async def tenants(ctx: ServiceContext) -> AsyncIterator[tuple[Tenant, Tenant]]:
-    """Two tenants, acme and shop, each with an admin key and a client named after it."""
+    """Two tenants, acme and shop, each with an admin key (which may grant send, verify and review too)
+    and a client named after it."""
     made = []
     clients = []
     for name in ("acme", "shop"):
         create_tenant(ctx, name)
-        admin_key = create_client(ctx, f"{name}-admin", tenant=name, scopes=["admin"]).api_key
+        admin_key = create_client(ctx, f"{name}-admin", tenant=name,
+                                  scopes=["admin", "send", "verify", "review"]).api_key
         create_client(ctx, f"{name}-app", tenant=name, scopes=["send", "verify"])
         client = asgi_client(ctx, admin_key)
         clients.append(client)
@@ -197,12 +201,13 @@ async def test_a_bad_client_body_is_400_and_writes_nothing(
     assert log_size(engine) == before
 
 
-async def test_a_taken_name_is_refused_and_writes_nothing(tenants: tuple[Tenant, Tenant], engine: Engine) -> None:
+async def test_a_name_taken_in_the_tenant_is_refused_and_writes_nothing(
+    tenants: tuple[Tenant, Tenant], engine: Engine
+) -> None:
     acme, _ = tenants
     before = log_size(engine)
-    for name in ("acme-app", "shop-app"):
-        response = await acme.admin.post("/v1/admin/clients", json={"name": name, "scopes": ["send"]})
-        assert_problem(response, 400, "invalid-input")
+    response = await acme.admin.post("/v1/admin/clients", json={"name": "acme-app", "scopes": ["send"]})
+    assert_problem(response, 400, "invalid-input")
     assert log_size(engine) == before
 
 
@@ -245,4 +250,93 @@ async def test_an_admin_redrives_its_tenants_message_with_a_reason_and_never_ano
         metadata = connection.execute(text(
             "SELECT metadata FROM events WHERE event_type = 'DeliveryRedriven'")).scalar_one()
     assert metadata["client"] == "ops" and metadata["actor"] == "client:ops"
+    assert_projections_match_log(engine)
+
+
+def api_keys_rows(engine: Engine) -> list[tuple[str, str, str, str]]:
+    with engine.connect() as connection:
+        return [tuple(row) for row in connection.execute(text(
+            "SELECT key_id, client, tenant, status FROM api_keys ORDER BY key_id"))]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), [
+    ("POST", "/v1/admin/clients", {"name": "acme-dash", "scopes": ["metrics"]}),
+    ("POST", "/v1/admin/clients", {"name": "acme-dash", "scopes": ["send", "metrics"]}),
+    ("POST", "/v1/admin/clients", {"name": "acme-prom", "scopes": ["operator"]}),
+    ("POST", "/v1/admin/clients/acme-metrics/rotate", None),
+    ("POST", "/v1/admin/clients/acme-operator/rotate", None),
+    ("POST", "/v1/admin/clients/acme-operator/revoke", {}),
+])
+async def test_an_admin_cannot_mint_a_scope_it_lacks_nor_operator_and_nothing_is_written(
+    ctx: ServiceContext, engine: Engine, tenants: tuple[Tenant, Tenant], method: str, path: str, body: object
+) -> None:
+    acme, _ = tenants
+    # At the server, the operator gave acme a metrics client and an operator client.
+    create_client(ctx, "acme-metrics", tenant="acme", scopes=["metrics"])
+    create_client(ctx, "acme-operator", tenant="acme", scopes=["operator"])
+    before, keys = log_size(engine), api_keys_rows(engine)
+
+    response = await acme.admin.request(method, path, json=body)
+
+    assert_problem(response, 403, "forbidden")
+    assert "alk_" not in response.text
+    assert log_size(engine) == before and api_keys_rows(engine) == keys
+
+
+def metadata_of(engine: Engine, event_type: str) -> list[dict[str, str]]:
+    with engine.connect() as connection:
+        return list(connection.execute(text(
+            "SELECT metadata FROM events WHERE event_type = :type ORDER BY global_position"),
+            {"type": event_type}).scalars())
+
+
+async def test_every_event_an_api_call_appends_names_the_key_and_after_a_rotation_the_new_key(
+    ctx: ServiceContext, engine: Engine, tenants: tuple[Tenant, Tenant]
+) -> None:
+    acme, _ = tenants
+    first = (await acme.admin.post("/v1/admin/clients", json={"name": "acme-web", "scopes": ["send"]})).json()
+    ada = {"user_id": "42", "email": "ada@example.com"}
+    async with asgi_client(ctx, first["api_key"]) as web:
+        assert (await call(web, "POST", "/v1/password-resets", ada)).status_code == 202
+    second = (await acme.admin.post("/v1/admin/clients/acme-web/rotate")).json()
+    async with asgi_client(ctx, second["api_key"]) as web:
+        assert (await call(web, "POST", "/v1/otp/challenges", ada)).status_code == 202
+
+    [reset_request] = metadata_of(engine, "ResetRequested")
+    [challenge] = metadata_of(engine, "OtpChallengeIssued")
+    assert (reset_request["client"], reset_request["key_id"]) == ("acme-web", first["key_id"])
+    assert (challenge["client"], challenge["key_id"]) == ("acme-web", second["key_id"])
+    # The admin calls name the admin's own key.
+    [admin_key] = [row for row in api_keys_rows(engine) if row[1] == "acme-admin"]
+    assert {m["key_id"] for m in metadata_of(engine, "ClientKeyIssued")[-2:]} == {admin_key[0]}
+    for metadata in metadata_of(engine, "ResetRequested") + metadata_of(engine, "ClientKeyIssued"):
+        stored = str(metadata)
+        assert first["api_key"] not in stored and second["api_key"] not in stored
+        assert hash_token(first["api_key"]) not in stored and hash_token(second["api_key"]) not in stored
+
+
+async def test_two_tenants_each_have_a_client_named_web_and_each_key_acts_for_its_own_tenant(
+    ctx: ServiceContext, engine: Engine, tenants: tuple[Tenant, Tenant]
+) -> None:
+    acme, shop = tenants
+    made = {}
+    for tenant in (acme, shop):
+        response = await tenant.admin.post("/v1/admin/clients", json={"name": "web", "scopes": ["send"]})
+        assert response.status_code == 201, response.text
+        made[tenant.name] = response.json()
+    for name, issued in made.items():
+        caller = authenticate(engine, issued["api_key"])
+        assert caller is not None and (caller.client, caller.tenant) == ("web", name)
+        async with asgi_client(ctx, issued["api_key"]) as web:
+            assert (await call(web, "POST", "/v1/password-resets", ADA)).status_code == 202
+    # One tenant's rotation or revocation of its web leaves the other's alone.
+    assert (await acme.admin.post("/v1/admin/clients/web/revoke", json={})).status_code == 200
+    assert authenticate(engine, made["acme"]["api_key"]) is None
+    assert authenticate(engine, made["shop"]["api_key"]) is not None
+    listed = (await shop.admin.get("/v1/admin/clients")).json()["keys"]
+    assert [(k["client"], k["status"]) for k in listed if k["client"] == "web"] == [("web", "active")]
+    with engine.connect() as connection:
+        tenants_of_users = connection.execute(text(
+            "SELECT DISTINCT user_id FROM email_outbox ORDER BY user_id")).scalars().all()
+    assert tenants_of_users == ["acme 42", "shop 42"]
     assert_projections_match_log(engine)

@@ -86,7 +86,7 @@ def test_serve_takes_requests_delivers_mail_and_stops_cleanly_on_sigterm(
     created = subprocess.run([AUTHLEDGER, "clients", "create", "e2e", "--scope", "send", "--scope", "verify",
                               "--json"], env=env, capture_output=True, text=True, check=True)
     headers = {"Authorization": f"Bearer {json.loads(created.stdout)['api_key']}"}
-    scraper = subprocess.run([AUTHLEDGER, "clients", "create", "prometheus", "--scope", "metrics", "--json"],
+    scraper = subprocess.run([AUTHLEDGER, "clients", "create", "prometheus", "--scope", "operator", "--json"],
                              env=env, capture_output=True, text=True, check=True)
     scrape = httpx.Client(base_url=base, timeout=10,
                           headers={"Authorization": f"Bearer {json.loads(scraper.stdout)['api_key']}"})

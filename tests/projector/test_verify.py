@@ -20,8 +20,8 @@ def test_every_projection_verifies_after_traffic(ctx: ServiceContext, clock: Man
     some_traffic(ctx, clock)
     create_tenant(ctx, "acme")  # and clients: keys issued, rotated and revoked
     first = create_client(ctx, "shop", tenant="acme", scopes=["send", "metrics"])
-    rotate_client(ctx, "shop")
-    revoke_client(ctx, "shop", key_id=first.key_id)
+    rotate_client(ctx, "shop", tenant="acme")
+    revoke_client(ctx, "shop", key_id=first.key_id, tenant="acme")
     catch_up(engine)
     for projection in all_projections():
         report = verify(admin_engine, projection, batch_size=7)

@@ -128,8 +128,9 @@ def test_a_dump_and_the_logs_after_two_tenants_flows_over_a_real_server_hold_no_
                           {"code": code, "user_id": "42", "purpose": "mfa"}).status_code == 200
         assert world.call(acme, "verify", "POST", verify_path,
                           {"code": code, "user_id": "42", "purpose": "mfa"}).status_code == 400, "used: rejected"
-        rotated = world.call(acme, "admin", "POST", "/v1/admin/clients/acme-send/rotate")
-        made = world.call(shop, "admin", "POST", "/v1/admin/clients", {"name": "shop-web", "scopes": ["send"]})
+        # An admin key grants only scopes it holds: here, admin.
+        rotated = world.call(acme, "admin", "POST", "/v1/admin/clients/acme-admin/rotate")
+        made = world.call(shop, "admin", "POST", "/v1/admin/clients", {"name": "shop-ops", "scopes": ["admin"]})
         assert rotated.status_code == made.status_code == 201
         world.api_keys += [rotated.json()["api_key"], made.json()["api_key"]]
         erased = world.call(acme, "admin", "POST", "/v1/users/7/erasure", {"reason": "GDPR request 2026-14"})

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from domain.clients import SCOPES
+from domain.clients import TENANT_SCOPES
 from infra.eventlog.personal_data import ERASED
 from infra.services.unit_of_work import ServiceContext
 from tests.support.replay import assert_projections_match_log
@@ -42,7 +42,7 @@ OPERATIONS: dict[str, tuple[str | None, dict[str, str], object | None]] = {
     "verifyOtpChallenge": ("verify", {"challenge_id": SOME_ID}, {"code": "0123456789", "user_id": "walker"}),
     "getTimeline": ("review", {}, None),
     "listClients": ("admin", {}, None),
-    "createClient": ("admin", {}, {"name": "acme-walked", "scopes": ["send"]}),
+    "createClient": ("admin", {}, {"name": "acme-walked", "scopes": ["admin"]}),  # a scope the admin key holds
     "rotateClient": ("admin", {"name": "nobody"}, None),
     "revokeClient": ("admin", {"name": "nobody"}, {}),
     "redriveMessage": ("admin", {"message_id": SOME_ID}, {"reason": "relay fixed"}),
@@ -167,7 +167,7 @@ def test_every_scope_is_refused_outside_its_own_operations_as_the_published_docu
                 assert anonymous.status_code == 200, (operation_id, anonymous.text)
             else:
                 assert anonymous.status_code == 401, (operation_id, anonymous.text)
-            for scope in SCOPES:
+            for scope in TENANT_SCOPES:
                 before = events_digest(engine)
                 response = world.call(world.acme, scope, method, path, body, **query)
                 if needed is None or needed == scope:

@@ -9,9 +9,10 @@ from click.testing import CliRunner
 from sqlalchemy import Engine, text
 
 from cli import cli
-from domain.clients import LEGACY_SCOPES, Caller, key_id_of
+from domain.clients import LEGACY_SCOPES, Caller, decide_create, fold_client, key_id_of
 from domain.tokens import hash_token
-from infra.services.clients import KeyCache, authenticate
+from infra.services.clients import KeyCache, authenticate, new_api_key
+from infra.services.unit_of_work import ServiceContext, decide_events_on_stream
 from tests.support.log_reading import stream_events
 from tests.support.replay import assert_projections_match_log
 
@@ -50,7 +51,8 @@ def test_a_client_is_created_with_a_key_shown_once_and_stored_hashed(database_ur
     assert set(created) == {"name", "tenant", "scopes", "key_id", "api_key"}
     assert (created["name"], created["tenant"], created["scopes"]) == ("shop", "default", ["send", "verify"])
 
-    assert authenticate(engine, created["api_key"]) == Caller("shop", "default", frozenset({"send", "verify"}))
+    assert authenticate(engine, created["api_key"]) == Caller("shop", "default", frozenset({"send", "verify"}),
+                                                                 created["key_id"])
     stored = everything_stored(engine)
     assert created["api_key"] not in stored and hash_token(created["api_key"]) in stored
     [issued] = stream_events(engine, "client:shop")
@@ -72,7 +74,9 @@ def test_a_client_belongs_to_a_tenant_that_was_created(database_url: str, engine
     assert code == 0 and json.loads(output)["name"] == "acme"
     created = create(database_url, "shop", "--tenant", "acme", "--scope", "review", "--scope", "admin")
 
-    assert authenticate(engine, created["api_key"]) == Caller("shop", "acme", frozenset({"review", "admin"}))
+    assert authenticate(engine, created["api_key"]) == Caller("shop", "acme", frozenset({"review", "admin"}),
+                                                              created["key_id"])
+    assert stream_events(engine, "client:acme/shop"), "another tenant's clients are named within it"
     assert [type(e).__name__ for e in stream_events(engine, "tenant:acme")] == ["TenantCreated"]
     assert_projections_match_log(engine)
 
@@ -228,3 +232,55 @@ def test_legacy_registrations_fold_into_the_default_tenant_with_legacy_scopes() 
                          ClientRegistered("shop", "h2", now)])
     assert state.tenant == "default" and set(state.scopes) == LEGACY_SCOPES
     assert state.live == ("legacy:shop",) and state.active
+
+
+def test_two_tenants_each_have_a_client_web_managed_and_listed_per_tenant(database_url: str, engine: Engine) -> None:
+    for tenant in ("acme", "shop"):
+        assert run(database_url, "tenants", "create", tenant)[0] == 0
+    default = create(database_url, "web")
+    acme = create(database_url, "web", "--tenant", "acme", "--scope", "send")
+    shop = create(database_url, "web", "--tenant", "shop", "--scope", "review")
+    code, output = run(database_url, "clients", "create", "web", "--tenant", "acme", "--scope", "send")
+    assert code == 2 and "already exists" in output, "still unique within the tenant"
+
+    callers = [authenticate(engine, key["api_key"]) for key in (default, acme, shop)]
+    assert [(c.client, c.tenant) for c in callers if c] == [("web", "default"), ("web", "acme"), ("web", "shop")]
+    rotated = json.loads(run(database_url, "clients", "rotate", "web", "--tenant", "acme", "--json")[1])
+    assert rotated["tenant"] == "acme" and rotated["scopes"] == ["send"]
+    code, output = run(database_url, "clients", "revoke", "web", "--tenant", "shop", "--json")
+    assert code == 0 and json.loads(output)["key_ids"] == [shop["key_id"]]
+    assert authenticate(engine, shop["api_key"]) is None
+    assert authenticate(engine, default["api_key"]) and authenticate(engine, acme["api_key"])
+
+    listed = {tenant: json.loads(run(database_url, "clients", "list", "--tenant", tenant, "--json")[1])
+              for tenant in ("default", "acme", "shop")}
+    assert [(k["key_id"], k["status"]) for k in listed["acme"]] == [
+        (acme["key_id"], "active"), (rotated["key_id"], "active")]
+    assert [(k["key_id"], k["status"]) for k in listed["shop"]] == [(shop["key_id"], "revoked")]
+    assert [k["key_id"] for k in listed["default"]] == [default["key_id"]]
+    assert len(json.loads(run(database_url, "clients", "list", "--json")[1])) == 4
+    assert stream_events(engine, "client:web") and stream_events(engine, "client:acme/web")
+    assert stream_events(engine, "client:shop/web")
+    assert_projections_match_log(engine)
+
+
+def test_a_client_another_tenant_created_before_names_were_per_tenant_keeps_working_where_it_is(
+    ctx: ServiceContext, database_url: str, engine: Engine
+) -> None:
+    assert run(database_url, "tenants", "create", "acme")[0] == 0
+    # What the release before wrote for `clients create web --tenant acme`: the global client:web stream.
+    old_key = new_api_key()
+    decide_events_on_stream(ctx, "client:web", fold_client, lambda state, now: decide_create(
+        state, "web", tenant="acme", scopes=("send",), key_hash=hash_token(old_key), now=now))
+
+    rotated = json.loads(run(database_url, "clients", "rotate", "web", "--tenant", "acme", "--json")[1])
+    default = create(database_url, "web")  # the name squatted before is free for the default tenant now
+
+    assert [type(e).__name__ for e in stream_events(engine, "client:web")] == ["ClientKeyIssued"] * 2
+    assert [e.tenant for e in stream_events(engine, "client:default/web")] == ["default"]
+    assert (authenticate(engine, old_key).tenant, authenticate(engine, rotated["api_key"]).tenant) == ("acme", "acme")
+    assert authenticate(engine, default["api_key"]).tenant == "default"
+    code, output = run(database_url, "clients", "revoke", "web", "--tenant", "acme", "--json")
+    assert code == 0 and len(json.loads(output)["key_ids"]) == 2
+    assert authenticate(engine, default["api_key"]) is not None
+    assert_projections_match_log(engine)

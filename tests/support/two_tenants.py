@@ -19,7 +19,7 @@ import attrs
 import httpx
 from sqlalchemy import Engine, text
 
-from domain.clients import SCOPES
+from domain.clients import OPERATOR, TENANT_SCOPES
 from domain.policy import OtpPolicy
 from infra.delivery.worker import Worker
 from infra.http.app import create_app
@@ -73,6 +73,7 @@ class TwoTenants:
     codes: list[str] = attrs.field(factory=list)
     api_keys: list[str] = attrs.field(factory=list)
     addresses: list[str] = attrs.field(factory=list)
+    operator_key: str = ""  # the deployment's own key (default tenant, scope operator), as the CLI grants it
 
     def call(self, tenant: Tenant | None, scope: str | None, method: str, path: str,
              body: object | None = None, **params: str) -> httpx.Response:
@@ -120,6 +121,9 @@ class TwoTenants:
 def two_tenants(ctx: ServiceContext) -> Iterator[TwoTenants]:
     """acme and shop, each with a send, verify, review, admin and metrics client, on a real server.
 
+    And the operator's key (``operator_key``): a client ``prometheus`` of the
+    default tenant holding the ``operator`` scope, which only the CLI grants.
+
     Every nonce the service draws is recorded, so that a test can look for it
     where it must not be; codes are ten digits for the same reason.
     """
@@ -134,11 +138,12 @@ def two_tenants(ctx: ServiceContext) -> Iterator[TwoTenants]:
     for name in ("acme", "shop"):
         create_tenant(ctx, name)
         keys = {scope: create_client(ctx, f"{name}-{scope}", tenant=name, scopes=[scope]).api_key
-                for scope in SCOPES}
+                for scope in TENANT_SCOPES}
         tenants.append(Tenant(name, keys))
+    operator_key = create_client(ctx, "prometheus", scopes=[OPERATOR]).api_key
     with served(create_app(ctx)) as base:
-        world = TwoTenants(ctx, base, tenants[0], tenants[1], nonces=nonces)
-        world.api_keys.extend(key for tenant in tenants for key in tenant.keys.values())
+        world = TwoTenants(ctx, base, tenants[0], tenants[1], nonces=nonces, operator_key=operator_key)
+        world.api_keys.extend([*(key for tenant in tenants for key in tenant.keys.values()), operator_key])
         yield world
 
 
