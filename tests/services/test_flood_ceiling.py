@@ -12,6 +12,7 @@ past it is counted, and no call is lost.
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -23,14 +24,16 @@ from domain.otp import RequestOtp
 from domain.otp_events import OtpChallengeIssued, OtpChallengeSuperseded, otp_stream
 from domain.reset import RequestReset
 from domain.reset_events import ResetRequested, ResetSuperseded, reset_stream
+from domain.stream_growth import otp_events_per_hour_at_most, reset_events_per_hour_at_most
 from infra.clock import ManualClock
 from infra.errors import RateLimited
 from infra.services.closed_counts import write_all_closed_counts
 from infra.services.otp import request_otp, verify_code
-from infra.services.reset import request_reset
+from infra.services.reset import consume_token, request_reset
 from infra.services.unit_of_work import ServiceContext
 from tests.support.log_reading import stream_events
 from tests.support.replay import assert_projections_match_log
+from tests.support.secrets import reset_token_of
 
 ADDRESSES = ("ada@example.test", "eve@example.test")
 CALLS = 1_000
@@ -80,6 +83,7 @@ def test_a_thousand_reset_creates_alternating_two_addresses_write_no_more_than_t
     events = stream_events(engine, reset_stream("victim"))
     assert calls_accounted(events) == answers["refused"] + answers["reused"] == CALLS - len(made)
     assert len(events) - len(during) <= CLOSING_COUNTS
+    assert len(events) <= reset_events_per_hour_at_most(ctx.reset_policy)
     assert sum(isinstance(e, ResetSuperseded) for e in events) == len(made) - 1
     assert_bounded_per_window(events)
     assert_projections_match_log(engine)
@@ -121,4 +125,55 @@ def test_otp_creates_varying_address_purpose_and_key_and_wrong_codes_stay_under_
     accepted = sum(isinstance(e, (OtpChallengeIssued, OtpChallengeSuperseded)) for e in events)
     # Before the ceiling: 579 events for these calls, 277 of them counts.
     assert len(events) <= 2 * (FLOOD_EVENTS_PER_WINDOW + CLOSING_COUNTS) + accepted
+    assert len(events) <= 2 * otp_events_per_hour_at_most(ctx.otp_policy)
+    assert_projections_match_log(engine)
+
+
+def flood_resets(ctx: ServiceContext, user: str, calls: int, first: int = 0) -> Counter[str]:
+    """Reset creates alternating two addresses, a new idempotency key each: how each was answered."""
+    answers: Counter[str] = Counter()
+    for n in range(first, first + calls):
+        try:
+            outcome = request_reset(ctx, RequestReset(user, ADDRESSES[n % 2], idempotency_key=f"k-{n}",
+                                                      client="app"))
+            answers["reused" if outcome.reused else "made"] += 1
+        except RateLimited:
+            answers["refused"] += 1
+    return answers
+
+
+def test_past_the_ceiling_a_used_link_is_written_alone_and_the_hours_counts_wait_for_its_end(
+    ctx: ServiceContext, engine: Engine, clock: ManualClock
+) -> None:
+    set_clock(clock, TEN)
+    flood_resets(ctx, "victim", 200)
+    before = stream_events(engine, reset_stream("victim"))
+    newest = [e for e in before if isinstance(e, ResetRequested)][-1]
+
+    consume_token(ctx, reset_token_of(engine, ctx.keys, newest.request_id))
+    flood_resets(ctx, "victim", 50, first=200)
+
+    after = stream_events(engine, reset_stream("victim"))[len(before):]
+    assert [type(e).__name__ for e in after] == ["ResetCompleted"], "no count drawn in by the used link"
+    set_clock(clock, TEN + timedelta(hours=1, seconds=1))
+    assert write_all_closed_counts(ctx) <= CLOSING_COUNTS
+    events = stream_events(engine, reset_stream("victim"))
+    assert all(isinstance(e, RequestsCounted) for e in events[len(before) + 1:])
+    assert_bounded_per_window(events)
+    assert_projections_match_log(engine)
+
+
+def test_threads_flooding_one_user_at_once_stay_under_the_ceiling_and_lose_no_call(
+    ctx: ServiceContext, engine: Engine, clock: ManualClock
+) -> None:
+    # The tally is folded under the stream's lock: racing calls are decided one after the other on it.
+    set_clock(clock, TEN)
+    with ThreadPoolExecutor(8) as pool:
+        answers = sum(pool.map(lambda n: flood_resets(ctx, "victim", 25, first=25 * n), range(8)), Counter())
+    set_clock(clock, TEN + timedelta(hours=1, seconds=1))
+    write_all_closed_counts(ctx)
+    events = stream_events(engine, reset_stream("victim"))
+    assert answers["made"] == ctx.reset_policy.hourly_limit
+    assert calls_accounted(events) == answers["refused"] + answers["reused"] == 200 - answers["made"]
+    assert_bounded_per_window(events)
     assert_projections_match_log(engine)
