@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from domain.counting import CLOSING_COUNTS, FLOOD_EVENTS_PER_WINDOW, RequestsCounted, flood_window
 from domain.errors import CodeRejected
@@ -24,13 +24,17 @@ from domain.otp import RequestOtp
 from domain.otp_events import OtpChallengeIssued, OtpChallengeSuperseded, otp_stream
 from domain.reset import RequestReset
 from domain.reset_events import ResetRequested, ResetSuperseded, reset_stream
+from domain.reset_state import fold_reset
 from domain.stream_growth import otp_events_per_hour_at_most, reset_events_per_hour_at_most
 from infra.clock import ManualClock
 from infra.errors import RateLimited
+from infra.projector.rebuild import rebuild
+from infra.projector.registry import projection_named
+from infra.projector.verify import verify
 from infra.services.closed_counts import write_all_closed_counts
 from infra.services.otp import request_otp, verify_code
 from infra.services.reset import consume_token, request_reset
-from infra.services.unit_of_work import ServiceContext
+from infra.services.unit_of_work import ServiceContext, load_state
 from tests.support.log_reading import stream_events
 from tests.support.replay import assert_projections_match_log
 from tests.support.secrets import reset_token_of
@@ -177,3 +181,20 @@ def test_threads_flooding_one_user_at_once_stay_under_the_ceiling_and_lose_no_ca
     assert calls_accounted(events) == answers["refused"] + answers["reused"] == 200 - answers["made"]
     assert_bounded_per_window(events)
     assert_projections_match_log(engine)
+
+
+def test_a_snapshot_written_before_the_ceiling_reads_as_no_flood_yet_and_a_rebuild_gives_it_its_tally(
+    ctx: ServiceContext, engine: Engine, admin_engine: Engine, clock: ManualClock
+) -> None:
+    set_clock(clock, TEN)
+    flood_resets(ctx, "victim", 12)
+    with admin_engine.begin() as connection:  # as the release before the ceiling wrote it
+        connection.execute(text("UPDATE stream_snapshots SET state = state - 'flood'"))
+    assert load_state(ctx, reset_stream("victim"), fold_reset).flood is None
+    assert not verify(admin_engine, projection_named("stream_snapshots")).ok
+
+    flood_resets(ctx, "victim", 3, first=12)  # decided on it: the hour's ceiling starts from none
+    rebuild(admin_engine, projection_named("stream_snapshots"))
+    assert verify(admin_engine, projection_named("stream_snapshots")).ok
+    tally = load_state(ctx, reset_stream("victim"), fold_reset).flood
+    assert tally is not None and tally.window_start == TEN and tally.written > 3
