@@ -36,13 +36,14 @@ REJECTIONS_PER_WINDOW = 10
 # presentations written one by one, and the counts written before the next
 # event. Past it every such call is counted, and the counts wait for the
 # window to close. Why 30: one run of each kind writes at most a refusal,
-# BOUND_KEYS_PER_WINDOW bindings and REJECTIONS_PER_WINDOW rejections (21
-# events, with their counts a few more), so an honest client that retries,
-# or a user who clicks an old link a few times, never meets the ceiling and a
+# BOUND_KEYS_PER_WINDOW bindings and REJECTIONS_PER_WINDOW rejections, each
+# kind with its count (24 events), so an honest client that retries, or a
+# user who clicks an old link a few times, never meets the ceiling, and a
 # reviewer still reads those calls one by one, each with its caller; and 30
-# an hour is a figure a retention budget can carry: 720 a day per stream at
-# most, whatever an attacker sends. A constant, not a setting: it bounds the
-# log, and a deployment that raised it would unbound it again.
+# an hour (33 with the closing counts, under 800 a day per stream) is a
+# figure a retention budget can carry, whatever an attacker sends. A
+# constant, not a setting: it bounds the log, and a deployment that raised
+# it would unbound it again.
 FLOOD_EVENTS_PER_WINDOW = 30
 # The answers a call can be counted under; ``request_counts`` keeps one row
 # per stream and answer, so a window that closed past its ceiling writes at
@@ -119,8 +120,9 @@ def run_after(run: CountingRun | None, event: object, refusal_type: type) -> Cou
     """The counting run once ``event`` is on the stream: alike answers extend it, any other event ends it.
 
     ``refusal_type`` is the flow's refusal event (it has ``refused_at``). A
-    ``RequestsCounted`` leaves the run as it was: it is only ever appended
-    just before the event that ends or restarts the run.
+    ``RequestsCounted`` leaves the run as it was: it answers no call of its
+    own, and is appended just before the stream's next event or once its
+    window has closed.
     """
     if isinstance(event, refusal_type):
         answer, at = "refused", event.refused_at  # type: ignore[attr-defined]
