@@ -97,7 +97,7 @@ def test_otp_creates_varying_address_purpose_and_key_and_wrong_codes_stay_under_
     ctx: ServiceContext, engine: Engine, clock: ManualClock
 ) -> None:
     set_clock(clock, TEN + timedelta(minutes=20))
-    purposes = ("login", "mfa", "email-change")
+    purposes = ("login", "mfa", "step_up")
     flood_calls = 0
     issued: list[str] = []
     for n in range(CALLS):
