@@ -133,7 +133,8 @@ def decide_otp_request(
             early, flow="otp", user_id=cmd.scoped_user_id, client=cmd.client,
             idempotency_key=cmd.idempotency_key, now=now,
         )  # fmt: skip
-        return count_floods(early, state.run, flow="otp", user_id=cmd.scoped_user_id, client=cmd.client, now=now)
+        return count_floods(early, state.run, state.flood, flow="otp", user_id=cmd.scoped_user_id,
+                            client=cmd.client, now=now)
 
     issued = OtpChallengeIssued(
         challenge_id=challenge_id,
@@ -211,7 +212,8 @@ def _usable_challenge(
         return challenge
     rejected = Decision(events=(OtpCodeRejected(challenge_id, reason, now),), emails=(),
                         outcome=Rejected(reason, CODE_REFUSALS[reason]))
-    return count_rejections(rejected, state.rejections, flow="otp", user_id=challenge.user_id, client=client, now=now)
+    return count_rejections(rejected, state.rejections, state.flood, flow="otp", user_id=challenge.user_id,
+                            client=client, now=now)
 
 
 def _refused_while_locked(
@@ -227,7 +229,8 @@ def _refused_while_locked(
         raise LockedOut(message, retry_at=until)
     rejected = Decision(events=(OtpCodeRejected(challenge_id, "account_locked", now),), emails=(),
                         outcome=Rejected("account_locked", message, retry_at=until))
-    return count_rejections(rejected, state.rejections, flow="otp", user_id=challenge.user_id, client=client, now=now)
+    return count_rejections(rejected, state.rejections, state.flood, flow="otp", user_id=challenge.user_id,
+                            client=client, now=now)
 
 
 def check_code_shape(code: object, digits: int) -> None:

@@ -14,7 +14,9 @@ from attrs import evolve, field, frozen
 
 from domain.counting import (
     CountingRun,
+    FloodTally,
     RequestsCounted,
+    flood_after,
     rejections_after,
     run_after,
 )
@@ -81,6 +83,9 @@ class OtpState:
     # When each challenge was issued, oldest first: what the hourly limit counts. Apart from ``challenges`` so
     # that a snapshot keeps the open challenges and the times alone (``projections.snapshots.live_part``).
     request_times: tuple[datetime, ...] = ()
+    # The events floods wrote (refusals, bindings, rejections, counts) in the latest window they wrote any:
+    # past the ceiling every such call is counted, whatever it varies.
+    flood: FloodTally | None = None
 
 
 def initial_otp_state() -> OtpState:
@@ -97,6 +102,9 @@ def _with_challenge(state: OtpState, challenge: OtpChallenge) -> OtpState:
 def evolve_otp(state: OtpState, event: object) -> OtpState:
     """The state after ``event``. Events about unknown challenges change the
     challenge map not at all, so a replay never fails half-way."""
+    flood = flood_after(state.flood, event)
+    if flood != state.flood:
+        state = evolve(state, flood=flood)
     if isinstance(event, OtpCodeRejected):
         # Neither ends nor extends a run of refusals: presentations are bounded on their own.
         return evolve(state, rejections=rejections_after(state.rejections, event.rejected_at))

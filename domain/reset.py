@@ -103,7 +103,8 @@ def decide_reset_request(
             early, flow="reset", user_id=cmd.scoped_user_id, client=cmd.client,
             idempotency_key=cmd.idempotency_key, now=now,
         )  # fmt: skip
-        return count_floods(early, state.run, flow="reset", user_id=cmd.scoped_user_id, client=cmd.client, now=now)
+        return count_floods(early, state.run, state.flood, flow="reset", user_id=cmd.scoped_user_id,
+                            client=cmd.client, now=now)
 
     token = derive_reset_token(keys.current, request_id, nonce)
     requested = ResetRequested(
@@ -210,7 +211,8 @@ def _known_link(state: ResetState, token_hash: str, *, now: datetime, client: st
         return request
     rejected = Decision(events=(ResetTokenRejected(request.request_id, reason, now),), emails=(),
                         outcome=Rejected(reason, LINK_REFUSALS[reason]))
-    return count_rejections(rejected, state.rejections, flow="reset", user_id=request.user_id, client=client, now=now)
+    return count_rejections(rejected, state.rejections, state.flood, flow="reset", user_id=request.user_id,
+                            client=client, now=now)
 
 
 def decide_verify_link(state: ResetState, token_hash: str, *, now: datetime, client: str | None = None) -> Decision:

@@ -14,7 +14,9 @@ from attrs import evolve, field, frozen
 
 from domain.counting import (
     CountingRun,
+    FloodTally,
     RequestsCounted,
+    flood_after,
     rejections_after,
     run_after,
 )
@@ -69,6 +71,9 @@ class ResetState:
     # When each request was made, oldest first: what the hourly limit counts. Apart from ``requests`` so that a
     # snapshot keeps the open requests and the times alone (``projections.snapshots.live_part``).
     request_times: tuple[datetime, ...] = ()
+    # The events floods wrote (refusals, bindings, rejections, counts) in the latest window they wrote any:
+    # past the ceiling every such call is counted, whatever it varies.
+    flood: FloodTally | None = None
 
 
 def initial_reset_state() -> ResetState:
@@ -83,6 +88,9 @@ def _with_request(state: ResetState, request: ResetRequest) -> ResetState:
 def evolve_reset(state: ResetState, event: object) -> ResetState:
     """The state after ``event``. Events about unknown requests change nothing,
     so a replay never fails half-way."""
+    flood = flood_after(state.flood, event)
+    if flood != state.flood:
+        state = evolve(state, flood=flood)
     if isinstance(event, ResetTokenRejected):
         # Neither ends nor extends a run of refusals: presentations are bounded on their own.
         return evolve(state, rejections=rejections_after(state.rejections, event.rejected_at))

@@ -26,7 +26,7 @@ import attrs
 from attrs import frozen
 from sqlalchemy import Connection, Table, text
 
-from domain.counting import CountingRun
+from domain.counting import CountingRun, FloodTally
 from domain.otp_events import otp_stream
 from domain.request_rules import Receipt
 from domain.log import RecordedEvent
@@ -89,6 +89,8 @@ def encode_state(snapshot: Snapshot) -> dict[str, Any]:
     }
     if state.rejections is not None:  # absent until the first: snapshots made before stay equal to a rebuild
         encoded["rejections"] = _converter.unstructure(state.rejections)
+    if state.flood is not None:  # likewise: a stream no flood has reached reads as it did before the ceiling
+        encoded["flood"] = _converter.unstructure(state.flood)
     if isinstance(state, OtpState):
         encoded["account"] = [state.consecutive_failures, state.account_lockouts,
                               _converter.unstructure(state.locked_until)]
@@ -117,6 +119,8 @@ def decode_snapshot(
     run = _converter.structure(encoded["run"], CountingRun) if encoded["run"] is not None else None
     rejections = encoded.get("rejections")
     rejections = _converter.structure(rejections, CountingRun) if rejections is not None else None
+    flood = encoded.get("flood")
+    flood = _converter.structure(flood, FloodTally) if flood is not None else None
     state: State
     if "account" in encoded:
         challenges = [decode_request(data, personal[data["challenge_id"]], OtpChallenge)
@@ -124,12 +128,13 @@ def decode_snapshot(
         failures, lockouts, locked_until = encoded["account"]
         state = OtpState({c.challenge_id: c for c in challenges}, receipts, failures, lockouts,
                          _converter.structure(locked_until, datetime | None), run, rejections,
-                         _request_times(encoded, [c.issued_at for c in challenges]))
+                         _request_times(encoded, [c.issued_at for c in challenges]), flood)
     else:
         requests = [decode_request(data, personal[data["request_id"]], ResetRequest)
                     for data in encoded["requests"]]
         state = ResetState({r.request_id: r for r in requests}, {r.token_hash: r.request_id for r in requests},
-                           receipts, run, rejections, _request_times(encoded, [r.requested_at for r in requests]))
+                           receipts, run, rejections, _request_times(encoded, [r.requested_at for r in requests]),
+                           flood)
     # A snapshot from before schema 5 holds every request and none has a row: its next step writes them all.
     unwritten = {} if "live" in encoded else {
         request_id: (request, recipient_at[request_id]) for request_id, request in requests_of(state).items()}

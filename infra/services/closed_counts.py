@@ -4,7 +4,9 @@ A counted call (``domain.counting``) bumps a row of ``request_counts``; the
 stream's next append writes the row as a ``RequestsCounted`` event. Left at
 that, a user who never came back would leave their flood in the buffer, out
 of the log a reviewer replays, and one who did would pay for writing it on
-their next request. ``ClosedCountsWriter`` runs beside the API in ``serve``
+their next request; and the counts of a window that reached its ceiling of
+events from floods wait for its end anyway (``domain.counting.counts_fit``).
+``ClosedCountsWriter`` runs beside the API in ``serve``
 and, every ``interval_seconds``, writes the rows of every window that has
 closed, each stream in a transaction of its own under its lock
 (``write_closed_counts``), so that a flood's count is in the log within that

@@ -4,7 +4,8 @@ A call the domain counts (``Decision.counted``) bumps its stream's row in
 the transaction that answers it; the stream's next append first empties the
 rows into ``RequestsCounted`` events, and so does ``serve`` for the rows of a
 window that has closed (``infra.services.closed_counts``), so the log ends up
-holding every count. The rows are a buffer of the log, not a projection of
+holding every count. Once a window has reached its ceiling of events from
+floods (``domain.counting.counts_fit``) its rows wait for it to close. The rows are a buffer of the log, not a projection of
 it: they hold what no event holds yet, and no rebuild could bring them back.
 """
 
@@ -60,6 +61,11 @@ def take_counts(
         rows = [row for row in rows if _utc(row["window_start"]) < window_of(closed_by)]
         if rows:
             execute_deferred(connection, CLEAR_CLOSED, {"stream_id": stream_id, "window": window_of(closed_by)})
+    return counted_events(rows)
+
+
+def counted_events(rows: Sequence[Mapping[str, Any]]) -> list[RequestsCounted]:
+    """The events that record ``request_counts`` rows (as ``take_counts`` reads them), oldest first; no write."""
     counted = [RequestsCounted(row["flow"], row["user_id"], row["answer"], _utc(row["window_start"]),
                                _utc(row["first_at"]), _utc(row["last_at"]), row["count"], tuple(row["clients"]))
                for row in rows]

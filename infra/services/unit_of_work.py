@@ -12,9 +12,10 @@ decision costs the same on a stream of ten events or a hundred thousand; a
 call the domain counts rather than logs (``Decision.counted``) bumps a
 counter row, and the stream's next append first writes those counts as
 ``RequestsCounted`` (``infra.services.counts``; ``write_closed_counts``
-writes a closed window's without waiting for it). Requests with an
-idempotency key take an advisory lock on the key first (always key, then
-stream: no two transactions can wait for each other;
+writes a closed window's without waiting for it), unless the window has
+reached its ceiling of events from floods: then only its close does.
+Requests with an idempotency key take an advisory lock on the key first
+(always key, then stream: no two transactions can wait for each other;
 ``infra.services.locks``), so that retries in flight wait for (or are
 refused while) the first one runs. The time a decision is stamped with is
 read after the locks are held, so a stream's event times never go backwards.
@@ -37,6 +38,7 @@ import attrs
 from attrs import field, frozen
 from sqlalchemy import Connection, Engine, Row
 
+from domain.counting import counts_fit
 from domain.decisions import Decision
 from domain.delivery import DeliveryPolicy
 from domain.email import email_stream
@@ -53,7 +55,7 @@ from infra.eventlog.codec import default_codec
 from infra.eventlog.email_leases import append_fenced, claim_due_leases
 from infra.projector.inline import SNAPSHOTS, apply_inline, ask_inline
 from infra.projector.snapshots import NO_LOOKUPS, Lookups, load_for_decision
-from infra.services.counts import count_call, take_counts
+from infra.services.counts import count_call, counted_events, take_counts
 from infra.services.locks import IdempotencyLock, lock_stream
 from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.subject_keys import PostgresKeyring
@@ -235,9 +237,10 @@ def _serialised(
                 store = PostgresEventStore(connection)  # one keyring for the read and the write
                 folded = _load_folded(store, {stream_id: fold}, {stream_id: lookups})[stream_id]
                 locks.confirm()  # the key's answer came with the read: a refused request rolls back here
-                decided = decide(folded.state, ctx.clock.now())
+                now = ctx.clock.now()
+                decided = decide(folded.state, now)
                 batches = _with_counts(connection, stream_id, batches_of(stream_id, folded.version, decided),
-                                       folded, decided)
+                                       folded, decided, now)
                 # The snapshot decided on, or None for a stream that has none yet: never read twice.
                 loaded = {SNAPSHOTS.name: {stream_id: folded.snapshot}} if fold_of(stream_id) is not None else None
                 append_and_fold(connection, batches, metadata, loaded=loaded, store=store)
@@ -297,14 +300,22 @@ def _load_folded(
     return folded
 
 
-def _with_counts(connection: Connection, stream_id: str, batches: Batches, folded: Folded, decided: Any) -> Batches:
-    """Count a counted call; before anything else is appended to the stream, append its counts."""
+def _with_counts(
+    connection: Connection, stream_id: str, batches: Batches, folded: Folded, decided: Any, now: datetime,
+) -> Batches:
+    """Count a counted call; before anything else is appended to the stream, append its counts, unless that
+    would take the window past its ceiling of events from floods: then they wait for the window to close."""
     counted = getattr(decided, "counted", None)
     if counted is not None:
         # A counted call appends nothing to its stream (domain.counting): the next append writes its count.
         count_call(connection, stream_id, counted)
         return batches
-    if not folded.counts or not any(events for stream, _, events in batches if stream == stream_id):
+    appended = [event for stream, _, events in batches if stream == stream_id for event in events]
+    if not folded.counts or not appended:
+        return batches
+    # Written past the ceiling, counts would be a flood's events one by one again: one per event the caller
+    # manages to append (a wrong code, a new request). Held back, they are written once, when the window closes.
+    if not counts_fit(folded.state.flood, counted_events(folded.counts), appended, now=now):
         return batches
     # Read with the stream, under its lock: no call has been counted since.
     summaries = take_counts(connection, stream_id, folded.counts)
@@ -315,8 +326,9 @@ def _with_counts(connection: Connection, stream_id: str, batches: Batches, folde
 def write_closed_counts(ctx: ServiceContext, stream_id: str, metadata: Mapping[str, Any] | None = None) -> int:
     """Append the stream's counts of windows that have closed, as ``RequestsCounted``, under its lock; how many.
 
-    Its next append would write them first anyway. Written once their hour
-    is over, a flood reaches the log (and reviewers) whatever its victim does
+    Its next append would write them first anyway, unless their window
+    reached its ceiling (``domain.counting.counts_fit``). Written once their
+    hour is over, a flood reaches the log (and reviewers) whatever its victim does
     next, and the victim's next request does not pay for writing it
     (``infra.services.closed_counts``). A window still open keeps counting:
     written now, its count would take an event per pass instead of one.

@@ -54,6 +54,12 @@ operations = st.lists(st.one_of(
 ), min_size=1, max_size=40)
 
 
+# Past the ceiling in both flows (domain.counting.FLOOD_EVENTS_PER_WINDOW), then wrong codes and a new window.
+FLOODS = [("reset", None, None, ADA), ("flood", "reset", 40), ("otp", None, None, ADA), ("flood", "otp", 40),
+          ("verify", 0, False), ("verify", 0, False), ("wait", 1900), ("flood", "otp", 5), ("wait", 1900),
+          ("reset", "k1", None, EVE), ("flood", "reset", 3)]
+
+
 def tight(ctx: ServiceContext) -> ServiceContext:
     return attrs.evolve(
         ctx,
@@ -81,8 +87,21 @@ def run(ctx: ServiceContext, clock: ManualClock, user: str, steps: list[tuple]) 
                                 user_id=user)
                 case ("wait", seconds):
                     clock.advance(timedelta(seconds=seconds))
+                case ("flood", flow, calls):  # creates varying address and key, past the ceiling of the window
+                    flood(ctx, user, flow, calls)
         except (RateLimited, TokenInvalid, CodeRejected, LockedOut, IdempotencyMismatch):
             pass  # refused, rejected or locked: what matters is what the stream holds now
+
+
+def flood(ctx: ServiceContext, user: str, flow: str, calls: int) -> None:
+    for n in range(calls):
+        try:
+            if flow == "reset":
+                request_reset(ctx, RequestReset(user, (ADA, EVE)[n % 2], f"flood-{n}", "app"))
+            else:
+                request_otp(ctx, RequestOtp(user, (ADA, EVE)[n % 2], "login", f"flood-{n}", "app"))
+        except RateLimited:
+            pass
 
 
 def assert_snapshot_equals_the_fold(engine: Engine, stream_id: str, fold: object) -> None:
@@ -163,6 +182,8 @@ def assert_every_next_decision_agrees(ctx: ServiceContext, user: str) -> None:
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=operations)
+# Always this one: both flows past the ceiling of a window, wrong codes and the window closing in between.
+@example(steps=FLOODS)
 def test_every_snapshot_equals_a_fresh_fold_of_its_whole_stream(
     ctx: ServiceContext, engine: Engine, clock: ManualClock, steps: list[tuple]
 ) -> None:
@@ -178,6 +199,8 @@ def test_every_snapshot_equals_a_fresh_fold_of_its_whole_stream(
 @example(steps=[("reset", "k1", None, ADA), ("consume", 0), ("wait", 61), ("reset", None, "app", ADA),
                 ("otp", "k2", "app", ADA), ("verify", 0, True), ("otp", None, None, EVE), ("wait", 2 * 86400),
                 ("reset", "k3", None, EVE), ("otp", "k1", None, ADA), ("wait", 3700), ("reset", "k2", "app", ADA)])
+# And this one: both flows past the ceiling of their window.
+@example(steps=FLOODS)
 # And this one: both flows at the hourly limit, with replaced requests the live part keeps only the times of.
 @example(steps=[("reset", None, None, ADA), ("wait", 61), ("reset", None, None, EVE), ("wait", 61),
                 ("reset", "k1", "app", ADA), ("otp", None, None, ADA), ("wait", 61), ("otp", None, None, EVE),

@@ -14,7 +14,16 @@ from uuid import UUID
 
 import pytest
 
-from domain.decisions import Refused
+from domain.counting import (
+    FLOOD_EVENTS_PER_WINDOW,
+    CountingRun,
+    FloodTally,
+    RequestsCounted,
+    count_floods,
+    counts_fit,
+    flood_after,
+)
+from domain.decisions import Decision, Refused
 from domain.request_rules import KEPT_FOR
 from domain.errors import ConfigError, TokenInvalid
 from domain.otp import RequestOtp, decide_otp_request
@@ -22,6 +31,7 @@ from domain.otp_events import OtpChallengeLockedOut, OtpVerificationFailed
 from domain.otp_state import fold_otp
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.reset import RequestReset, check_token, decide_reset_request
+from domain.reset_events import ResetRequestRefused
 from domain.reset_state import fold_reset
 from domain.tokens import TokenKeys, derive_reset_token, hash_token
 from projections.snapshots import LIVE_FOR, live_part
@@ -118,3 +128,38 @@ def test_a_receipt_lives_at_most_two_days() -> None:
         ResetPolicy(receipt_ttl=KEPT_FOR + timedelta(seconds=1))
     with pytest.raises(ConfigError, match="receipt_ttl"):
         OtpPolicy(receipt_ttl=KEPT_FOR + timedelta(days=1))
+
+
+def flood_of(events: int, at: datetime) -> list[object]:
+    """``events`` refusals of one window, as a caller who varies each call would have them written."""
+    return [ResetRequestRefused("42", "rate_limited", at, at + timedelta(hours=1)) for _ in range(events)]
+
+
+def test_past_the_ceiling_a_refusal_is_counted_whatever_its_address_and_a_new_window_writes_again() -> None:
+    state = fold_reset(flood_of(FLOOD_EVENTS_PER_WINDOW, T0 + timedelta(minutes=5)))
+    assert state.flood == FloodTally(T0, FLOOD_EVENTS_PER_WINDOW)
+    refused = Decision((ResetRequestRefused("42", "rate_limited", T0, T0),), (), Refused("rate_limited", T0))
+    # A new run (the last one was a binding), which alone would be written: the ceiling counts it.
+    bound_run = CountingRun("reused", T0, 1)
+    counted = count_floods(refused, bound_run, state.flood, flow="reset", user_id="42", client="app",
+                           now=T0 + timedelta(minutes=59))
+    assert counted.events == () and counted.counted is not None and counted.counted.answer == "refused"
+    written = count_floods(refused, bound_run, state.flood, flow="reset", user_id="42", client="app",
+                           now=T0 + timedelta(minutes=60))
+    assert written == refused, "the ceiling is per hour of the clock"
+
+
+def test_a_count_of_a_closed_window_written_late_leaves_the_new_windows_tally_alone() -> None:
+    tally = FloodTally(T0 + timedelta(hours=1), 3)
+    late = RequestsCounted("reset", "42", "refused", T0, T0, T0 + timedelta(minutes=59), 400, ("app",))
+    assert flood_after(tally, late) == tally
+    assert flood_after(FloodTally(T0, 30), late) == FloodTally(T0, 31)
+
+
+def test_counts_wait_for_the_hour_to_close_once_writing_them_would_pass_the_ceiling() -> None:
+    now = T0 + timedelta(minutes=40)
+    counts = [RequestsCounted("reset", "42", answer, T0, now, now, 9, (None,)) for answer in ("refused", "reused")]
+    assert counts_fit(FloodTally(T0, FLOOD_EVENTS_PER_WINDOW - 2), counts, [], now=now)
+    assert not counts_fit(FloodTally(T0, FLOOD_EVENTS_PER_WINDOW - 1), counts, [], now=now)
+    assert counts_fit(FloodTally(T0, FLOOD_EVENTS_PER_WINDOW), counts, [], now=now + timedelta(hours=1)), \
+        "the next window's first append writes the last window's counts"
