@@ -118,6 +118,7 @@ def openapi_document(*, max_body_bytes: int) -> Json:
             "/v1/otp/challenges": {"post": create_operation(
                 "Create an OTP challenge and queue the code's email", "createOtpChallenge",
                 "OtpChallengeCreate", "OtpChallengeCreated", links=OTP_LINKS,
+                refused="A purpose not declared for the key's tenant (`purpose-unknown`).",
                 too_many="Too many codes for this user within the hour (`rate-limited`), or one-time codes are "
                          "locked for this user (`locked-out`).")},
             "/v1/otp/challenges/{challenge_id}/verify": {"post": action_operation(
