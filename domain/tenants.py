@@ -245,7 +245,8 @@ def check_actor(actor: object) -> str:
     """Who acted, as the record names them; ``InvalidInput`` unless short plain text without an address."""
     if not isinstance(actor, str) or not actor.strip() or len(actor) > MAX_ACTOR:
         raise InvalidInput(f"the actor is 1-{MAX_ACTOR} characters naming who acts (--actor)")
-    if problem := free_text_problem(actor, what="the actor", instead="name a person or an account with --actor, not an address"):
+    if problem := free_text_problem(actor, what="the actor",
+                                    instead="name a person or an account with --actor, not an address"):
         raise InvalidInput(problem)
     return actor.strip()
 

@@ -3,7 +3,7 @@ exists.
 
 A tenant's settings are ``TenantConfigured`` facts on its stream, folded
 inline into ``tenant_settings``. Today they hold the OTP purposes it allows:
-``purpose_checked`` refuses a code for any other in the request's own
+``PurposeCheck`` refuses a code for any other in the request's own
 transaction, and ``display_texts`` gives the worker the words its emails
 use for each, read fresh at send time.
 """
@@ -11,9 +11,9 @@ use for each, read fresh at send time.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from attrs import frozen
 from sqlalchemy import Connection, Engine, bindparam, select
@@ -32,9 +32,12 @@ from domain.tenants import (
     tenant_stream,
 )
 from infra.db import tables
+from infra.db.pipeline import Pending, execute_deferred
 from infra.eventlog.postgres import PostgresEventStore
 from infra.services.unit_of_work import ServiceContext, StreamOf, decide_events_on_stream
-from projections.tenants import SettingsChange, TenantSettingsRow, settings_history
+from projections.tenants import SettingsChange, TenantSettingsRow, purposes_of, settings_history
+
+Decided = TypeVar("Decided")
 
 
 @frozen
@@ -134,17 +137,46 @@ def tenant_history(ctx: ServiceContext, name: str) -> list[SettingsChange]:
         return settings_history(r.event for r in PostgresEventStore(connection).load(tenant_stream(name)))
 
 
-def purpose_checked(ctx: ServiceContext, tenant: str, purpose: str, stream_id: str) -> StreamOf:
-    """``stream_id``, once ``purpose`` is found allowed for ``tenant``: a look-up in the decision's own
-    transaction (``decide_on_stream``). ``PurposeUnknown`` otherwise, and nothing is written."""
-    def stream_of(connection: Connection) -> str:
-        allowed = allowed_purposes(_settings(connection, tenant).purposes, ctx.otp_purposes)
-        if purpose not in {p.name for p in allowed}:
-            raise PurposeUnknown(f"purpose {purpose!r} is not declared for tenant {tenant!r}; it allows "
-                                 f"{', '.join(p.name for p in allowed)} (`authledger tenants show {tenant}`)")
-        return stream_id
+DECLARED = select(tables.tenant_settings.c.purposes).where(tables.tenant_settings.c.tenant == bindparam("tenant"))
 
-    return stream_of
+
+class PurposeCheck:
+    """Whether a tenant allows a purpose, judged in an OTP request's own transaction at no wait of its own.
+
+    ``asked_with`` sends the look-up of the tenant's purposes ahead of the
+    stream's read (``decide_on_stream``'s look-up), so that its answer comes
+    back with the read; ``before`` judges it before the decision.
+    ``PurposeUnknown`` then ends the transaction with nothing written.
+    """
+
+    def __init__(self, ctx: ServiceContext, tenant: str, purpose: str) -> None:
+        self.defaults, self.tenant, self.purpose = ctx.otp_purposes, tenant, purpose
+        self._declared: Pending | None = None
+
+    def asked_with(self, stream_id: str) -> StreamOf:
+        def stream_of(connection: Connection) -> str:
+            self._declared = execute_deferred(connection, DECLARED, {"tenant": self.tenant}, answer=True)
+            return stream_id
+
+        return stream_of
+
+    def require(self) -> None:
+        """``PurposeUnknown`` unless the tenant allows the purpose (once the stream's read has waited)."""
+        assert self._declared is not None, "asked_with's look-up runs first"
+        rows = self._declared.all()
+        declared = tuple(purposes_of(rows[0][0])) if rows else ()
+        allowed = allowed_purposes(declared, self.defaults)
+        if self.purpose not in {p.name for p in allowed}:
+            raise PurposeUnknown(f"purpose {self.purpose!r} is not declared for tenant {self.tenant!r}; it allows "
+                                 f"{', '.join(p.name for p in allowed)} (`authledger tenants show {self.tenant}`)")
+
+    def before(self, decide: Callable[..., Decided]) -> Callable[..., Decided]:
+        """``decide``, run once the purpose is found allowed."""
+        def checked(*args: Any, **kwargs: Any) -> Decided:
+            self.require()
+            return decide(*args, **kwargs)
+
+        return checked
 
 
 DECLARED_PURPOSES = select(tables.tenant_settings.c.tenant, tables.tenant_settings.c.purposes).where(
