@@ -125,6 +125,20 @@ def operator_reason(reason: object, *, blank: str, instead: str) -> str:
     return reason
 
 
+MAX_ACTOR = 100
+
+
+def check_actor(actor: object) -> str:
+    """Who acted, as the record names them (metadata, an event's actor), trimmed; ``InvalidInput`` unless it is
+    short plain text without an email address in any form."""
+    if not isinstance(actor, str) or not actor.strip() or len(actor) > MAX_ACTOR:
+        raise InvalidInput(f"the actor is 1-{MAX_ACTOR} characters naming who acts (--actor)")
+    if problem := free_text_problem(actor, what="the actor",
+                                    instead="name a person or an account with --actor, not an address"):
+        raise InvalidInput(problem)
+    return actor.strip()
+
+
 def check_optional_text(name: str, value: object, *, max_length: int) -> None:
     """Like ``check_text``, but None is allowed."""
     if value is not None:

@@ -34,7 +34,7 @@ from attrs import frozen
 
 from domain.characters import readable_form
 from domain.errors import InvalidInput
-from domain.input_checks import free_text_problem, operator_reason, require_utc
+from domain.input_checks import check_actor, free_text_problem, operator_reason, require_utc
 
 DEFAULT_TENANT = "default"
 TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -236,19 +236,6 @@ def configuration_reason(reason: object) -> str:
     """Why a tenant is configured, trimmed: one short line of plain text without an address."""
     return operator_reason(reason, blank="a configuration needs a reason (--reason): say why, e.g. the ticket",
                            instead="name the ticket or the request instead")
-
-
-MAX_ACTOR = 100
-
-
-def check_actor(actor: object) -> str:
-    """Who acted, as the record names them; ``InvalidInput`` unless short plain text without an address."""
-    if not isinstance(actor, str) or not actor.strip() or len(actor) > MAX_ACTOR:
-        raise InvalidInput(f"the actor is 1-{MAX_ACTOR} characters naming who acts (--actor)")
-    if problem := free_text_problem(actor, what="the actor",
-                                    instead="name a person or an account with --actor, not an address"):
-        raise InvalidInput(problem)
-    return actor.strip()
 
 
 def decide_configure_tenant(

@@ -100,8 +100,8 @@ def _object(properties: dict[str, Schema], required: list[str]) -> Schema:
 # Why an admin erases a user: recorded in the erasure event, in clear, so it must name no address.
 REASON: Schema = {
     "type": "string", "minLength": 1, "maxLength": 500,
-    "description": "Why, for the record: a ticket or request reference. One line, no email address (it stays "
-                   "in the log in clear).",
+    "description": "Why, for the record: a ticket or request reference. One line, no email address in any "
+                   "form (it stays in the log in clear) and no bidirectional control characters.",
     "examples": ["GDPR request 2024-117"],
 }
 
