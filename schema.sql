@@ -294,6 +294,21 @@ CREATE TABLE IF NOT EXISTS tenants (
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON tenants TO authledger_app;
 
+-- Each configured tenant's current settings (issue 36; an inline projection
+-- of the TenantConfigured facts on tenant:<name>, projections/tenants.py),
+-- the default tenant's too. version counts its configurations. purposes is a
+-- JSON object, purpose name -> display text: the OTP purposes it allows, {}
+-- for the deployment's (AUTHLEDGER_OTP_PURPOSES). A tenant never configured
+-- has no row.
+CREATE TABLE IF NOT EXISTS tenant_settings (
+    tenant         text        PRIMARY KEY,
+    version        integer     NOT NULL,
+    purposes       text        NOT NULL,
+    configured_at  timestamptz NOT NULL
+);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON tenant_settings TO authledger_app;
+
 -- Catch-up projections (issue 6, see infra/projector/registry.py): they
 -- follow the log by the transaction-id horizon and store how far they got in
 -- projection_checkpoints, in the same transaction as the rows they write, so
@@ -456,4 +471,5 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON console_sessions TO authledger_app;
 --      console_sessions (console sign-ins every serve process shares)
 --      subject_keys_by_master (the master-key probe of a new user's first key, by index)
 --   5  stream_requests (a snapshot keeps a stream's live part; decisions look older requests up)
-INSERT INTO schema_version (version) VALUES (1), (2), (3), (4), (5) ON CONFLICT DO NOTHING;
+--   6  tenant_settings (a tenant's declared OTP purposes)
+INSERT INTO schema_version (version) VALUES (1), (2), (3), (4), (5), (6) ON CONFLICT DO NOTHING;

@@ -21,7 +21,8 @@ def otp() -> None:
 @otp.command("request")
 @click.option("--user-id", required=True, help="The application's id for the user.")
 @click.option("--email", "recipient", required=True, help="Where to send the code.")
-@click.option("--purpose", default="login", show_default=True, help="What the code is for; shown in the email.")
+@click.option("--purpose", default="login", show_default=True,
+              help="What the code is for: a purpose the tenant allows (`tenants show`); the email shows its text.")
 @click.option("--idempotency-key", help="Retries with the same key return the first answer.")
 @tenant_option
 @json_option

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from domain.errors import IdempotencyMismatch, InvalidInput
+from domain.input_checks import check_actor
 from domain.tenants import DEFAULT_TENANT, check_tenant_name
 
 
@@ -42,7 +43,12 @@ CLI_CLIENT = "cli"
 
 
 def cli_metadata(command: str, actor: str | None = None) -> dict[str, str]:
-    """Who ran ``command``: ``actor`` if given, else $USER, else the OS account (never "unknown")."""
+    """Who ran ``command``: ``actor`` if given, else $USER, else the OS account (never "unknown").
+
+    An ``actor`` given is stored in clear with every event: ``InvalidInput`` when it holds an email address.
+    """
+    if actor is not None:
+        actor = check_actor(actor)
     return {"actor": f"cli:{actor or os.environ.get('USER') or os_user()}", "client": CLI_CLIENT, "command": command}
 
 

@@ -61,6 +61,12 @@ class InvalidInput(AuthledgerError):
     problem_type = "invalid-input"
 
 
+class PurposeUnknown(InvalidInput):
+    """The purpose is not one the tenant declared."""
+
+    problem_type = "purpose-unknown"
+
+
 class NotFound(AuthledgerError):
     """No such thing."""
 

@@ -26,7 +26,6 @@ from domain.decisions import (
 )
 from domain.input_checks import (
     check_request_input,
-    check_text,
     require_utc,
 )
 from domain.request_rules import (
@@ -37,7 +36,7 @@ from domain.request_rules import (
 from domain.email import EmailQueued
 from domain.errors import CodeRejected, InvalidInput, LockedOut
 from domain.policy import OtpPolicy
-from domain.tenants import DEFAULT_TENANT, check_tenant_name, scoped_user
+from domain.tenants import DEFAULT_TENANT, check_purpose_name, check_tenant_name, scoped_user
 from domain.tokens import (
     CURRENT_DERIVATION,
     TokenKeys,
@@ -72,7 +71,7 @@ class RequestOtp:
 
     def __attrs_post_init__(self) -> None:
         check_request_input(self.user_id, self.recipient, self.idempotency_key, self.client)
-        check_text("purpose", self.purpose, max_length=64)
+        check_purpose_name(self.purpose)  # the API's pattern: whether the tenant allows it is the service's
         check_tenant_name(self.tenant)
 
     @property

@@ -60,39 +60,12 @@ class Rendered:
     html: str
 
 
-# A code's name in the subject and the text, by the purpose it was asked for.
-_CODE_NAMES = {
-    "login": "sign-in code",
-    "signin": "sign-in code",
-    "sign-in": "sign-in code",
-    "verify": "verification code",
-    "verification": "verification code",
-    "verify_email": "email verification code",
-    "email_verification": "email verification code",
-    "mfa": "two-step verification code",
-    "2fa": "two-step verification code",
-    "confirm": "confirmation code",
-    "confirmation": "confirmation code",
-    "password_reset": "password reset code",
-    "reset": "password reset code",
-}
-
-
-def code_name(purpose: str) -> str:
-    """How an email names a code asked for ``purpose``: "sign-in code", "verification code", ..."""
-    known = _CODE_NAMES.get(purpose.lower())
-    if known:
-        return known
-    words = " ".join(purpose.replace("_", " ").replace("-", " ").replace(".", " ").replace(":", " ").split())
-    return f"one-time code for {words}"
-
-
 def _when(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _fill(template: EmailTemplate, values: dict[str, str]) -> Rendered:
-    # Values go into the HTML part escaped: a link or purpose never becomes markup.
+    # Values go into the HTML part escaped: a link or display text never becomes markup.
     escaped = {name: escape(value) for name, value in values.items()}
     return Rendered(
         Template(template.subject).substitute(values).strip(),
@@ -109,6 +82,11 @@ def password_changed(template: EmailTemplate, *, changed_at: datetime) -> Render
     return _fill(template, {"changed_at": _when(changed_at)})
 
 
-def otp_code(template: EmailTemplate, code: str, *, expires_at: datetime, purpose: str) -> Rendered:
-    values = {"code": code, "code_name": code_name(purpose), "purpose": purpose, "expires_at": _when(expires_at)}
+def otp_code(template: EmailTemplate, code: str, *, expires_at: datetime, code_name: str) -> Rendered:
+    """The code email; ``code_name`` is its purpose's display text as the tenant declared it ("sign-in code").
+
+    The purpose a caller named never appears: ``$purpose``, which templates
+    written before purposes were declared may use, is the display text too.
+    """
+    values = {"code": code, "code_name": code_name, "purpose": code_name, "expires_at": _when(expires_at)}
     return _fill(template, values)

@@ -11,18 +11,30 @@ old link and code still verifies. Another tenant's scoped id is
 ``"<tenant> <user_id>"``. A space can never occur in a user id (the API and
 CLI refuse whitespace), so no default-tenant id can be mistaken for another
 tenant's.
+
+A tenant's settings are ``TenantConfigured`` facts on its stream (the
+default tenant's too, on ``tenant:default``), each naming the fields it
+set, who set them and why; their fold is the tenant's current settings.
+The first setting is the allow-list of OTP purposes (``Purpose``): a code
+may be asked for only for a declared purpose, and its email names the code
+by the purpose's display text, so nothing a caller writes reaches an email.
+A tenant that declares none has the deployment's purposes
+(``AUTHLEDGER_OTP_PURPOSES``); a tenant's declaration replaces them whole,
+so that a tenant allows exactly the purposes it names and no default it
+never asked for.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from attrs import frozen
 
-from domain.input_checks import require_utc
+from domain.characters import readable_form
 from domain.errors import InvalidInput
+from domain.input_checks import check_actor, free_text_problem, operator_reason, require_utc
 
 DEFAULT_TENANT = "default"
 TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -76,3 +88,175 @@ def decide_create_tenant(exists: bool, name: str, *, now: datetime) -> list[obje
     if exists or name == DEFAULT_TENANT:
         raise InvalidInput(f"a tenant named {name!r} already exists")
     return [TenantCreated(name, now)]
+
+
+# -- settings: OTP purposes ---------------------------------------------------------------------------
+
+PURPOSE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # as the API's schema states it (infra/http/schemas.py)
+PURPOSE_NAME_RULE = "a purpose name is 1-64 of A-Z, a-z, 0-9, '_', '.', ':' and '-'"
+# A display text names the code in a subject line ("Your sign-in code"): short, so the subject stays readable.
+MAX_DISPLAY_TEXT = 60
+MAX_PURPOSES = 20  # a tenant's allow-list, not a vocabulary: its event and every email's look-up stay small
+# A link in a display text would be a link in a genuine-looking email: a scheme, "www." or a host name.
+_LINK_LIKE = re.compile(r"://|\bwww\.|\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}\b", re.IGNORECASE)
+# What an email calls a code whose purpose is no longer declared when the worker renders it.
+UNDECLARED_CODE_NAME = "one-time code"
+
+
+@frozen
+class Purpose:
+    """An OTP purpose a tenant allows: its ``name`` in API calls, and the ``text`` its emails call the code."""
+
+    name: str
+    text: str
+
+
+def check_purpose_name(name: object) -> str:
+    """The name, or ``InvalidInput`` unless it is a short slug (``PURPOSE_NAME_RULE``)."""
+    if not isinstance(name, str) or not PURPOSE_NAME.fullmatch(name):
+        raise InvalidInput(PURPOSE_NAME_RULE)
+    return name
+
+
+def check_display_text(text: object) -> str:
+    """The display text, trimmed; ``InvalidInput`` unless it is a short line of plain printable text with
+    no control or bidirectional characters, no email address and nothing that reads as a link."""
+    text = text.strip() if isinstance(text, str) else ""
+    if not text:
+        raise InvalidInput("a purpose needs a display text, e.g. login=sign-in code")
+    if len(text) > MAX_DISPLAY_TEXT:
+        raise InvalidInput(f"a display text is at most {MAX_DISPLAY_TEXT} characters; this one has {len(text)}")
+    if problem := free_text_problem(text, what="the display text"):
+        raise InvalidInput(problem)
+    if not text.replace(" ", "").isprintable():
+        raise InvalidInput("the display text holds invisible characters; give it as plain printable text")
+    if _LINK_LIKE.search(readable_form(text) or text):
+        raise InvalidInput("the display text reads as a link or a host name; emails must carry no link of it")
+    return text
+
+
+def parse_purpose(spec: str) -> Purpose:
+    """``NAME=TEXT`` as a ``Purpose``; ``InvalidInput`` for a missing ``=``, a bad name or a bad text."""
+    name, equals, text = spec.partition("=")
+    if not equals:
+        raise InvalidInput("give a purpose as NAME=TEXT, e.g. login=sign-in code")
+    return Purpose(check_purpose_name(name.strip()), check_display_text(text))
+
+
+def parse_purposes(specs: Iterable[str]) -> tuple[Purpose, ...]:
+    """Each ``NAME=TEXT`` parsed, in order; ``InvalidInput`` for a bad one, a name given twice or too many."""
+    purposes = tuple(parse_purpose(spec) for spec in specs)
+    names = [p.name for p in purposes]
+    if twice := sorted({name for name in names if names.count(name) > 1}):
+        raise InvalidInput(f"purpose {twice[0]!r} is given twice")
+    if len(purposes) > MAX_PURPOSES:
+        raise InvalidInput(f"a tenant declares at most {MAX_PURPOSES} purposes; {len(purposes)} were given")
+    return purposes
+
+
+def parse_purpose_list(raw: str) -> tuple[Purpose, ...]:
+    """``NAME=TEXT,NAME=TEXT``: the deployment's purposes as a setting holds them (a text holds no comma)."""
+    purposes = parse_purposes(part for part in raw.split(",") if part.strip())
+    if not purposes:
+        raise InvalidInput("names no purpose; give NAME=TEXT pairs separated by commas")
+    return purposes
+
+
+# The deployment's purposes unless AUTHLEDGER_OTP_PURPOSES says otherwise: the
+# flows an application commonly asks codes for, named as the emails name them.
+DEFAULT_PURPOSES = (
+    Purpose("login", "sign-in code"),
+    Purpose("verify_email", "email verification code"),
+    Purpose("mfa", "two-step verification code"),
+    Purpose("step_up", "confirmation code"),
+)
+
+
+def purpose_list_text(purposes: Iterable[Purpose]) -> str:
+    """The ``NAME=TEXT,...`` form of ``purposes``: the inverse of ``parse_purpose_list``."""
+    return ",".join(f"{p.name}={p.text}" for p in purposes)
+
+
+@frozen
+class TenantConfigured:
+    """A tenant's settings were changed: the fields set (None: left as they were), by whom and why."""
+
+    name: str  # the tenant
+    configured_at: datetime
+    actor: str
+    reason: str
+    # The tenant's OTP purposes from now on; () gives it back the deployment's purposes.
+    purposes: tuple[Purpose, ...] | None = None
+
+    @property
+    def changed(self) -> tuple[str, ...]:
+        """The names of the settings this configuration set."""
+        return tuple(name for name in SETTING_FIELDS if getattr(self, name) is not None)
+
+
+SETTING_FIELDS = ("purposes",)  # the fields of TenantConfigured that are settings, in the order shown
+
+
+@frozen
+class TenantSettings:
+    """A tenant's current settings: the fold of its ``TenantConfigured`` facts."""
+
+    version: int = 0  # how many configurations made them: 0 for a tenant never configured
+    purposes: tuple[Purpose, ...] = ()  # declared; () means the deployment's
+    configured_at: datetime | None = None
+
+
+@frozen
+class TenantState:
+    exists: bool
+    settings: TenantSettings
+
+
+def evolve_settings(settings: TenantSettings, event: TenantConfigured) -> TenantSettings:
+    """The settings after one configuration."""
+    return TenantSettings(settings.version + 1,
+                          event.purposes if event.purposes is not None else settings.purposes, event.configured_at)
+
+
+def fold_tenant(name: str) -> Callable[[Iterable[object]], TenantState]:
+    """The fold of tenant ``name``'s stream: whether it exists (the default always does) and its settings."""
+    def fold(events: Iterable[object]) -> TenantState:
+        exists, settings = name == DEFAULT_TENANT, TenantSettings()
+        for event in events:
+            if isinstance(event, TenantCreated):
+                exists = True
+            elif isinstance(event, TenantConfigured):
+                settings = evolve_settings(settings, event)
+        return TenantState(exists, settings)
+
+    return fold
+
+
+def configuration_reason(reason: object) -> str:
+    """Why a tenant is configured, trimmed: one short line of plain text without an address."""
+    return operator_reason(reason, blank="a configuration needs a reason (--reason): say why, e.g. the ticket",
+                           instead="name the ticket or the request instead")
+
+
+def decide_configure_tenant(
+    state: TenantState, name: str, *, purposes: tuple[Purpose, ...] | None, actor: str, reason: str, now: datetime,
+) -> list[TenantConfigured]:
+    """Set tenant ``name``'s settings given (None: unchanged); nothing when they already are so.
+
+    ``InvalidInput`` for a tenant that does not exist, no setting given, or
+    a bad actor or reason: nothing is recorded then.
+    """
+    require_utc(now)
+    check_tenant_name(name)
+    if not state.exists:
+        raise InvalidInput(f"no tenant named {name!r}; create it with `authledger tenants create {name}`")
+    if purposes is None:
+        raise InvalidInput("name a setting to change: --purpose NAME=TEXT (repeated) or --default-purposes")
+    purposes = parse_purposes(f"{p.name}={p.text}" for p in purposes)  # the same checks, whoever built them
+    event = TenantConfigured(name, now, check_actor(actor), configuration_reason(reason), purposes)
+    return [] if purposes == state.settings.purposes else [event]
+
+
+def allowed_purposes(declared: tuple[Purpose, ...], defaults: tuple[Purpose, ...]) -> tuple[Purpose, ...]:
+    """What a tenant allows: what it declared, or the deployment's purposes while it declares none."""
+    return declared or defaults

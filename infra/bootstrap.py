@@ -91,6 +91,7 @@ class App:
     def services(self) -> ServiceContext:
         from domain.delivery import DeliveryPolicy
         from domain.policy import OtpPolicy, ResetPolicy
+        from domain.tenants import parse_purpose_list
         from infra.emails.templates import load_templates
         from infra.keys import load_token_keys
         from infra.services.unit_of_work import ServiceContext
@@ -105,6 +106,7 @@ class App:
             delivery_policy=policy(s, DeliveryPolicy),
             reset_url=s.reset_url,
             email_templates=load_templates(s.templates_dir),
+            otp_purposes=parse_purpose_list(s.otp_purposes),
         )
 
     @functools.cached_property

@@ -210,6 +210,9 @@ def summary(event: object) -> str:
             return f"API client {event.name}: key {event.key_id} revoked, it no longer works"
         case tenants.TenantCreated():
             return f"tenant {event.name} created"
+        case tenants.TenantConfigured():
+            changed = ", ".join(event.changed) or "nothing"
+            return f"tenant {event.name} configured by {event.actor}: {changed} set ({event.reason})"
     return type(event).__name__  # not for a registered type: a test holds every one to a sentence
 
 

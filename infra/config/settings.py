@@ -23,6 +23,7 @@ from attrs import field, fields, frozen
 from domain.delivery import RECORD_WITHIN, DeliveryPolicy
 from domain.errors import ConfigError
 from domain.policy import ACCOUNT_LOCK_CEILING, OTP_DIGITS_FLOOR, OtpPolicy, ResetPolicy
+from domain.tenants import DEFAULT_PURPOSES, purpose_list_text
 from domain.tokens import MAX_OTP_DIGITS
 from infra.config import values
 from infra.config.cores import usable_cores
@@ -127,6 +128,12 @@ class Settings:
         feeds=(OtpPolicy, "account_lock_base"), doc="Seconds of the first account lock; each next one doubles.")
     otp_account_lock_max_seconds: int = _setting("AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS", 24 * 3600,
         values.whole(1, 30 * 24 * 3600), feeds=(OtpPolicy, "account_lock_max"), doc="Longest account lock, in seconds.")
+    # Four flows applications commonly ask codes for, named as the emails name the code. Anything else is
+    # refused until a tenant declares it, so no caller's text reaches an email (issue 36).
+    otp_purposes: str = _setting("AUTHLEDGER_OTP_PURPOSES", purpose_list_text(DEFAULT_PURPOSES), values.otp_purposes,
+        doc="OTP purposes of a tenant that declares none, as `NAME=TEXT,...`: a code may be asked for only "
+            "for one of them, and its email names the code by TEXT (a short line, no comma, link or address). "
+            "A tenant's own list (`tenants configure NAME --purpose NAME=TEXT`) replaces these.")
     lease_seconds: int = _setting("AUTHLEDGER_LEASE_SECONDS", 45, values.whole(1, 3600), feeds=(DeliveryPolicy, "lease"),
         doc="Seconds a worker holds a message; must exceed the provider timeout plus the margin.")
     lease_margin_seconds: int = _setting("AUTHLEDGER_LEASE_MARGIN", 5, values.whole(0, 600), feeds=(DeliveryPolicy, "margin"),

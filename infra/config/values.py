@@ -18,6 +18,9 @@ from urllib.parse import unquote, urlsplit
 
 from attrs import frozen
 
+from domain.errors import InvalidInput
+from domain.tenants import parse_purpose_list
+
 
 def whole(low: int, high: int, *, low_because: str = "", high_because: str = "") -> Callable[[str], int]:
     # A bound set by a standard names it, so that the refusal says why.
@@ -256,3 +259,12 @@ def checked_text(parse: Callable[[str], object]) -> Callable[[str], str]:
         return raw
 
     return check
+
+
+def otp_purposes(raw: str) -> str:
+    """``NAME=TEXT,...``, checked by the rule a tenant's own purposes pass, and kept as text."""
+    try:
+        parse_purpose_list(raw)
+    except InvalidInput as error:
+        raise ValueError(error.message) from None
+    return raw.strip()

@@ -91,6 +91,12 @@ tenants = Table(
     Column("name", Text, primary_key=True), Column("created_at", _tz()),
 )
 
+tenant_settings = Table(
+    "tenant_settings", metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("version", Integer), Column("purposes", Text), Column("configured_at", _tz()),
+)
+
 address_index = Table(
     "address_index", metadata,
     Column("user_id", Text, primary_key=True),

@@ -10,7 +10,7 @@ the address and for the request's nonce, and nothing is rendered for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -19,11 +19,13 @@ from attrs import frozen
 from sqlalchemy import Connection
 
 from domain import otp, otp_events, otp_state, reset, reset_events, reset_state, templates
+from domain.tenants import UNDECLARED_CODE_NAME, tenant_of
 from domain.tokens import SecretUnavailable
 from infra.delivery.leases import Claim
 from infra.delivery.providers import OutboundEmail
 from infra.eventlog.personal_data import ERASED
 from infra.projector.snapshots import Lookups
+from infra.services.tenants import display_texts
 from infra.services.unit_of_work import ServiceContext, load_states
 from projections.outbox import OutboxRow
 
@@ -61,11 +63,25 @@ def prepare_all(
             asked.setdefault(stream, []).append(claim.row.request_id)
     states = load_states(ctx, folds, connection,
                          {stream: Lookups(request_ids=tuple(ids)) for stream, ids in asked.items()})
+    texts = _code_names(ctx, claims, connection)
     prepared = []
     for claim in claims:
         stream, _ = requests[claim.row.message_id]
-        prepared.append(_decide(ctx, claim, states[stream] if stream else None, now=now, sender=sender))
+        prepared.append(_decide(ctx, claim, states[stream] if stream else None, now=now, sender=sender,
+                                code_names=texts.get(tenant_of(claim.row.user_id), {})))
     return prepared
+
+
+def _code_names(ctx: ServiceContext, claims: Sequence[Claim], connection: Connection | None
+                ) -> dict[str, dict[str, str]]:
+    """The display texts of the purposes each code email's tenant allows now, read fresh like its request."""
+    tenants = {tenant_of(claim.row.user_id) for claim in claims if claim.row.flow == "otp"}
+    if not tenants:
+        return {}
+    if connection is not None:
+        return display_texts(connection, tenants, ctx.otp_purposes)
+    with ctx.engine.connect() as fresh:
+        return display_texts(fresh, tenants, ctx.otp_purposes)
 
 
 def _request_stream(row: OutboxRow) -> tuple[str | None, Callable[[Iterable[object]], Any] | None]:
@@ -77,15 +93,17 @@ def _request_stream(row: OutboxRow) -> tuple[str | None, Callable[[Iterable[obje
     return None, None
 
 
-def _decide(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sender: str) -> Prepared:
+def _decide(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sender: str,
+            code_names: Mapping[str, str]) -> Prepared:
     try:
-        return _render(ctx, claim, state, now=now, sender=sender)
+        return _render(ctx, claim, state, now=now, sender=sender, code_names=code_names)
     except SecretUnavailable:
         # The request's nonce reads [erased]: its user was forgotten, and no one can derive its secret now.
         return Prepared(None, "erased")
 
 
-def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sender: str) -> Prepared:
+def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sender: str,
+            code_names: Mapping[str, str]) -> Prepared:
     row = claim.row
     if row.flow == "reset":
         reason = reset.reset_delivery_verdict(state, row.request_id, now=now, template=row.template)
@@ -112,9 +130,10 @@ def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sen
         if challenge.recipient == ERASED:
             return Prepared(None, "erased")
         code = otp.otp_code_for(challenge, ctx.keys)
-        content = templates.otp_code(
-            ctx.email_templates.otp_code, code, expires_at=challenge.expires_at, purpose=challenge.purpose
-        )
+        # The words the tenant declared for the purpose, never the purpose a caller sent; a purpose withdrawn
+        # since the request still gets its code, under a neutral name.
+        content = templates.otp_code(ctx.email_templates.otp_code, code, expires_at=challenge.expires_at,
+                                     code_name=code_names.get(challenge.purpose, UNDECLARED_CODE_NAME))
         recipient, key_id, useful_until = challenge.recipient, challenge.key_id, challenge.expires_at
     else:
         return Prepared(None, f"unknown_flow:{row.flow}")

@@ -85,7 +85,8 @@ ADMIN_PATHS: Json = {
         {"200": json_response("Pending again; the worker reads the request fresh and skips it if it expired.",
                               "Redriven")}, body="Redrive", parameters=[MESSAGE_ID],
         bad_request="A message that is not abandoned or failed, or a reason that is blank or holds an "
-                    "email address or control characters (`invalid-input`).")},
+                    "email address (also percent-encoded or with a look-alike @), control or bidirectional "
+                    "control characters (`invalid-input`).")},
 }
 
 
@@ -121,6 +122,7 @@ def openapi_document(*, max_body_bytes: int) -> Json:
             "/v1/otp/challenges": {"post": create_operation(
                 "Create an OTP challenge and queue the code's email", "createOtpChallenge",
                 "OtpChallengeCreate", "OtpChallengeCreated", links=OTP_LINKS,
+                refused="A purpose not declared for the key's tenant (`purpose-unknown`).",
                 too_many="Too many codes for this user within the hour (`rate-limited`), or one-time codes are "
                          "locked for this user (`locked-out`).")},
             "/v1/otp/challenges/{challenge_id}/verify": {"post": action_operation(
@@ -150,8 +152,9 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 "eraseUser", "ErasureBody",
                 "Erased: the user's data keys are destroyed and their addresses read `[erased]` from now on; "
                 "or, with `recorded: false`, they already were.", "Erasure", parameters=[USER_ID],
-                rejected="A reason that is blank, over 500 characters or holds an email address is "
-                         "`invalid-input`.",
+                rejected="A reason that is blank, over 500 characters, or holds an email address (also "
+                         "percent-encoded or with a look-alike @ such as the fullwidth one), control or "
+                         "bidirectional control characters is `invalid-input`.",
                 extra={"403": problem("The API key lacks the `admin` scope (`forbidden`)."),
                        "404": problem("No such user in the key's tenant: no data key and no events "
                                       "(`not-found`)."),

@@ -130,9 +130,16 @@ def operation(summary: str, operation_id: str, responses: Json, *, body: str | N
     return described
 
 
+USER_ID_REFUSED = ("A user id holding an @ in any form, also percent-encoded or as an HTML reference "
+                   "(`user-id-refused`).")
+
+
 def create_operation(summary: str, operation_id: str, body: str, created: str, *, too_many: str,
-                     links: Json) -> Json:
-    """A POST that creates a request and queues its email: 202, under an Idempotency-Key, rate-limited."""
+                     links: Json, refused: str = "") -> Json:
+    """A POST that creates a request and queues its email: 202, under an Idempotency-Key, rate-limited.
+
+    Its 400 also lists ``USER_ID_REFUSED`` and ``refused``, what else the operation refuses.
+    """
     responses = {
         "202": json_response("Accepted: the email is queued, or `reused` names the open request (see "
                              "`Idempotency-Replayed` for a replay of this key).", created, REPLAYED_HEADER, links),
@@ -140,8 +147,9 @@ def create_operation(summary: str, operation_id: str, body: str, created: str, *
         "429": problem(too_many, retry_after(False)), "503": WRITE_UNAVAILABLE,
     }
     return operation(summary, operation_id, responses, body=body, parameters=[IDEMPOTENCY_KEY],
-                     bad_request=f"{BAD_BODY} A missing or malformed Idempotency-Key (`idempotency-key-missing`, "
-                                 "`idempotency-key-invalid`).")
+                     bad_request=" ".join(filter(None, [
+                         BAD_BODY, USER_ID_REFUSED, refused, "A missing or malformed Idempotency-Key "
+                         "(`idempotency-key-missing`, `idempotency-key-invalid`)."])))
 
 
 def action_operation(summary: str, operation_id: str, body: str, ok: str, ok_schema: str, *,

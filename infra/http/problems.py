@@ -50,6 +50,12 @@ class InvalidEmail(InvalidBody):
     problem_type = "invalid-email"
 
 
+class UserIdRefused(InvalidBody):
+    """The user id may not be used: it holds an @ in some form."""
+
+    problem_type = "user-id-refused"
+
+
 class InvalidQuery(InvalidInput):
     """The query string does not match the operation."""
 

@@ -18,7 +18,24 @@ Schema = dict[str, Any]
 ASCII_TOKEN = "[!-~]"
 USER_ID: Schema = {
     "type": "string", "minLength": 1, "maxLength": 200, "pattern": f"^{ASCII_TOKEN}+$",
-    "description": "The application's id for the user: 1-200 printable ASCII characters, no spaces.",
+    "description": "The application's id for the user: 1-200 printable ASCII characters, no spaces. Looked "
+                   "up as given, so that a user created before new ids were refused an @ can still be "
+                   "found, verified and erased.",
+    "examples": ["42"],
+}
+# A user id that a create brings into the log, where it names the user's
+# records for ever and erasure cannot reach it: never an email address. The
+# pattern states the literal @ for the document's readers and generators;
+# the domain's one rule (domain.input_checks.user_id_problem) decides, as
+# for the CLI, and also refuses an @ hidden by encoding, which no pattern states.
+NEW_USER_ID_PATTERN = "^[!-?A-~]+$"  # printable ASCII without space and @ (0x40)
+NEW_USER_ID: Schema = {
+    "type": "string", "minLength": 1, "maxLength": 200, "pattern": NEW_USER_ID_PATTERN,
+    "description": "The application's own id for the user: 1-200 printable ASCII characters, no spaces, and "
+                   "never an email address or part of one. It names the user's records in the append-only "
+                   "log, where erasure cannot reach it, so an id holding an @ in any form, also once "
+                   "percent-decoded (%40, %2540) or HTML-unescaped (&#64;), is refused with 400 "
+                   "`user-id-refused` and nothing is written.",
     "examples": ["42"],
 }
 # The domain's one address rule (domain/addresses.py) in JSON Schema, so
@@ -45,7 +62,10 @@ EMAIL: Schema = {
 }
 PURPOSE: Schema = {
     "type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_.:-]+$", "default": "login",
-    "description": "What the code is for; shown to the user in the email.",
+    "description": "What the code is for: one of the purposes declared for the key's tenant (`authledger "
+                   "tenants configure NAME --purpose NAME=TEXT`; the deployment's AUTHLEDGER_OTP_PURPOSES "
+                   "while it declares none). The email names the code by the purpose's declared display text, "
+                   "never by this value. An undeclared purpose is refused with 400 `purpose-unknown`.",
 }
 VERIFY_PURPOSE: Schema = {
     **{k: v for k, v in PURPOSE.items() if k != "default"},
@@ -80,15 +100,15 @@ def _object(properties: dict[str, Schema], required: list[str]) -> Schema:
 # Why an admin erases a user: recorded in the erasure event, in clear, so it must name no address.
 REASON: Schema = {
     "type": "string", "minLength": 1, "maxLength": 500,
-    "description": "Why, for the record: a ticket or request reference. One line, no email address (it stays "
-                   "in the log in clear).",
+    "description": "Why, for the record: a ticket or request reference. One line, no email address in any "
+                   "form (it stays in the log in clear) and no bidirectional control characters.",
     "examples": ["GDPR request 2024-117"],
 }
 
 # Request bodies.
-RESET_CREATE = _object({"user_id": USER_ID, "email": EMAIL}, ["user_id", "email"])
+RESET_CREATE = _object({"user_id": NEW_USER_ID, "email": EMAIL}, ["user_id", "email"])
 TOKEN_BODY = _object({"token": TOKEN}, ["token"])
-OTP_CREATE = _object({"user_id": USER_ID, "email": EMAIL, "purpose": PURPOSE}, ["user_id", "email"])
+OTP_CREATE = _object({"user_id": NEW_USER_ID, "email": EMAIL, "purpose": PURPOSE}, ["user_id", "email"])
 # The user (and, when the application asked for one, the purpose) the code
 # must have been issued to: a challenge id alone could be the attacker's own.
 CODE_BODY = _object({"code": CODE, "user_id": USER_ID, "purpose": VERIFY_PURPOSE}, ["code", "user_id"])

@@ -19,6 +19,7 @@ from starlette.requests import Request
 
 from domain.addresses import RULE as ADDRESS_RULE
 from domain.addresses import address_problem
+from domain.input_checks import user_id_problem
 from infra.errors import Unauthorized
 from infra.http.problems import (
     BodyTooLarge,
@@ -29,8 +30,9 @@ from infra.http.problems import (
     MalformedJson,
     MissingIdempotencyKey,
     UnsupportedMediaType,
+    UserIdRefused,
 )
-from infra.http.schemas import EMAIL_PATTERN, IDEMPOTENCY_KEY_PATTERN, UUID_PATTERN, Schema
+from infra.http.schemas import EMAIL_PATTERN, IDEMPOTENCY_KEY_PATTERN, NEW_USER_ID_PATTERN, UUID_PATTERN, Schema
 
 MAX_BODY_BYTES = 16 * 1024
 # No field takes a number; this only bounds the work and keeps Python's own
@@ -74,12 +76,16 @@ def schema_errors(schema: Schema, value: Any, pointer: str = "") -> list[dict[st
             # and generators; the domain's one rule decides, as for the CLI.
             problem = address_problem(value)
             return [{"pointer": pointer, "detail": f"{name} {NOT_AN_EMAIL}: {problem}"}] if problem else []
+        if schema.get("pattern") == NEW_USER_ID_PATTERN and (problem := user_id_problem(value)):
+            # Likewise the user-id rule, which also reads an @ hidden by encoding (%40, &#64;).
+            return [{"pointer": pointer, "detail": f"{name} {REFUSED}: {problem}"}]
         detail = _string_problem(name, schema, value)
         return [{"pointer": pointer, "detail": detail}] if detail else []
     raise ValueError(f"schema type {kind!r} is not supported by this checker")
 
 
 NOT_AN_EMAIL = f"must be {ADDRESS_RULE}"
+REFUSED = "is refused"
 
 
 def _array_errors(name: str, schema: Schema, value: Any, pointer: str) -> list[dict[str, str]]:
@@ -108,13 +114,17 @@ def _string_problem(name: str, schema: Schema, value: str) -> str | None:
 
 
 def check_body(schema: Schema, data: Any) -> dict[str, Any]:
-    """``data`` when it matches ``schema``; ``InvalidEmail`` or ``InvalidBody`` naming every problem."""
+    """``data`` when it matches ``schema``; ``InvalidEmail``, ``UserIdRefused`` or ``InvalidBody`` naming every
+    problem (the first two when that is the only kind of problem)."""
     errors = schema_errors(schema, data)
     if not errors:
         return data
     detail = "; ".join(error["detail"] for error in errors)
-    email_only = all(NOT_AN_EMAIL in e["detail"] for e in errors)
-    raise (InvalidEmail if email_only else InvalidBody)(detail, errors=errors)
+    if all(NOT_AN_EMAIL in e["detail"] for e in errors):
+        raise InvalidEmail(detail, errors=errors)
+    if all(f" {REFUSED}: " in e["detail"] for e in errors):
+        raise UserIdRefused(detail, errors=errors)
+    raise InvalidBody(detail, errors=errors)
 
 
 def _reject_constant(name: str) -> Any:

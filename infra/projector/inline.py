@@ -27,7 +27,14 @@ from projections.otp_challenges import OtpChallengeRow, evolve_otp_challenge, ot
 from projections.outbox import OutboxRow, evolve_outbox
 from projections.receipts import ReceiptRow, evolve_receipt, receipt_key
 from projections.reset_tokens import ResetTokenRow, evolve_reset_token, reset_token_key
-from projections.tenants import TenantRow, evolve_tenant, tenant_key
+from projections.tenants import (
+    TenantRow,
+    TenantSettingsRow,
+    evolve_tenant,
+    evolve_tenant_settings,
+    tenant_key,
+    tenant_settings_key,
+)
 
 EMAIL_EVENTS = (
     email.EmailQueued, email.LeaseClaimed, email.LeaseExpired, email.LeaseReleased, email.SendAttemptFailed,
@@ -59,13 +66,16 @@ RECEIPTS = KeyedApplier(
 )
 API_KEYS = KeyedApplier(tables.api_keys, ApiKeyRow, "key_id", api_key_key, evolve_api_key, lock=True)
 TENANTS = KeyedApplier(tables.tenants, TenantRow, "name", tenant_key, evolve_tenant, lock=True)
+TENANT_SETTINGS = KeyedApplier(
+    tables.tenant_settings, TenantSettingsRow, "tenant", tenant_settings_key, evolve_tenant_settings, lock=True
+)
 ADDRESS_INDEX = KeyedApplier(
     tables.address_index, AddressIndexRow, "user_id", address_index_key, evolve_address_index, lock=True
 )
 # Folded last: a decision's snapshot is written after the rows it decided on.
 SNAPSHOTS = SnapshotApplier()
 INLINE: list[KeyedApplier | SnapshotApplier] = [
-    OUTBOX, RESET_TOKENS, OTP_CHALLENGES, RECEIPTS, API_KEYS, TENANTS, ADDRESS_INDEX, SNAPSHOTS,
+    OUTBOX, RESET_TOKENS, OTP_CHALLENGES, RECEIPTS, API_KEYS, TENANTS, TENANT_SETTINGS, ADDRESS_INDEX, SNAPSHOTS,
 ]
 
 

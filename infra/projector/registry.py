@@ -47,6 +47,7 @@ FOLDED_EVENTS: dict[str, tuple[type, ...]] = {
     "receipts": (reset_events.ResetRequested, otp_events.OtpChallengeIssued, request_rules.IdempotencyKeyBound),
     "api_keys": clients.CLIENT_EVENTS,
     "tenants": (tenants.TenantCreated,),
+    "tenant_settings": (tenants.TenantConfigured,),
     "address_index": (reset_events.ResetRequested, otp_events.OtpChallengeIssued, privacy.SubjectErased),
     # Every event of a reset or OTP stream: the two folds refuse any other (UnknownEventType).
     "stream_snapshots": (reset_events.ResetRequested, reset_events.ResetSuperseded, reset_events.ResetRequestRefused, reset_events.ResetCompleted,

@@ -32,6 +32,7 @@ from infra.db import tables
 from infra.services.address_index import address_hmac
 from infra.logs import log_event
 from infra.services.locks import IdempotencyLock, InFlight
+from infra.services.tenants import PurposeCheck
 from infra.projector.snapshots import Lookups, receipt_lookup
 from infra.services.unit_of_work import ServiceContext, StreamOf, decide_on_stream
 
@@ -44,7 +45,8 @@ def request_otp(
 ) -> RequestOutcome:
     """Issue (or reuse) a challenge and queue its code email.
 
-    ``RateLimited`` past the hourly limit, ``LockedOut`` while the account's
+    ``PurposeUnknown`` (nothing written) for a purpose the tenant does not
+    allow, ``RateLimited`` past the hourly limit, ``LockedOut`` while the account's
     OTP flow is locked, ``IdempotencyMismatch`` for a key used with another
     recipient or purpose. While a request with the same key runs,
     ``in_flight`` says whether to "wait" for it or "refuse" with
@@ -52,9 +54,10 @@ def request_otp(
     """
     challenge_id, message_id, nonce = ctx.new_id(), ctx.new_id(), ctx.new_nonce()
     lock = IdempotencyLock.for_request("otp", cmd.client, cmd.scoped_user_id, cmd.idempotency_key, in_flight)
+    allowed = PurposeCheck(ctx, cmd.tenant, cmd.purpose)
     decision = decide_on_stream(
-        ctx, otp_stream(cmd.scoped_user_id), fold_otp,
-        lambda state, now: decide_otp_request(
+        ctx, allowed.asked_with(otp_stream(cmd.scoped_user_id)), fold_otp,
+        lambda state, now: allowed.before(decide_otp_request)(
             state, cmd, now=now, challenge_id=challenge_id, message_id=message_id, nonce=nonce,
             keys=ctx.keys, policy=ctx.otp_policy, address_hmac=address_hmac(ctx.keys, cmd.recipient),
         ),

@@ -46,6 +46,7 @@ from domain.errors import ConcurrencyConflict
 from domain.log import RecordedEvent
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.templates import EmailTemplates
+from domain.tenants import DEFAULT_PURPOSES, Purpose
 from domain.tokens import NONCE_BYTES, TokenKeys, nonce_text
 from projections.snapshots import Snapshot, evolve_snapshot, fold_of, with_found
 from infra.clock import Clock, SystemClock
@@ -91,6 +92,8 @@ class ServiceContext:
     delivery_policy: DeliveryPolicy = field(factory=DeliveryPolicy)
     reset_url: str = "http://localhost:8000/reset"
     email_templates: EmailTemplates = field(factory=default_templates)
+    # The OTP purposes of a tenant that declares none (AUTHLEDGER_OTP_PURPOSES; domain.tenants).
+    otp_purposes: tuple[Purpose, ...] = DEFAULT_PURPOSES
     new_id: Callable[[], UUID] = time_ordered_id  # request, challenge and message ids: see infra/eventlog/ids.py
     # The secret of each new request and challenge (domain.tokens, derivation 2); generated here, as ids are.
     new_nonce: Callable[[], str] = field(default=random_nonce, repr=False)

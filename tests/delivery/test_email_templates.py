@@ -19,20 +19,25 @@ EXPIRES = datetime(2030, 5, 1, 10, 30, tzinfo=UTC)
 KEYS = "k1:" + base64.urlsafe_b64encode(b"t" * 32).decode().rstrip("=")
 
 
-@pytest.mark.parametrize(("purpose", "subject"), [
-    ("login", "Your sign-in code"),
-    ("verify_email", "Your email verification code"),
-    ("verification", "Your verification code"),
-    ("mfa", "Your two-step verification code"),
-    ("delete-account", "Your one-time code for delete account"),
+@pytest.mark.parametrize(("code_name", "subject"), [
+    ("sign-in code", "Your sign-in code"),
+    ("email verification code", "Your email verification code"),
+    ("two-step verification code", "Your two-step verification code"),
 ])
-def test_the_code_email_names_the_code_by_its_purpose(purpose: str, subject: str) -> None:
-    rendered = templates.otp_code(default_templates().otp_code, "042917", expires_at=EXPIRES, purpose=purpose)
+def test_the_code_email_names_the_code_by_its_display_text(code_name: str, subject: str) -> None:
+    rendered = templates.otp_code(default_templates().otp_code, "042917", expires_at=EXPIRES, code_name=code_name)
 
     assert rendered.subject == subject
-    assert f"Here is your {subject.removeprefix('Your ')}:" in rendered.text
+    assert f"Here is your {code_name}:" in rendered.text
     assert "\n042917\n" in rendered.text and "042917" in rendered.html
     assert "2030-05-01 10:30 UTC" in rendered.text
+
+
+def test_a_display_text_is_escaped_in_html() -> None:
+    rendered = templates.otp_code(default_templates().otp_code, "042917", expires_at=EXPIRES,
+                                  code_name="<b>code</b> & more")
+
+    assert "&lt;b&gt;code&lt;/b&gt; &amp; more" in rendered.html and "<b>" not in rendered.html
 
 
 def test_the_reset_link_is_escaped_in_html_and_verbatim_in_text() -> None:
@@ -49,10 +54,11 @@ def test_a_folder_replaces_the_templates_it_holds_and_keeps_the_others(tmp_path:
     (tmp_path / "otp_code.txt").write_text("Code: $code ($purpose), until $expires_at. Costs $$0.\n")
 
     loaded = load_templates(tmp_path)
-    rendered = templates.otp_code(loaded.otp_code, "123456", expires_at=EXPIRES, purpose="login")
+    rendered = templates.otp_code(loaded.otp_code, "123456", expires_at=EXPIRES, code_name="sign-in code")
 
     assert rendered.subject == "sign-in code for Example Shop"
-    assert rendered.text == "Code: 123456 (login), until 2030-05-01 10:30 UTC. Costs $0.\n"
+    # $purpose, from before purposes were declared, is the display text too: never what a caller sent.
+    assert rendered.text == "Code: 123456 (sign-in code), until 2030-05-01 10:30 UTC. Costs $0.\n"
     assert loaded.otp_code.html == default_templates().otp_code.html
     assert loaded.reset_link == default_templates().reset_link
 

@@ -40,9 +40,13 @@ CONFORMANCE = [
 # exactly these problems, at these operations; any other 4xx outside
 # Schemathesis's accepted statuses is still a failure. (Schemathesis grants
 # the same to operations that mint credentials: CREDENTIAL_REJECTION_STATUSES.)
+# Also answers to rules no JSON Schema can state, which the document gives in
+# words at these operations: a user id holding an @ once percent-decoded
+# (%40) is `user-id-refused`, and a purpose is valid only if the key's tenant
+# declared it (`purpose-unknown`).
 STATE_REJECTIONS = {
-    "POST /v1/password-resets": {"idempotency-key-mismatch"},
-    "POST /v1/otp/challenges": {"idempotency-key-mismatch"},
+    "POST /v1/password-resets": {"idempotency-key-mismatch", "user-id-refused"},
+    "POST /v1/otp/challenges": {"idempotency-key-mismatch", "user-id-refused", "purpose-unknown"},
     "POST /v1/password-resets/verify": {"token-invalid"},
     "POST /v1/password-resets/consume": {"token-invalid"},
     # invalid-input: a code of another length than the challenge's own.

@@ -30,12 +30,12 @@ async def verify(api: httpx.AsyncClient, challenge_id: str, code: str) -> httpx.
 
 
 async def test_a_challenge_is_accepted_and_its_code_verifies_once(api: httpx.AsyncClient, engine: Engine) -> None:
-    created = await challenge(api, {**ADA, "purpose": "sign-in"})
+    created = await challenge(api, {**ADA, "purpose": "step_up"})
     assert created.status_code == 202
     answer = created.json()
     assert set(answer) == {"challenge_id", "message_id", "expires_at", "reused"} and answer["reused"] is False
     [issued] = [e for e in stream_events(engine, "otp-user:42") if type(e).__name__ == "OtpChallengeIssued"]
-    assert issued.purpose == "sign-in" and issued.client == "shop"
+    assert issued.purpose == "step_up" and issued.client == "shop"
 
     ok = await verify(api, answer["challenge_id"], code_for(engine, answer["challenge_id"]))
     assert ok.status_code == 200 and ok.json() == {"verified": True, "challenge_id": answer["challenge_id"]}
@@ -80,7 +80,7 @@ async def test_a_replay_returns_the_first_response_and_another_body_is_422(
     written = log_size(engine)
     again = await challenge(api)
     assert again.json() == {**first.json(), "reused": True} and again.headers["Idempotency-Replayed"] == "true"
-    mismatch = await challenge(api, {**ADA, "purpose": "payment"})
+    mismatch = await challenge(api, {**ADA, "purpose": "mfa"})
     assert_problem(mismatch, 422, "idempotency-key-mismatch")
     assert log_size(engine) == written
 
@@ -140,12 +140,12 @@ async def test_verify_needs_the_user_id_and_a_body_without_it_writes_nothing(
     assert log_size(engine) == written
 
 
-@pytest.mark.parametrize("named", [{"user_id": "43"}, {"user_id": "42", "purpose": "payment"}],
+@pytest.mark.parametrize("named", [{"user_id": "43"}, {"user_id": "42", "purpose": "mfa"}],
                          ids=["another-user", "another-purpose"])
 async def test_a_code_for_another_user_or_purpose_is_answered_as_an_unknown_challenge_and_costs_no_attempt(
     api: httpx.AsyncClient, engine: Engine, named: dict[str, str]
 ) -> None:
-    challenge_id = (await challenge(api, {**ADA, "purpose": "sign-in"})).json()["challenge_id"]
+    challenge_id = (await challenge(api, {**ADA, "purpose": "step_up"})).json()["challenge_id"]
     written = log_size(engine)
 
     def told(response: httpx.Response) -> tuple[int, dict[str, object]]:
@@ -159,6 +159,6 @@ async def test_a_code_for_another_user_or_purpose_is_answered_as_an_unknown_chal
 
     assert log_size(engine) == written, "no attempt was counted"
     right = await api.post(f"/v1/otp/challenges/{challenge_id}/verify",
-                           json={"code": code_for(engine, challenge_id), "user_id": "42", "purpose": "sign-in"})
+                           json={"code": code_for(engine, challenge_id), "user_id": "42", "purpose": "step_up"})
     assert right.status_code == 200
     assert_projections_match_log(engine)

@@ -9,7 +9,8 @@ from infra.clock import ManualClock
 from infra.projector.registry import all_projections, projection_named
 from infra.projector.rebuild import rebuild
 from infra.services.clients import create_client, revoke_client, rotate_client
-from infra.services.tenants import create_tenant
+from domain.tenants import Purpose
+from infra.services.tenants import configure_tenant, create_tenant
 from infra.services.unit_of_work import ServiceContext
 from infra.projector.verify import verify
 from tests.support.traffic import some_traffic
@@ -18,7 +19,8 @@ from tests.support.traffic import some_traffic
 def test_every_projection_verifies_after_traffic(ctx: ServiceContext, clock: ManualClock, engine: Engine,
                                                  admin_engine: Engine) -> None:
     some_traffic(ctx, clock)
-    create_tenant(ctx, "acme")  # and clients: keys issued, rotated and revoked
+    create_tenant(ctx, "acme")  # configured, and clients: keys issued, rotated and revoked
+    configure_tenant(ctx, "acme", purposes=(Purpose("login", "sign-in code"),), actor="cli:ops", reason="T-1")
     first = create_client(ctx, "shop", tenant="acme", scopes=["send", "metrics"])
     rotate_client(ctx, "shop", tenant="acme")
     revoke_client(ctx, "shop", key_id=first.key_id, tenant="acme")
