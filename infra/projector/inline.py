@@ -60,7 +60,8 @@ RECEIPTS = KeyedApplier(
 API_KEYS = KeyedApplier(tables.api_keys, ApiKeyRow, "key_id", api_key_key, evolve_api_key, lock=True)
 TENANTS = KeyedApplier(tables.tenants, TenantRow, "name", tenant_key, evolve_tenant, lock=True)
 ADDRESS_INDEX = KeyedApplier(
-    tables.address_index, AddressIndexRow, "user_id", address_index_key, evolve_address_index, lock=True
+    tables.address_index, AddressIndexRow, "user_id", address_index_key, evolve_address_index, lock=True,
+    shared_keys=True,  # one row per user, written by their reset and OTP streams, whose writers do not take turns
 )
 # Folded last: a decision's snapshot is written after the rows it decided on.
 SNAPSHOTS = SnapshotApplier()
