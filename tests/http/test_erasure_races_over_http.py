@@ -9,6 +9,8 @@ they meet on the database from the server's own threads. A 200
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from uuid import UUID, uuid4
@@ -31,7 +33,7 @@ from tests.support.erasure_races import (
 from tests.support.replay import assert_projections_match_log
 from tests.support.servers import served
 
-ROUNDS = 30
+ROUNDS = 60
 SENDER = "authledger <no-reply@app.test>"
 
 
@@ -46,30 +48,33 @@ def racing_ctx(engine: Engine, clock: ManualClock, nonces: NonceRecorder) -> Ser
                           new_nonce=nonces)
 
 
-def http_calls(base: str, send_key: str, admin_key: str) -> Calls:
-    """Each call on a client of its own, answered as the services answer (see ``play``)."""
-    def post(key: str, path: str, body: dict[str, str]) -> httpx.Response:
-        # Creates take their idempotency key's lock before their stream's: the order the erasure must fit.
-        headers = {"Authorization": f"Bearer {key}", "Idempotency-Key": uuid4().hex}
-        with httpx.Client(base_url=base, headers=headers, timeout=30) as client:
-            return client.post(path, json=body)
+def http_calls(clients: Sequence[httpx.Client], send_key: str, admin_key: str) -> Calls:
+    """The round's calls, each on a client of its own kept open between rounds (so no call waits to connect),
+    answered as the services answer (see ``play``)."""
+    resets, challenges, erasures = clients
 
-    def create(path: str, id_field: str, body: dict[str, str]) -> SimpleNamespace:
-        response = post(send_key, path, body)
+    def post(client: httpx.Client, key: str, path: str, body: dict[str, str]) -> httpx.Response:
+        # Creates take their idempotency key's lock before their stream's: the order the erasure must fit.
+        return client.post(path, json=body, headers={"Authorization": f"Bearer {key}", "Idempotency-Key": uuid4().hex})
+
+    def create(client: httpx.Client, path: str, id_field: str, body: dict[str, str]) -> SimpleNamespace:
+        response = post(client, send_key, path, body)
         assert response.status_code == 202, response.text
         answer = response.json()
         return SimpleNamespace(request_id=UUID(answer[id_field]), message_id=UUID(answer["message_id"]))
 
     def erase(user_id: str) -> SimpleNamespace:
-        response = post(admin_key, f"/v1/users/{user_id}/erasure", {"reason": REASON})
+        response = post(erasures, admin_key, f"/v1/users/{user_id}/erasure", {"reason": REASON})
         if response.status_code == 404:
             raise NotFound(response.json()["detail"])
         assert response.status_code == 200, response.text
         return SimpleNamespace(recorded=response.json()["recorded"])
 
-    def calls(user_id: str, reset_address: str, otp_address: str) -> list:  # type: ignore[type-arg]
-        return [lambda: create("/v1/password-resets", "request_id", {"user_id": user_id, "email": reset_address}),
-                lambda: create("/v1/otp/challenges", "challenge_id", {"user_id": user_id, "email": otp_address}),
+    def calls(user_id: str, reset_address: str, otp_address: str) -> list[Callable[[], SimpleNamespace]]:
+        return [lambda: create(resets, "/v1/password-resets", "request_id",
+                               {"user_id": user_id, "email": reset_address}),
+                lambda: create(challenges, "/v1/otp/challenges", "challenge_id",
+                               {"user_id": user_id, "email": otp_address}),
                 lambda: erase(user_id)]
     return calls
 
@@ -83,13 +88,17 @@ def test_over_http_an_erasure_answered_recorded_leaves_nothing_readable_or_worki
     back = [f"web-back-{n}" for n in range(ROUNDS - len(fresh))]
     erased_earlier = erase_before(racing_ctx, clock, back)
 
-    with served(create_app(racing_ctx)) as base:
-        calls = http_calls(base, send_key, admin_key)
-        rounds = [play(nonces, n, user_id, 0, calls) for n, user_id in enumerate(fresh)]
-        rounds += [play(nonces, len(fresh) + n, user_id, 1, calls) for n, user_id in enumerate(back)]
+    rounds = []
+    with served(create_app(racing_ctx)) as base, contextlib.ExitStack() as stack:
+        clients = [stack.enter_context(httpx.Client(base_url=base, timeout=30)) for _ in range(3)]
+        calls = http_calls(clients, send_key, admin_key)
+        for number, user_id in enumerate([*fresh, *back]):
+            rounds.append(play(nonces, number, user_id, int(user_id in back), calls))
+            clock.advance(1)  # a second a round, as a client would pace them: no rate is the point here
 
     mail = tmp_path / "mail"
     Worker(racing_ctx, MaildirMailer(mail, "bounces@app.test"), sender=SENDER).drain()
     verdict = judge(racing_ctx, rounds, delivered_to=maildir_recipients(mail), earlier_addresses=erased_earlier)
     assert verdict.wrong == [], verdict.summary()
+    assert verdict.recorded and verdict.erased_creates, "erasures were recorded with creates before them"
     assert_projections_match_log(engine)
