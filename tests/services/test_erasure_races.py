@@ -25,9 +25,9 @@ from domain.reset_events import reset_stream
 from infra.clock import ManualClock
 from infra.delivery.providers.maildir import MaildirMailer
 from infra.delivery.worker import Worker
-from infra.services.otp import request_otp
 from infra.eventlog.subject_keys import PostgresKeyring
 from infra.services.locks import lock_stream
+from infra.services.otp import request_otp
 from infra.services.privacy import Erasure, forget
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext

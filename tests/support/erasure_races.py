@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import mailbox
 import threading
+from collections.abc import Callable, Collection, Sequence
 from email import message_from_bytes
 from email.policy import default as default_policy
 from pathlib import Path
-from collections.abc import Callable, Collection, Sequence
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -36,12 +36,12 @@ from attrs import define, frozen
 from sqlalchemy import Engine, text
 
 from domain.errors import CodeRejected, NotFound, TokenInvalid
-from domain.reset import RequestReset
 from domain.log import Checkpoint
+from domain.reset import RequestReset
 from domain.tokens import derive_otp_code, derive_reset_token, hash_token
+from infra.clock import ManualClock
 from infra.eventlog.personal_data import ERASED, key_id_of
 from infra.eventlog.reader import HORIZON, Reading, read_page
-from infra.clock import ManualClock
 from infra.services.otp import verify_code
 from infra.services.privacy import forget
 from infra.services.reset import request_reset, verify_token
