@@ -5,8 +5,11 @@ and ``privacy forget`` of one user), on a brand-new user in the first half
 of the rounds and, in the second half, on a user erased before (the case
 that came back with a new key and leaked). The log then says which create
 came before the erasure and which after (``tests.support.erasure_races``):
-whatever came before is unreadable and its link or code dead; whatever came
-after is the user coming back, readable under a new key.
+whatever came before is unreadable, its link or code dead and its email
+skipped; whatever came after is the user coming back, readable under a new
+key. Beside the rounds: a create held open with its new key not yet
+committed is waited for, not missed; and a new user's two creates at once
+both reach the address index, which both of them fold.
 """
 
 from __future__ import annotations
