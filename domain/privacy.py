@@ -14,12 +14,23 @@ from attrs import frozen
 
 from domain.input_checks import check_text, operator_reason, require_utc
 from domain.errors import NotFound
+from domain.otp_events import otp_stream
+from domain.reset_events import reset_stream
 from domain.tenants import DEFAULT_TENANT, check_tenant_name, scoped_user, split_scoped_user
 
 
 def subject_stream(user_id: str) -> str:
     """The stream id holding the privacy facts of one user."""
     return f"subject:{user_id}"
+
+
+def request_streams(user_id: str) -> tuple[str, ...]:
+    """The streams of one user's requests: every write that seals the user's personal data decides on one.
+
+    An email is queued in the transaction of the request event that needs
+    it, so these streams (and their locks) cover every event about the user.
+    """
+    return reset_stream(user_id), otp_stream(user_id)
 
 
 # Re-wrapping data keys under a new master key is a fact about the whole

@@ -1,7 +1,11 @@
 """Per-user data keys in ``subject_keys``, wrapped by a master key from configuration.
 
 Each user whose events hold personal data has a random 32-byte data key,
-created on the first write, in the transaction of that write. It is stored
+created on the first write, in the transaction of that write. That write
+holds the lock of one of the user's request streams (a decision of
+``infra.services.unit_of_work``), and so does an erasure, for all of them,
+before it reads the keys to destroy: until the write commits, its key is
+invisible to others, and the erasure waits rather than miss it. The key is stored
 only wrapped (AES-256-GCM under the newest master key of
 ``AUTHLEDGER_MASTER_KEY``, bound to the user and key id), so a dump of the
 database alone reads nothing. ``subject_keys`` is the one table whose rows

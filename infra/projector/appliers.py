@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
+import json
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
@@ -27,6 +29,7 @@ from infra.db.pipeline import Pending, execute_deferred, execute_read
 
 _DIALECT = postgresql.dialect()
 _QUOTE = _DIALECT.identifier_preparer
+WAIT_FOR_ROW_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
 
 
 def qualified_name(table: Table) -> str:
@@ -149,6 +152,12 @@ class Asked:
 FEW_ROWS = 50
 
 
+def _row_lock_id(table: str, key: Any) -> int:
+    """A signed 64-bit digest of (table, key): an advisory lock id apart from the services' (scope "row")."""
+    scope = json.dumps(["row", table, str(key)])
+    return int.from_bytes(hashlib.sha256(scope.encode("utf-8")).digest()[:8], "big", signed=True)
+
+
 class KeyedApplier:
     """One row per key: ``evolve(row | None, event) -> row | None`` over the events ``key_of`` names.
 
@@ -168,17 +177,26 @@ class KeyedApplier:
     batch is one of them is not read, since its row could not change the
     result. A new message, request or receipt id then costs one upsert and
     no select; the upsert still takes the row's lock if the row exists.
+
+    ``shared_keys`` is for an inline projection whose row writers of
+    different streams may create at once (a user's address index, written
+    by their reset and their OTP creates, which do not wait for each
+    other): ``FOR UPDATE`` locks only a row that is there, so two first
+    writers would each fold from nothing and the last would win. Each key's
+    advisory lock is taken first, in a statement of its own, so the read
+    after it sees the row the other writer committed.
     """
 
     def __init__(
         self, table: Table, row_type: type, key_column: str, key_of: Callable[[object], Any],
         evolve: Callable[[Any, object], Any], *, cache_rows: int = 0, bulk: bool = False, lock: bool = False,
-        starts: tuple[type, ...] = (),
+        starts: tuple[type, ...] = (), shared_keys: bool = False,
     ) -> None:
         self.table, self.row_type, self.key_column = table, row_type, key_column
         self.key_of, self.evolve, self.starts = key_of, evolve, starts
         self.tables = (table,)
         self.cache_rows, self.bulk, self.lock = cache_rows, bulk, lock
+        self.shared_keys = shared_keys and lock
         self._cache: OrderedDict[Any, Any] = OrderedDict()
         key = _QUOTE.quote(key_column)
         names = ", ".join(_QUOTE.quote(c.name) for c in table.columns)
@@ -223,7 +241,15 @@ class KeyedApplier:
 
     def load(self, connection: Connection, keys: Iterable[Any]) -> dict[Any, Any]:
         """The rows of these keys that exist, by key (locked when the applier locks)."""
-        return self._by_key(execute_read(connection, *self._load_of(list(keys))))
+        keys = list(keys)
+        self._lock_keys(connection, keys)
+        return self._by_key(execute_read(connection, *self._load_of(keys)))
+
+    def _lock_keys(self, connection: Connection, keys: Sequence[Any]) -> None:
+        """With ``shared_keys``, wait for each key's advisory lock, in one order, before its row is read."""
+        if self.shared_keys:
+            for lock_id in sorted({_row_lock_id(self.table.name, key) for key in keys}):
+                execute_deferred(connection, WAIT_FOR_ROW_LOCK, {"key": lock_id})
 
     def _load_of(self, keys: list[Any]) -> tuple[TextClause, dict[str, Any]]:
         """The statement that reads (and locks) these keys' rows, and its parameters."""
@@ -240,6 +266,7 @@ class KeyedApplier:
         missing = self._missing(self._first_events(events), loaded or {})
         if not missing:
             return None
+        self._lock_keys(connection, missing)
         return Asked(missing, execute_deferred(connection, *self._load_of(missing), answer=True))
 
     def _first_events(self, events: Iterable[object]) -> dict[Any, object]:

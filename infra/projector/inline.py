@@ -70,7 +70,8 @@ TENANT_SETTINGS = KeyedApplier(
     tables.tenant_settings, TenantSettingsRow, "tenant", tenant_settings_key, evolve_tenant_settings, lock=True
 )
 ADDRESS_INDEX = KeyedApplier(
-    tables.address_index, AddressIndexRow, "user_id", address_index_key, evolve_address_index, lock=True
+    tables.address_index, AddressIndexRow, "user_id", address_index_key, evolve_address_index, lock=True,
+    shared_keys=True,  # one row per user, written by their reset and OTP streams, whose writers do not take turns
 )
 # Folded last: a decision's snapshot is written after the rows it decided on.
 SNAPSHOTS = SnapshotApplier()

@@ -2,15 +2,19 @@
 
 Transaction-scoped (``pg_advisory_xact_lock``), so a crash or a rollback
 lets go of them. The order is always key, then stream: two transactions
-cannot each hold what the other waits for. The locks are deferred
-(``infra.db.pipeline``): the read after them is not run until they are held,
-and a refused key is seen once that read has waited (``LocksAsked``).
+cannot each hold what the other waits for. A transaction that needs more
+than one stream (an erasure holds all of a user's) takes them with
+``lock_streams``, in ascending order of lock id, the one order every such
+transaction shares. The locks are deferred (``infra.db.pipeline``): the
+read after them is not run until they are held, and a refused key is seen
+once that read has waited (``LocksAsked``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from typing import Literal
 
 from attrs import frozen
@@ -126,3 +130,16 @@ def lock_stream(connection: Connection, stream_id: str) -> LocksAsked:
     """
     execute_deferred(connection, WAIT_FOR_LOCK, {"key": stream_lock_id(stream_id)})
     return LocksAsked(None)
+
+
+def lock_streams(connection: Connection, stream_ids: Iterable[str]) -> None:
+    """``lock_stream`` for each of ``stream_ids``, in ascending order of lock id, whatever order they come in.
+
+    One statement per lock, each waited for before the next is sent: a
+    lock asked for in a statement that also reads would be read past with
+    that statement's snapshot, taken before the wait. Under READ COMMITTED
+    the caller's next statement sees everything committed by the
+    transactions it waited for.
+    """
+    for lock_id in sorted({stream_lock_id(stream_id) for stream_id in stream_ids}):
+        connection.execute(WAIT_FOR_LOCK, {"key": lock_id})

@@ -1,7 +1,11 @@
 """`authledger privacy forget`: erase a user's personal data by destroying their key.
 
 One transaction deletes the user's rows of ``subject_keys`` and appends
-``SubjectErased`` (with the operator's reason) to ``subject:<user_id>``.
+``SubjectErased`` (with the operator's reason) to ``subject:<user_id>``. It
+first takes the locks of the user's reset and OTP streams, which every write
+that seals the user's data holds (a create inserts a new user's key in its
+own transaction): a create in flight is waited for and its key destroyed,
+and a later one comes after the erasure, under a new key.
 From then on whatever opens that user's personal fields (a service deciding
 on their stream, a worker about to render their email, a reviewer's
 timeline) reads ``[erased]``. The log is not touched, so the hash chain over
@@ -28,19 +32,17 @@ from sqlalchemy import Connection, text
 from domain.clients import Caller
 from domain.email import email_stream
 from domain.errors import NotFound
-from domain.otp_events import otp_stream
 from domain.privacy import (
-    SubjectErased, check_subject, decide_erasure, describe_user, erasure_reason, fold_subject, subject_of,
-    subject_stream,
+    SubjectErased, check_subject, decide_erasure, describe_user, erasure_reason, fold_subject, request_streams,
+    subject_of, subject_stream,
 )
-from domain.reset_events import reset_stream
 from infra.eventlog.personal_data import envelope_key_ids
 from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.queries import stream_payloads
 from infra.eventlog.subject_keys import destroy_keys
 from infra.eventlog.tags import PERSONAL_FIELDS
 from projections.audit_index import MESSAGE_FIELDS  # the fields naming an email an event queued
-from infra.services.locks import lock_stream
+from infra.services.locks import lock_streams
 from infra.services.unit_of_work import ServiceContext, append_and_fold
 
 KEY_IDS = text("SELECT key_id FROM subject_keys WHERE user_id = :user_id ORDER BY key_id")
@@ -92,7 +94,7 @@ def preview(ctx: ServiceContext, user_id: str) -> ErasurePreview:
         key_ids = tuple(connection.execute(KEY_IDS, {"user_id": user_id}).scalars())
         store = PostgresEventStore(connection)
         history = store.load(subject_stream(user_id))
-        own = [tuple(row) for row in stream_payloads(connection, [reset_stream(user_id), otp_stream(user_id)])]
+        own = [tuple(row) for row in stream_payloads(connection, list(request_streams(user_id)))]
         if not key_ids and not own and not history:
             raise NotFound(f"no user {describe_user(user_id)}: no personal data key and no events name them")
         links, codes = connection.execute(OUTSTANDING, {"user_id": user_id, "now": ctx.clock.now()}).one()
@@ -115,18 +117,31 @@ def forget(ctx: ServiceContext, user_id: str, *, reason: str, metadata: Mapping[
 
     ``NotFound`` for an unknown user, ``InvalidInput`` for a blank reason or
     one holding an address; either way nothing is written.
+
+    Serialised with every write for the user: a create either committed
+    before (its key is destroyed here, and its link or code dies with it)
+    or waits until this commits and comes after, the user coming back under
+    a new key.
     """
     reason = erasure_reason(reason)
+    check_subject(user_id)
     stream_id = subject_stream(user_id)
-    with ctx.engine.begin() as connection:
-        lock_stream(connection, stream_id)
+    # READ COMMITTED, said rather than assumed: each statement after the locks
+    # sees every write they waited for. A REPEATABLE READ snapshot would date
+    # from the first lock's statement, before its wait, and miss a create
+    # that committed meanwhile.
+    with ctx.engine.connect().execution_options(isolation_level="READ COMMITTED") as connection, \
+            connection.begin():
+        # The locks of the user's creates (and their verifies and consumes),
+        # held before the keys are read: a create that has inserted a key but
+        # not yet committed holds its stream's lock, so no key can be missed
+        # here or added until this commits.
+        lock_streams(connection, [*request_streams(user_id), stream_id])
         now = ctx.clock.now()
         key_ids = destroy_keys(connection, user_id)
         store = PostgresEventStore(connection)
         history = store.load(stream_id)
-        # Every event about a user is on one of their request streams (an email
-        # is queued in the same transaction as the request event that needs it).
-        has_events = store.has_events([reset_stream(user_id), otp_stream(user_id)])
+        has_events = store.has_events(list(request_streams(user_id)))
         events = decide_erasure(fold_subject(r.event for r in history), user_id=user_id, destroyed_key_ids=key_ids,
                                 has_events=has_events, now=now, reason=reason)
         if not events:
