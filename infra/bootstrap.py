@@ -91,6 +91,7 @@ class App:
     def services(self) -> ServiceContext:
         from domain.delivery import DeliveryPolicy
         from domain.policy import OtpPolicy, ResetPolicy
+        from domain.send_limits import SendLimits
         from infra.emails.templates import load_templates
         from infra.keys import load_token_keys
         from infra.services.unit_of_work import ServiceContext
@@ -103,6 +104,7 @@ class App:
             reset_policy=policy(s, ResetPolicy),
             otp_policy=policy(s, OtpPolicy),
             delivery_policy=policy(s, DeliveryPolicy),
+            send_limits=policy(s, SendLimits),
             reset_url=s.reset_url,
             email_templates=load_templates(s.templates_dir),
         )

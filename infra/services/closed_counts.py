@@ -23,6 +23,7 @@ from sqlalchemy import text
 from domain.counting import window_of
 from infra.db.reading import reading
 from infra.logs import error_line, log_event
+from infra.services.send_limits import delete_past_windows
 from infra.services.unit_of_work import ServiceContext, write_closed_counts
 
 log = logging.getLogger("authledger.counts")
@@ -64,6 +65,9 @@ class ClosedCountsWriter:
                 written = write_all_closed_counts(self.ctx, self.metadata)
                 if written:
                     log_event(log, "closed counts written", events=written)
+                deleted = delete_past_windows(self.ctx)  # the limits' counters of hours gone by
+                if deleted:
+                    log_event(log, "past limit counters deleted", rows=deleted)
             except Exception as error:
                 log_event(log, "writing closed counts failed; retrying", logging.ERROR, error=error_line(error))
             self.stopping.wait(self.interval_seconds)
