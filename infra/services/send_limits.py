@@ -44,6 +44,7 @@ from domain.send_limits import (
     Counter, LimitReached, SendLimits, first_full, send_counters, verify_counters, window_start,
 )
 from domain.tokens import TokenKeys
+from infra.db.pipeline import execute_deferred, execute_read
 from infra.errors import RateLimited
 from infra.logs import log_event
 from infra.services.address_index import address_hmac
@@ -54,14 +55,13 @@ log = logging.getLogger("authledger.limits")
 # The HKDF label of the IP hash key: no other key derived from a token key has it.
 IP_KEY_INFO = b"authledger client ip v1"
 
+# One counter per statement, its key a plain parameter: PostgreSQL keeps one generic plan for it.
 TAKE = text("""
     INSERT INTO limit_counts AS c (counter, window_start, count, allowance)
-    SELECT counter, :window_start, 1, allowance
-      FROM unnest(CAST(:counters AS text[]), CAST(:allowances AS integer[])) AS t(counter, allowance)
-     ORDER BY counter
+    VALUES (:counter, :window_start, 1, :allowance)
         ON CONFLICT (counter, window_start) DO UPDATE SET count = c.count + 1, allowance = EXCLUDED.allowance
      WHERE c.count < EXCLUDED.allowance
-    RETURNING counter
+    RETURNING c.count
 """)
 DELETE_PAST = text("DELETE FROM limit_counts WHERE window_start < :window_start")
 
@@ -81,11 +81,15 @@ def take(connection: Connection, counters: Sequence[Counter], *, now: datetime) 
     """Take one unit from each counter in this window, or ``RateLimited`` naming the first full one."""
     if not counters:
         return
+    # In the order of their keys, so that two calls sharing two counters never wait for each other; all
+    # sent at once, with one wait for the answers (infra.db.pipeline).
     ordered = sorted(counters, key=lambda counter: counter.key)
-    taken = set(connection.execute(TAKE, {
-        "window_start": window_start(now), "counters": [c.key for c in ordered],
-        "allowances": [c.quota.count for c in ordered],
-    }).scalars())
+    start = window_start(now)
+    asked = [{"counter": c.key, "window_start": start, "allowance": c.quota.count} for c in ordered]
+    pending = [execute_deferred(connection, TAKE, params, answer=True) for params in asked[:-1]]
+    last = execute_read(connection, TAKE, asked[-1])  # the one wait: the deferred answers come with it
+    answers = [*(p.all() for p in pending), last]
+    taken = {counter.key for counter, rows in zip(ordered, answers, strict=True) if rows}
     reached = first_full([(c, 0 if c.key in taken else c.quota.count) for c in counters], now=now)
     if reached is not None:
         raise _refusal(reached)
