@@ -8,7 +8,9 @@ their next request. ``ClosedCountsWriter`` runs beside the API in ``serve``
 and, every ``interval_seconds``, writes the rows of every window that has
 closed, each stream in a transaction of its own under its lock
 (``write_closed_counts``), so that a flood's count is in the log within that
-interval of its hour's end.
+interval of its hour's end. The same pass deletes the limits' counters of
+hours gone by (``infra.services.send_limits.delete_past_windows``): no
+decision reads them any more, and they hold keyed hashes of addresses and IPs.
 """
 
 from __future__ import annotations
