@@ -102,3 +102,31 @@ def test_the_checks_take_a_client_ip_too(world: TwoTenants) -> None:
     assert_problem(bad, 400, "invalid-body")
     consumed = world.call(world.acme, "verify", "POST", "/v1/password-resets/consume", body)
     assert consumed.status_code == 200, consumed.text
+
+
+def test_the_users_own_hourly_limit_names_its_quota_too(world: TwoTenants) -> None:
+    answers = [create(world, "acme", "ada", f"ada{n}@example.test") for n in range(6)]
+
+    assert [a.status_code for a in answers] == [202] * 5 + [429]
+    assert_problem(answers[-1], 429, "rate-limited")
+    assert answers[-1].headers["RateLimit-Policy"] == '"per-user";q=5;w=3600'
+    assert answers[-1].headers["RateLimit"] == '"per-user";r=0;t=3600'
+
+
+def test_an_ip_past_its_checks_gets_a_429_naming_the_quota_and_the_code_stays_usable(ctx: ServiceContext) -> None:
+    limited = attrs.evolve(ctx, send_limits=SendLimits(verifies_per_ip=1), clock=ManualClock(START))
+    with two_tenants(limited) as world:
+        created, code = world.request_code(world.acme, "ada", VICTIM, "login")
+        path = f"/v1/otp/challenges/{created['challenge_id']}/verify"
+        body = {"user_id": "ada", "code": code, "client_ip": "198.51.100.66"}
+        wrong = str((int(code) + 1) % 10 ** len(code)).zfill(len(code))
+        assert world.call(world.acme, "verify", "POST", path, {**body, "code": wrong}).status_code == 400
+        before = events_digest(world.ctx.engine)
+
+        refused = world.call(world.acme, "verify", "POST", path, body)
+
+        assert_problem(refused, 429, "rate-limited")
+        assert refused.headers["RateLimit-Policy"] == '"verify-ip";q=1;w=3600'
+        assert events_digest(world.ctx.engine) == before
+        verified = world.call(world.acme, "verify", "POST", path, {**body, "client_ip": "203.0.113.7"})
+        assert verified.status_code == 200, verified.text
