@@ -55,8 +55,9 @@ def request_otp(
     ``in_flight`` says whether to "wait" for it or "refuse" with
     ``RequestInFlight``.
     """
+    address_hash = address_hmac(ctx.keys, cmd.recipient)  # for the address index and the address's limit
     admit = send_admission(ctx.keys, ctx.send_limits, flow="otp", hourly_limit=ctx.otp_policy.hourly_limit,
-                           tenant=cmd.tenant, scoped_user_id=cmd.scoped_user_id, recipient=cmd.recipient,
+                           tenant=cmd.tenant, scoped_user_id=cmd.scoped_user_id, address_hash=address_hash,
                            client_ip=client_ip)
     challenge_id, message_id, nonce = ctx.new_id(), ctx.new_id(), ctx.new_nonce()
     lock = IdempotencyLock.for_request("otp", cmd.client, cmd.scoped_user_id, cmd.idempotency_key, in_flight)
@@ -64,7 +65,7 @@ def request_otp(
         ctx, otp_stream(cmd.scoped_user_id), fold_otp,
         lambda state, now: decide_otp_request(
             state, cmd, now=now, challenge_id=challenge_id, message_id=message_id, nonce=nonce,
-            keys=ctx.keys, policy=ctx.otp_policy, address_hmac=address_hmac(ctx.keys, cmd.recipient),
+            keys=ctx.keys, policy=ctx.otp_policy, address_hmac=address_hash,
         ),
         metadata,
         idempotency_lock=lock,

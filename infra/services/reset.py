@@ -50,8 +50,9 @@ def request_reset(
     same key runs, ``in_flight`` says whether to "wait" for it or "refuse"
     with ``RequestInFlight``.
     """
+    address_hash = address_hmac(ctx.keys, cmd.recipient)  # for the address index and the address's limit
     admit = send_admission(ctx.keys, ctx.send_limits, flow="reset", hourly_limit=ctx.reset_policy.hourly_limit,
-                           tenant=cmd.tenant, scoped_user_id=cmd.scoped_user_id, recipient=cmd.recipient,
+                           tenant=cmd.tenant, scoped_user_id=cmd.scoped_user_id, address_hash=address_hash,
                            client_ip=client_ip)
     lock = IdempotencyLock.for_request("reset", cmd.client, cmd.scoped_user_id, cmd.idempotency_key, in_flight)
     request_id, message_id, nonce = ctx.new_id(), ctx.new_id(), ctx.new_nonce()
@@ -59,7 +60,7 @@ def request_reset(
         ctx, reset_stream(cmd.scoped_user_id), fold_reset,
         lambda state, now: decide_reset_request(
             state, cmd, now=now, request_id=request_id, message_id=message_id, nonce=nonce,
-            keys=ctx.keys, policy=ctx.reset_policy, address_hmac=address_hmac(ctx.keys, cmd.recipient),
+            keys=ctx.keys, policy=ctx.reset_policy, address_hmac=address_hash,
         ),
         metadata,
         idempotency_lock=lock,

@@ -47,7 +47,6 @@ from domain.tokens import TokenKeys
 from infra.db.pipeline import execute_deferred, execute_read
 from infra.errors import RateLimited
 from infra.logs import log_event
-from infra.services.address_index import address_hmac
 from infra.services.unit_of_work import Admit, ServiceContext
 
 log = logging.getLogger("authledger.limits")
@@ -112,14 +111,16 @@ _WORDS = {
 
 
 def send_admission(keys: TokenKeys, limits: SendLimits, *, flow: str, hourly_limit: int, tenant: str,
-                   scoped_user_id: str, recipient: str, client_ip: str | None) -> Admit:
+                   scoped_user_id: str, address_hash: str, client_ip: str | None) -> Admit:
     """What a create checks before its decision is appended: an email it queues takes a unit of each counter.
+
+    ``address_hash`` is the recipient's index hash (``infra.services.address_index.address_hmac``).
 
     ``InvalidInput`` now, before any database work, for a ``client_ip`` that is no IP address.
     """
     ip_hash = None if client_ip is None else client_ip_hmac(keys, client_ip)
     counters = send_counters(limits, flow=flow, hourly_limit=hourly_limit, tenant=tenant, scoped_user_id=scoped_user_id,
-                             address_hash=address_hmac(keys, recipient), ip_hash=ip_hash)
+                             address_hash=address_hash, ip_hash=ip_hash)
 
     def admit(connection: Connection, decision: Any, now: datetime) -> None:
         if isinstance(decision, Decision) and decision.emails:
