@@ -25,6 +25,7 @@ from infra.services.send_limits import delete_past_windows, take
 from infra.services.unit_of_work import ServiceContext
 from tests.support.replay import assert_projections_match_log
 from tests.support.secrets import otp_code_of
+from tests.support.wire import at_the_wire
 
 ADA = "ada@example.test"
 # Ten past an hour: a test's minutes never cross into the next window unless it says so.
@@ -223,3 +224,19 @@ def test_callers_of_unrelated_addresses_never_wait_for_one_another(limited: Serv
         worker.start()
         worker.join(timeout=60)
         assert finished.is_set(), "the create waited for an unrelated address's counter"
+
+
+def test_a_refusal_by_the_address_limit_is_the_lock_the_read_and_the_count_and_writes_nothing(
+    limited: ServiceContext, engine: Engine
+) -> None:
+    for _ in range(6):
+        request_otp(limited, RequestOtp(new_user(), ADA))
+    refusal(lambda: request_otp(limited, RequestOtp(new_user(), ADA)))  # warm: the statements are prepared
+
+    with at_the_wire(engine) as wire:
+        refusal(lambda: request_otp(limited, RequestOtp(new_user(), ADA, idempotency_key=uuid4().hex)))
+
+    # The locks and the stream's read, then the count: the one write tried, whose answer (full: no row) rolls
+    # the transaction back. No event, data key or projection row is ever sent to the server.
+    assert wire.statements == ["SELECT 1", "SELECT 1", "INSERT 0 0", "ROLLBACK"]
+    assert wire.transactions == 1 and wire.round_trips == 4
