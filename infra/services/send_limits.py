@@ -76,8 +76,11 @@ def client_ip_hmac(keys: TokenKeys, client_ip: str) -> str:
     return f"{keys.current_id}:{digest.hexdigest()}"
 
 
-def take(connection: Connection, counters: Sequence[Counter], *, now: datetime) -> None:
-    """Take one unit from each counter in this window, or ``RateLimited`` naming the first full one."""
+def take(connection: Connection, counters: Sequence[Counter], *, now: datetime, **logged: str) -> None:
+    """Take one unit from each counter in this window, or ``RateLimited`` naming the first full one.
+
+    ``logged`` goes into the refusal's log line (a user or tenant: never an address or an IP).
+    """
     if not counters:
         return
     # In the order of their keys, so that two calls sharing two counters never wait for each other; all
@@ -91,11 +94,11 @@ def take(connection: Connection, counters: Sequence[Counter], *, now: datetime) 
     taken = {counter.key for counter, rows in zip(ordered, answers, strict=True) if rows}
     reached = first_full([(c, 0 if c.key in taken else c.quota.count) for c in counters], now=now)
     if reached is not None:
-        raise _refusal(reached)
+        raise _refusal(reached, logged)
 
 
-def _refusal(reached: LimitReached) -> RateLimited:
-    log_event(log, "limit reached", quota=reached.quota.name, retry_at=reached.retry_at)
+def _refusal(reached: LimitReached, logged: dict[str, str]) -> RateLimited:
+    log_event(log, "limit reached", quota=reached.quota.name, retry_at=reached.retry_at, **logged)
     return RateLimited(_WORDS[reached.quota.name].format(retry_at=reached.retry_at.isoformat()),
                        retry_at=reached.retry_at, quota=reached.quota)
 
@@ -124,7 +127,7 @@ def send_admission(keys: TokenKeys, limits: SendLimits, *, flow: str, hourly_lim
 
     def admit(connection: Connection, decision: Any, now: datetime) -> None:
         if isinstance(decision, Decision) and decision.emails:
-            take(connection, counters, now=now)
+            take(connection, counters, now=now, user_id=scoped_user_id)
 
     return admit
 
@@ -140,7 +143,7 @@ def verify_admission(keys: TokenKeys, limits: SendLimits, *, tenant: str, client
     counters = verify_counters(limits, tenant=tenant, ip_hash=client_ip_hmac(keys, client_ip))
 
     def admit(connection: Connection, _decision: Any, now: datetime) -> None:
-        take(connection, counters, now=now)
+        take(connection, counters, now=now, tenant=tenant)
 
     return admit
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -23,6 +24,7 @@ from infra.services.otp import request_otp, verify_code
 from infra.services.reset import request_reset
 from infra.services.send_limits import delete_past_windows, take
 from infra.services.unit_of_work import ServiceContext
+from tests.support.log_lines import logged_lines
 from tests.support.replay import assert_projections_match_log
 from tests.support.secrets import otp_code_of
 from tests.support.wire import at_the_wire
@@ -240,3 +242,14 @@ def test_a_refusal_by_the_address_limit_is_the_lock_the_read_and_the_count_and_w
     # the transaction back. No event, data key or projection row is ever sent to the server.
     assert wire.statements == ["SELECT 1", "SELECT 1", "INSERT 0 0", "ROLLBACK"]
     assert wire.transactions == 1 and wire.round_trips == 4
+
+
+def test_a_refusal_is_logged_with_its_quota_and_user_and_never_the_address_or_ip(limited: ServiceContext) -> None:
+    for _ in range(3):
+        request_otp(limited, RequestOtp(new_user(), ADA), client_ip="198.51.100.66")
+    with logged_lines("json") as lines:
+        refusal(lambda: request_otp(limited, RequestOtp("u-victim", ADA), client_ip="198.51.100.66"))
+
+    [line] = [json.loads(line) for line in lines() if '"limit reached"' in line]
+    assert line["quota"] == "per-address-ip" and line["user_id"] == "u-victim"
+    assert "198.51.100.66" not in str(lines()) and ADA not in str(lines())
