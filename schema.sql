@@ -440,6 +440,26 @@ CREATE INDEX IF NOT EXISTS address_index_hashes ON address_index USING gin (stri
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON address_index TO authledger_app;
 
+-- Limits beyond the user (issue 36, domain/send_limits.py): per window (a
+-- clock hour), how many emails a recipient address got within its tenant,
+-- and, when the application passes the end user's IP, how many emails and
+-- checks that IP caused. Limiter state like request_counts, not a projection:
+-- no event holds it and no rebuild brings it back (a lost row only gives a
+-- counter its allowance back early). `counter` names the limit and keyed
+-- hashes ("<key id>:<hex HMAC>") of the address and the IP, never the data
+-- itself. Taken in the create's own transaction by one guarded upsert
+-- (infra/services/send_limits.py); rows of past windows are deleted by `serve`.
+CREATE TABLE IF NOT EXISTS limit_counts (
+    counter       text        NOT NULL,
+    window_start  timestamptz NOT NULL,
+    count         integer     NOT NULL CHECK (count > 0),
+    allowance     integer     NOT NULL CHECK (allowance > 0),
+    PRIMARY KEY (counter, window_start)
+);
+CREATE INDEX IF NOT EXISTS limit_counts_by_window ON limit_counts (window_start);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON limit_counts TO authledger_app;
+
 -- The review console's signed-in sessions (infra/console/sessions.py), shared
 -- by every `serve --processes N` process. Not an event-sourced projection:
 -- sessions are not part of the audit story, so rows are written and deleted
@@ -471,5 +491,6 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON console_sessions TO authledger_app;
 --      console_sessions (console sign-ins every serve process shares)
 --      subject_keys_by_master (the master-key probe of a new user's first key, by index)
 --   5  stream_requests (a snapshot keeps a stream's live part; decisions look older requests up)
---   6  tenant_settings (a tenant's declared OTP purposes)
+--   6  tenant_settings (a tenant's declared OTP purposes); limit_counts (emails per recipient
+--      address and per end-user IP)
 INSERT INTO schema_version (version) VALUES (1), (2), (3), (4), (5), (6) ON CONFLICT DO NOTHING;

@@ -24,15 +24,16 @@ def otp() -> None:
 @click.option("--purpose", default="login", show_default=True,
               help="What the code is for: a purpose the tenant allows (`tenants show`); the email shows its text.")
 @click.option("--idempotency-key", help="Retries with the same key return the first answer.")
+@click.option("--client-ip", help="The end user's IP address, for the per-IP limits (docs/limits.md).")
 @tenant_option
 @json_option
 @click.pass_obj
 def otp_request(app: App, user_id: str, recipient: str, purpose: str, idempotency_key: str | None,
-                tenant: str, as_json: bool) -> None:
+                client_ip: str | None, tenant: str, as_json: bool) -> None:
     """Issue a one-time code for a user and queue its email."""
     command = RequestOtp(user_id, recipient, purpose, idempotency_key, CLI_CLIENT, tenant)
     with explained_mismatch(idempotency_key, user_id, "a different email address or purpose"):
-        outcome = otp_service.request_otp(app.services, command, cli_metadata("otp request"))
+        outcome = otp_service.request_otp(app.services, command, cli_metadata("otp request"), client_ip=client_ip)
     data = {
         "challenge_id": str(outcome.request_id), "message_id": str(outcome.message_id),
         "expires_at": outcome.expires_at.isoformat(), "reused": outcome.reused,

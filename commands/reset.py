@@ -38,15 +38,17 @@ def reset() -> None:
 @click.option("--user-id", required=True, help="The application's id for the user.")
 @click.option("--email", "recipient", required=True, help="Where to send the link.")
 @click.option("--idempotency-key", help="Retries with the same key return the first answer.")
+@click.option("--client-ip", help="The end user's IP address, for the per-IP limits (docs/limits.md).")
 @tenant_option
 @json_option
 @click.pass_obj
-def reset_request(app: App, user_id: str, recipient: str, idempotency_key: str | None, tenant: str,
-                  as_json: bool) -> None:
+def reset_request(app: App, user_id: str, recipient: str, idempotency_key: str | None, client_ip: str | None,
+                  tenant: str, as_json: bool) -> None:
     """Issue a reset link for a user and queue its email."""
     command = RequestReset(user_id, recipient, idempotency_key, CLI_CLIENT, tenant)
     with explained_mismatch(idempotency_key, user_id, "a different email address"):
-        outcome = reset_service.request_reset(app.services, command, cli_metadata("reset request"))
+        outcome = reset_service.request_reset(app.services, command, cli_metadata("reset request"),
+                                              client_ip=client_ip)
     data = {
         "request_id": str(outcome.request_id), "message_id": str(outcome.message_id),
         "expires_at": outcome.expires_at.isoformat(), "reused": outcome.reused,

@@ -92,6 +92,7 @@ class App:
         from domain.delivery import DeliveryPolicy
         from domain.policy import OtpPolicy, ResetPolicy
         from domain.tenants import parse_purpose_list
+        from domain.send_limits import SendLimits
         from infra.emails.templates import load_templates
         from infra.keys import load_token_keys
         from infra.services.unit_of_work import ServiceContext
@@ -104,6 +105,7 @@ class App:
             reset_policy=policy(s, ResetPolicy),
             otp_policy=policy(s, OtpPolicy),
             delivery_policy=policy(s, DeliveryPolicy),
+            send_limits=policy(s, SendLimits),
             reset_url=s.reset_url,
             email_templates=load_templates(s.templates_dir),
             otp_purposes=parse_purpose_list(s.otp_purposes),

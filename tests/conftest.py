@@ -20,6 +20,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
+from domain.send_limits import SendLimits
 from domain.tokens import TokenKeys
 from infra.clock import ManualClock
 from infra.db.engine import Database
@@ -133,7 +134,15 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
+# Most tests send to one address for many users, which the default per-address limit (six an hour) would
+# refuse: they test other things. The limits' own tests (tests/services/test_send_limits.py,
+# tests/http/test_limits.py) run with the defaults, SendLimits().
+ROOMY_SEND_LIMITS = SendLimits(per_address=100_000, per_address_per_ip=99_999, per_user_per_ip=1000,
+                               per_ip=100_000, verifies_per_ip=100_000)
+
+
 @pytest.fixture
 def ctx(engine: Engine, clock: ManualClock) -> ServiceContext:
-    """Service functions on this test's database, with a hand-moved clock and fixed keys."""
-    return ServiceContext(engine=engine, keys=TEST_KEYS, clock=clock, reset_url="https://app.test/reset")
+    """Service functions on this test's database, with a hand-moved clock, fixed keys and roomy send limits."""
+    return ServiceContext(engine=engine, keys=TEST_KEYS, clock=clock, reset_url="https://app.test/reset",
+                          send_limits=ROOMY_SEND_LIMITS)

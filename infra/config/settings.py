@@ -24,6 +24,7 @@ from domain.delivery import RECORD_WITHIN, DeliveryPolicy
 from domain.errors import ConfigError
 from domain.policy import ACCOUNT_LOCK_CEILING, OTP_DIGITS_FLOOR, OtpPolicy, ResetPolicy
 from domain.tenants import DEFAULT_PURPOSES, purpose_list_text
+from domain.send_limits import SendLimits
 from domain.tokens import MAX_OTP_DIGITS
 from infra.config import values
 from infra.config.cores import usable_cores
@@ -108,6 +109,24 @@ class Settings:
         doc="Seconds during which the same reset request returns the open one instead of a new link.")
     reset_hourly_limit: int = _setting("AUTHLEDGER_RESET_HOURLY_LIMIT", 5, values.whole(1, 1000),
         feeds=(ResetPolicy, "hourly_limit"), doc="Reset requests per user per hour.")
+    # Limits beyond the user (domain/send_limits.py); each default's reasoning is in docs/limits.md.
+    limit_per_address: int = _setting("AUTHLEDGER_LIMIT_PER_ADDRESS", 6, values.whole(2, 100),
+        feeds=(SendLimits, "per_address"),
+        doc="Emails per recipient address per hour within a tenant, whatever the user ids (reset and code "
+            "emails together).")
+    limit_per_address_per_ip: int = _setting("AUTHLEDGER_LIMIT_PER_ADDRESS_PER_IP", 3, values.whole(1, 99),
+        feeds=(SendLimits, "per_address_per_ip"),
+        doc="Of those, how many one end-user IP (`client_ip`) may cause; smaller than the per-address limit.")
+    limit_per_user_per_ip: int = _setting("AUTHLEDGER_LIMIT_PER_USER_PER_IP", 3, values.whole(1, 999),
+        feeds=(SendLimits, "per_user_per_ip"),
+        doc="Of a user's hourly requests of one flow, how many one end-user IP (`client_ip`) may make; held "
+            "below that flow's hourly limit (one less, at most).")
+    limit_per_ip: int = _setting("AUTHLEDGER_LIMIT_PER_IP", 20, values.whole(1, 100_000),
+        feeds=(SendLimits, "per_ip"),
+        doc="Emails one end-user IP (`client_ip`; an IPv6 /64) may cause per hour within a tenant, across users.")
+    limit_verifies_per_ip: int = _setting("AUTHLEDGER_LIMIT_VERIFIES_PER_IP", 60, values.whole(1, 100_000),
+        feeds=(SendLimits, "verifies_per_ip"),
+        doc="Codes and links one end-user IP (`client_ip`) may have checked per hour within a tenant.")
     otp_ttl: int = _setting("AUTHLEDGER_OTP_TTL", 10 * 60, values.whole(1, 3600), feeds=(OtpPolicy, "ttl"),
         doc="Seconds a one-time code stays valid.")
     otp_cooldown: int = _setting("AUTHLEDGER_OTP_COOLDOWN", 60, values.whole(0, 3600), feeds=(OtpPolicy, "cooldown"),
@@ -217,6 +236,10 @@ def _cross_checks(settings: Settings) -> list[str]:
             f"{var['otp_account_lock_max_seconds']} ({settings.otp_account_lock_max_seconds}) must not be shorter "
             f"than {var['otp_account_lock_seconds']} ({settings.otp_account_lock_seconds})"
         )
+    # A sub-allowance as large as its whole would let calls from one IP use the whole up.
+    if settings.limit_per_address_per_ip >= settings.limit_per_address:
+        problems.append(f"{var['limit_per_address_per_ip']} ({settings.limit_per_address_per_ip}) must be smaller "
+                        f"than {var['limit_per_address']} ({settings.limit_per_address})")
     if settings.signing_key and settings.signing_key_file:
         problems.append(f"set {var['signing_key']} or {var['signing_key_file']}, not both")
     # A claimed message's provider call starts at once. A lease shorter than
@@ -282,7 +305,7 @@ Policy = TypeVar("Policy")
 
 
 def policy(settings: Settings, kind: type[Policy]) -> Policy:
-    """The ``kind`` policy (ResetPolicy, OtpPolicy, DeliveryPolicy) from the settings declared to feed it."""
+    """The ``kind`` policy (ResetPolicy, OtpPolicy, DeliveryPolicy, SendLimits) from the settings declared to feed it."""
     types = get_type_hints(kind)
     arguments: dict[str, Any] = {}
     for setting in SETTINGS:

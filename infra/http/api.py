@@ -123,20 +123,22 @@ class Api:
         outcome = await self._authenticated(request, "send", lambda caller: reset_service.request_reset(
             self.ctx, RequestReset(body["user_id"], body["email"], key, caller.client, caller.tenant),
             self._metadata(request, caller),
-            in_flight="refuse"))
+            in_flight="refuse", client_ip=body.get("client_ip")))
         return _accepted({"request_id": str(outcome.request_id)}, outcome)
 
     async def verify_reset(self, request: Request) -> Response:
         body, _ = await self._checked(request, schemas.TOKEN_BODY)
         found = await self._authenticated(request, "verify", lambda caller: reset_service.verify_token(
-            self.ctx, body["token"], self._metadata(request, caller), tenant=caller.tenant))
+            self.ctx, body["token"], self._metadata(request, caller), tenant=caller.tenant,
+            client_ip=body.get("client_ip")))
         return _json({"valid": True, "request_id": str(found.request_id), "user_id": _local(found.user_id),
                       "expires_at": found.expires_at.isoformat()})
 
     async def consume_reset(self, request: Request) -> Response:
         body, _ = await self._checked(request, schemas.TOKEN_BODY)
         outcome = await self._authenticated(request, "verify", lambda caller: reset_service.consume_token(
-            self.ctx, body["token"], self._metadata(request, caller), tenant=caller.tenant))
+            self.ctx, body["token"], self._metadata(request, caller), tenant=caller.tenant,
+            client_ip=body.get("client_ip")))
         return _json({"consumed": True, "request_id": str(outcome.request_id), "user_id": _local(outcome.user_id),
                       "completed_at": outcome.completed_at.isoformat()})
 
@@ -147,7 +149,7 @@ class Api:
         outcome = await self._authenticated(request, "send", lambda caller: otp_service.request_otp(
             self.ctx, RequestOtp(body["user_id"], body["email"], body.get("purpose", "login"), key, caller.client,
                                  caller.tenant),
-            self._metadata(request, caller), in_flight="refuse"))
+            self._metadata(request, caller), in_flight="refuse", client_ip=body.get("client_ip")))
         return _accepted({"challenge_id": str(outcome.request_id)}, outcome)
 
     async def verify_challenge(self, request: Request) -> Response:
@@ -155,7 +157,7 @@ class Api:
         body, _ = await self._checked(request, schemas.CODE_BODY)
         await self._authenticated(request, "verify", lambda caller: otp_service.verify_code(
             self.ctx, challenge_id, body["code"], self._metadata(request, caller), user_id=body["user_id"],
-            purpose=body.get("purpose"), tenant=caller.tenant))
+            purpose=body.get("purpose"), tenant=caller.tenant, client_ip=body.get("client_ip")))
         return _json({"verified": True, "challenge_id": str(challenge_id)})
 
     # -- support and operations -----------------------------------------------------------------

@@ -20,7 +20,7 @@ from infra.http.openapi_operations import (
     link,
     operation,
     problem,
-    retry_after,
+    rate_limited_headers,
 )
 
 
@@ -32,6 +32,9 @@ OTP_LINKS: Json = {
     "VerifyCode": link("verifyOtpChallenge", "Check the code that the queued email carries.",
                        {"challenge_id": "$response.body#/challenge_id"}),
 }
+# A verify with `client_ip` takes one of that IP's checks this hour (domain/send_limits.py).
+VERIFY_TOO_MANY = problem("With `client_ip`: that IP made too many checks within the hour (`rate-limited`; "
+                          "`RateLimit-Policy` names the limit). Nothing was written.", rate_limited_headers())
 CHALLENGE_ID: Json = {
     "name": "challenge_id", "in": "path", "required": True, "schema": schemas.UUID,
     "description": "The challenge_id of the created challenge; anything but a canonical UUID is a 404.",
@@ -106,25 +109,29 @@ def openapi_document(*, max_body_bytes: int) -> Json:
             "/v1/password-resets": {"post": create_operation(
                 "Create a password-reset request and queue its email", "createPasswordReset",
                 "PasswordResetCreate", "PasswordResetCreated", links=RESET_LINKS,
-                too_many="Too many reset emails for this user within the hour (`rate-limited`).")},
+                too_many="A limit was reached (`rate-limited`; `RateLimit-Policy` names it): reset emails for "
+                         "this user, emails to this address, or, with `client_ip`, what one IP may ask for "
+                         "within the hour. Nothing was written.")},
             "/v1/password-resets/verify": {"post": action_operation(
                 "Check a reset token without using it", "verifyPasswordReset", "TokenBody",
                 "The token is valid: the user may choose a new password.", "PasswordResetValid",
                 rejected="An unknown, expired, replaced or used token is `token-invalid`; so is a token of "
-                         "another tenant, word for word.")},
+                         "another tenant, word for word.",
+                extra={"429": VERIFY_TOO_MANY})},
             "/v1/password-resets/consume": {"post": action_operation(
                 "Use a reset token once; the application then changes the password", "consumePasswordReset",
                 "TokenBody", "Consumed: other open requests are superseded and a notice is queued.",
                 "PasswordResetConsumed",
                 rejected="An unknown, expired, replaced or used token is `token-invalid`; so is a token of "
                          "another tenant, word for word.",
-                extra={"503": WRITE_UNAVAILABLE})},
+                extra={"429": VERIFY_TOO_MANY, "503": WRITE_UNAVAILABLE})},
             "/v1/otp/challenges": {"post": create_operation(
                 "Create an OTP challenge and queue the code's email", "createOtpChallenge",
                 "OtpChallengeCreate", "OtpChallengeCreated", links=OTP_LINKS,
                 refused="A purpose not declared for the key's tenant (`purpose-unknown`).",
-                too_many="Too many codes for this user within the hour (`rate-limited`), or one-time codes are "
-                         "locked for this user (`locked-out`).")},
+                too_many="A limit was reached (`rate-limited`; `RateLimit-Policy` names it): codes for this "
+                         "user, emails to this address, or, with `client_ip`, what one IP may ask for within the "
+                         "hour; or one-time codes are locked for this user (`locked-out`).")},
             "/v1/otp/challenges/{challenge_id}/verify": {"post": action_operation(
                 "Check a code", "verifyOtpChallenge", "CodeBody", "The code is right; it cannot be used again.",
                 "OtpVerified", parameters=[CHALLENGE_ID],
@@ -135,8 +142,9 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                          "the challenge's is `invalid-input` (\"the code must be 6 digits\") and is not "
                          "counted as an attempt.",
                 extra={"404": problem("The challenge id is not a canonical UUID (`not-found`)."),
-                       "429": problem("One-time codes are locked for this user (`locked-out`).",
-                                      retry_after(False)),
+                       "429": problem("One-time codes are locked for this user (`locked-out`), or, with "
+                                      "`client_ip`, that IP made too many checks within the hour (`rate-limited`; "
+                                      "nothing was written).", rate_limited_headers()),
                        "503": WRITE_UNAVAILABLE})},
             "/v1/timeline": {"get": operation(
                 "The events of a user, a request or a message, for support (exactly one query parameter)",

@@ -144,7 +144,7 @@ def create_operation(summary: str, operation_id: str, body: str, created: str, *
         "202": json_response("Accepted: the email is queued, or `reused` names the open request (see "
                              "`Idempotency-Replayed` for a replay of this key).", created, REPLAYED_HEADER, links),
         **COMMON_PROBLEMS, **BODY_PROBLEMS, **CREATE_PROBLEMS,
-        "429": problem(too_many, retry_after(False)), "503": WRITE_UNAVAILABLE,
+        "429": problem(too_many, rate_limited_headers()), "503": WRITE_UNAVAILABLE,
     }
     return operation(summary, operation_id, responses, body=body, parameters=[IDEMPOTENCY_KEY],
                      bad_request=" ".join(filter(None, [

@@ -86,6 +86,31 @@ UUID_PATTERN = "^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-
 UUID: Schema = {"type": "string", "format": "uuid", "pattern": UUID_PATTERN,
                 "description": "A UUID in its canonical form, e.g. 123e4567-e89b-12d3-a456-426614174000."}
 TIMESTAMP: Schema = {"type": "string", "format": "date-time"}
+# The end user's IP (domain/client_ips.py): dotted IPv4, IPv6 in its plain or
+# "::"-compressed hex forms, or an IPv4-mapped "::ffff:a.b.c.d". Each form the
+# pattern admits Python's ipaddress reads alike, and the server enforces the
+# pattern itself, so the document and the server agree on every string. The
+# rarer IPv6 forms with a dotted tail elsewhere, zones and ports are refused.
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
+_HEX = "[0-9A-Fa-f]{1,4}"
+_IPV6 = "|".join([
+    rf"(?:{_HEX}:){{7}}{_HEX}",
+    rf"(?:{_HEX}:){{1,7}}:",
+    rf"(?:{_HEX}:){{1,6}}:{_HEX}",
+    *(rf"(?:{_HEX}:){{1,{7 - n}}}(?::{_HEX}){{1,{n}}}" for n in range(2, 7)),
+    rf":(?:(?::{_HEX}){{1,7}}|:)",
+    rf"::[Ff]{{4}}:{_IPV4}",
+])
+CLIENT_IP_PATTERN = rf"^(?:{_IPV4}|{_IPV6})$"
+CLIENT_IP: Schema = {
+    "type": "string", "maxLength": 45, "pattern": CLIENT_IP_PATTERN,
+    "description": "Optional: the IP address of the end user this call is for, as your application saw it "
+                   "(IPv4, or IPv6; no port). When given, the per-IP limits apply, so that calls from one IP "
+                   "can never use up a user's or an address's own allowance. Kept only as a keyed hash; an "
+                   "IPv6 address counts as its /64.",
+    "examples": ["203.0.113.7"],
+}
 
 # A Structured Field string (the IETF draft's form, quotes included, no
 # escapes) or the bare token most clients send; both name the same key.
@@ -106,12 +131,14 @@ REASON: Schema = {
 }
 
 # Request bodies.
-RESET_CREATE = _object({"user_id": NEW_USER_ID, "email": EMAIL}, ["user_id", "email"])
-TOKEN_BODY = _object({"token": TOKEN}, ["token"])
-OTP_CREATE = _object({"user_id": NEW_USER_ID, "email": EMAIL, "purpose": PURPOSE}, ["user_id", "email"])
+RESET_CREATE = _object({"user_id": NEW_USER_ID, "email": EMAIL, "client_ip": CLIENT_IP}, ["user_id", "email"])
+TOKEN_BODY = _object({"token": TOKEN, "client_ip": CLIENT_IP}, ["token"])
+OTP_CREATE = _object({"user_id": NEW_USER_ID, "email": EMAIL, "purpose": PURPOSE, "client_ip": CLIENT_IP},
+                     ["user_id", "email"])
 # The user (and, when the application asked for one, the purpose) the code
 # must have been issued to: a challenge id alone could be the attacker's own.
-CODE_BODY = _object({"code": CODE, "user_id": USER_ID, "purpose": VERIFY_PURPOSE}, ["code", "user_id"])
+CODE_BODY = _object({"code": CODE, "user_id": USER_ID, "purpose": VERIFY_PURPOSE, "client_ip": CLIENT_IP},
+                    ["code", "user_id"])
 ERASURE_BODY = _object({"reason": REASON}, ["reason"])
 
 # Responses.

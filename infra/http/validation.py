@@ -20,6 +20,7 @@ from starlette.requests import Request
 from domain.addresses import RULE as ADDRESS_RULE
 from domain.addresses import address_problem
 from domain.input_checks import user_id_problem
+from domain.client_ips import RULE as CLIENT_IP_RULE
 from infra.errors import Unauthorized
 from infra.http.problems import (
     BodyTooLarge,
@@ -32,7 +33,9 @@ from infra.http.problems import (
     UnsupportedMediaType,
     UserIdRefused,
 )
-from infra.http.schemas import EMAIL_PATTERN, IDEMPOTENCY_KEY_PATTERN, NEW_USER_ID_PATTERN, UUID_PATTERN, Schema
+from infra.http.schemas import (
+    CLIENT_IP_PATTERN, EMAIL_PATTERN, IDEMPOTENCY_KEY_PATTERN, NEW_USER_ID_PATTERN, UUID_PATTERN, Schema,
+)
 
 MAX_BODY_BYTES = 16 * 1024
 # No field takes a number; this only bounds the work and keeps Python's own
@@ -79,6 +82,10 @@ def schema_errors(schema: Schema, value: Any, pointer: str = "") -> list[dict[st
         if schema.get("pattern") == NEW_USER_ID_PATTERN and (problem := user_id_problem(value)):
             # Likewise the user-id rule, which also reads an @ hidden by encoding (%40, &#64;).
             return [{"pointer": pointer, "detail": f"{name} {REFUSED}: {problem}"}]
+        if schema.get("pattern") == CLIENT_IP_PATTERN:
+            # The pattern is long: say the rule in words rather than quote it.
+            matched = len(value) <= schema["maxLength"] and _compiled(CLIENT_IP_PATTERN).search(value)
+            return [] if matched else [{"pointer": pointer, "detail": f"{name} must be {CLIENT_IP_RULE}"}]
         detail = _string_problem(name, schema, value)
         return [{"pointer": pointer, "detail": detail}] if detail else []
     raise ValueError(f"schema type {kind!r} is not supported by this checker")

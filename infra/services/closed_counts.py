@@ -10,7 +10,9 @@ events from floods wait for its end anyway (``domain.counting.counts_fit``).
 and, every ``interval_seconds``, writes the rows of every window that has
 closed, each stream in a transaction of its own under its lock
 (``write_closed_counts``), so that a flood's count is in the log within that
-interval of its hour's end.
+interval of its hour's end. The same pass deletes the limits' counters of
+hours gone by (``infra.services.send_limits.delete_past_windows``): no
+decision reads them any more, and they hold keyed hashes of addresses and IPs.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from sqlalchemy import text
 from domain.counting import window_of
 from infra.db.reading import reading
 from infra.logs import error_line, log_event
+from infra.services.send_limits import delete_past_windows
 from infra.services.unit_of_work import ServiceContext, write_closed_counts
 
 log = logging.getLogger("authledger.counts")
@@ -66,6 +69,9 @@ class ClosedCountsWriter:
                 written = write_all_closed_counts(self.ctx, self.metadata)
                 if written:
                     log_event(log, "closed counts written", events=written)
+                deleted = delete_past_windows(self.ctx)  # the limits' counters of hours gone by
+                if deleted:
+                    log_event(log, "past limit counters deleted", rows=deleted)
             except Exception as error:
                 log_event(log, "writing closed counts failed; retrying", logging.ERROR, error=error_line(error))
             self.stopping.wait(self.interval_seconds)

@@ -23,6 +23,8 @@ from sqlalchemy import Connection, bindparam, select
 from domain.decisions import Decision, Refused, Rejected, RequestOutcome, VerifyOutcome
 from domain.input_checks import check_optional_text, check_text
 from domain.errors import CodeRejected, InvalidInput, LockedOut
+from domain.limits import Quota
+from domain.request_rules import RATE_WINDOW
 from infra.errors import RateLimited
 from domain.otp import RequestOtp, check_code_shape, decide_otp_request, decide_otp_verify
 from domain.otp_events import OtpChallengeLockedOut, otp_stream
@@ -33,6 +35,7 @@ from infra.services.address_index import address_hmac
 from infra.logs import log_event
 from infra.services.locks import IdempotencyLock, InFlight
 from infra.services.tenants import PurposeCheck
+from infra.services.send_limits import send_admission, verify_admission
 from infra.projector.snapshots import Lookups, receipt_lookup
 from infra.services.unit_of_work import ServiceContext, StreamOf, decide_on_stream
 
@@ -41,17 +44,23 @@ log = logging.getLogger("authledger.otp")
 
 def request_otp(
     ctx: ServiceContext, cmd: RequestOtp, metadata: Mapping[str, Any] | None = None, *,
-    in_flight: InFlight = "wait",
+    in_flight: InFlight = "wait", client_ip: str | None = None,
 ) -> RequestOutcome:
     """Issue (or reuse) a challenge and queue its code email.
 
     ``PurposeUnknown`` (nothing written) for a purpose the tenant does not
-    allow, ``RateLimited`` past the hourly limit, ``LockedOut`` while the account's
+    allow, ``RateLimited`` past the hourly limit, or past a limit of the address or
+    of the end user's ``client_ip`` (``domain.send_limits``: nothing is
+    written), ``LockedOut`` while the account's
     OTP flow is locked, ``IdempotencyMismatch`` for a key used with another
     recipient or purpose. While a request with the same key runs,
     ``in_flight`` says whether to "wait" for it or "refuse" with
     ``RequestInFlight``.
     """
+    address_hash = address_hmac(ctx.keys, cmd.recipient)  # for the address index and the address's limit
+    admit = send_admission(ctx.keys, ctx.send_limits, flow="otp", hourly_limit=ctx.otp_policy.hourly_limit,
+                           tenant=cmd.tenant, scoped_user_id=cmd.scoped_user_id, address_hash=address_hash,
+                           client_ip=client_ip)
     challenge_id, message_id, nonce = ctx.new_id(), ctx.new_id(), ctx.new_nonce()
     lock = IdempotencyLock.for_request("otp", cmd.client, cmd.scoped_user_id, cmd.idempotency_key, in_flight)
     allowed = PurposeCheck(ctx, cmd.tenant, cmd.purpose)
@@ -59,18 +68,19 @@ def request_otp(
         ctx, allowed.asked_with(otp_stream(cmd.scoped_user_id)), fold_otp,
         lambda state, now: allowed.before(decide_otp_request)(
             state, cmd, now=now, challenge_id=challenge_id, message_id=message_id, nonce=nonce,
-            keys=ctx.keys, policy=ctx.otp_policy, address_hmac=address_hmac(ctx.keys, cmd.recipient),
+            keys=ctx.keys, policy=ctx.otp_policy, address_hmac=address_hash,
         ),
         metadata,
         idempotency_lock=lock,
         lookups=receipt_lookup(cmd.client, cmd.idempotency_key),
+        admit=admit,
     )  # fmt: skip
     if isinstance(decision.outcome, Refused):
         log_event(log, "otp request refused", user_id=cmd.scoped_user_id, reason=decision.outcome.reason,
                   retry_at=decision.outcome.retry_at)
         raise RateLimited(
             f"too many one-time codes for this user; retry after {decision.outcome.retry_at.isoformat()}",
-            retry_at=decision.outcome.retry_at,
+            retry_at=decision.outcome.retry_at, quota=Quota("per-user", ctx.otp_policy.hourly_limit, RATE_WINDOW),
         )
     outcome = decision.outcome
     log_event(log, "otp challenge requested", user_id=cmd.scoped_user_id, challenge_id=outcome.request_id,
@@ -129,7 +139,7 @@ def _rejection(decision: Decision, outcome: VerifyOutcome) -> str:
 
 def verify_code(
     ctx: ServiceContext, challenge_id: UUID, code: str, metadata: Mapping[str, Any] | None = None, *,
-    user_id: str, purpose: str | None = None, tenant: str = DEFAULT_TENANT,
+    user_id: str, purpose: str | None = None, tenant: str = DEFAULT_TENANT, client_ip: str | None = None,
 ) -> VerifyOutcome:
     """Accept the right code once, for the user (and purpose, when given) it was issued to.
 
@@ -138,10 +148,13 @@ def verify_code(
     ``CodeRejected`` with ``attempts_left`` for a wrong code (recorded first)
     and for a challenge that is unknown, expired, superseded, used or locked,
     or that belongs to another tenant, user or purpose (answered as unknown).
+    With ``client_ip``, ``RateLimited`` (nothing written) past that IP's
+    checks this hour, whatever the code: a refusal says nothing of it.
     """
     challenge_id = parse_challenge_id(challenge_id)
     check_text("user_id", user_id, max_length=200)
     check_optional_text("purpose", purpose, max_length=64)
+    admit = verify_admission(ctx.keys, ctx.send_limits, tenant=tenant, client_ip=client_ip)
     # The code's shape is checked against the challenge's own length, which
     # only its stream knows (decide_otp_verify).
     user_id = scoped_user(tenant, user_id)
@@ -152,6 +165,7 @@ def verify_code(
                                              client=client if isinstance(client, str) else None),
         metadata,
         lookups=Lookups(request_ids=(challenge_id,)),
+        admit=admit,
     )
     outcome = decision.outcome
     if isinstance(outcome, Rejected):

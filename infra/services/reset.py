@@ -16,6 +16,8 @@ from sqlalchemy import Connection, bindparam, select
 
 from domain.decisions import ConsumeOutcome, Decision, Refused, Rejected, RequestOutcome
 from domain.errors import TokenInvalid
+from domain.limits import Quota
+from domain.request_rules import RATE_WINDOW
 from infra.errors import RateLimited
 from domain.reset import LinkValid, RequestReset, decide_consume, decide_reset_request, decide_verify_link
 from domain.reset_events import reset_stream
@@ -25,6 +27,7 @@ from domain.tokens import hash_token
 from infra.db import tables
 from infra.services.address_index import address_hmac
 from infra.services.locks import IdempotencyLock, InFlight
+from infra.services.send_limits import send_admission, verify_admission
 from infra.projector.snapshots import Lookups, receipt_lookup
 from infra.services.unit_of_work import ServiceContext, StreamOf, decide_on_stream
 
@@ -37,31 +40,37 @@ USER_OF_TOKEN = select(tables.reset_tokens.c.user_id).where(
 
 def request_reset(
     ctx: ServiceContext, cmd: RequestReset, metadata: Mapping[str, Any] | None = None, *,
-    in_flight: InFlight = "wait",
+    in_flight: InFlight = "wait", client_ip: str | None = None,
 ) -> RequestOutcome:
-    """Issue (or reuse) a reset request and queue its email; ``RateLimited`` past the hourly limit.
+    """Issue (or reuse) a reset request and queue its email; ``RateLimited`` past the hourly limit, or past a
+    limit of the address or of the end user's ``client_ip`` (``domain.send_limits``: nothing is written).
 
     A replayed idempotency key answers the first outcome; another recipient
     under the same key is ``IdempotencyMismatch``. While a request with the
     same key runs, ``in_flight`` says whether to "wait" for it or "refuse"
     with ``RequestInFlight``.
     """
+    address_hash = address_hmac(ctx.keys, cmd.recipient)  # for the address index and the address's limit
+    admit = send_admission(ctx.keys, ctx.send_limits, flow="reset", hourly_limit=ctx.reset_policy.hourly_limit,
+                           tenant=cmd.tenant, scoped_user_id=cmd.scoped_user_id, address_hash=address_hash,
+                           client_ip=client_ip)
     lock = IdempotencyLock.for_request("reset", cmd.client, cmd.scoped_user_id, cmd.idempotency_key, in_flight)
     request_id, message_id, nonce = ctx.new_id(), ctx.new_id(), ctx.new_nonce()
     decision = decide_on_stream(
         ctx, reset_stream(cmd.scoped_user_id), fold_reset,
         lambda state, now: decide_reset_request(
             state, cmd, now=now, request_id=request_id, message_id=message_id, nonce=nonce,
-            keys=ctx.keys, policy=ctx.reset_policy, address_hmac=address_hmac(ctx.keys, cmd.recipient),
+            keys=ctx.keys, policy=ctx.reset_policy, address_hmac=address_hash,
         ),
         metadata,
         idempotency_lock=lock,
         lookups=receipt_lookup(cmd.client, cmd.idempotency_key),
+        admit=admit,
     )
     if isinstance(decision.outcome, Refused):
         raise RateLimited(
             f"too many reset emails for this user; retry after {decision.outcome.retry_at.isoformat()}",
-            retry_at=decision.outcome.retry_at,
+            retry_at=decision.outcome.retry_at, quota=Quota("per-user", ctx.reset_policy.hourly_limit, RATE_WINDOW),
         )
     return decision.outcome
 
@@ -101,7 +110,8 @@ def _answered(decision: Decision) -> Any:
 
 
 def verify_token(
-    ctx: ServiceContext, token: str, metadata: Mapping[str, Any] | None = None, *, tenant: str = DEFAULT_TENANT
+    ctx: ServiceContext, token: str, metadata: Mapping[str, Any] | None = None, *, tenant: str = DEFAULT_TENANT,
+    client_ip: str | None = None,
 ) -> ResetRequest:
     """The open request this token belongs to, without consuming it; ``TokenInvalid`` otherwise.
 
@@ -110,13 +120,16 @@ def verify_token(
 
     Decided on the locked stream like a consumption, so that a rejected
     presentation of a known link is recorded (and counted past its bound).
+    With ``client_ip``, ``RateLimited`` (nothing written) past that IP's checks this hour.
     """
     token_hash = _hash_of(token)
+    admit = verify_admission(ctx.keys, ctx.send_limits, tenant=tenant, client_ip=client_ip)
     decision = decide_on_stream(
         ctx, _stream_of_token(token_hash, tenant), fold_reset,
         lambda state, now: decide_verify_link(state, token_hash, now=now, client=_client(metadata)),
         metadata,
         lookups=Lookups(token_hash=token_hash),
+        admit=admit,
     )
     valid = _answered(decision)
     assert isinstance(valid, LinkValid)
@@ -124,13 +137,16 @@ def verify_token(
 
 
 def consume_token(
-    ctx: ServiceContext, token: str, metadata: Mapping[str, Any] | None = None, *, tenant: str = DEFAULT_TENANT
+    ctx: ServiceContext, token: str, metadata: Mapping[str, Any] | None = None, *, tenant: str = DEFAULT_TENANT,
+    client_ip: str | None = None,
 ) -> ConsumeOutcome:
     """Use the token once: complete the reset, supersede the rest, queue a "password changed" notice.
 
-    ``TokenInvalid`` (nothing written) for a token of another tenant, as for an unknown one.
+    ``TokenInvalid`` (nothing written) for a token of another tenant, as for an unknown one. With
+    ``client_ip``, ``RateLimited`` (nothing written) past that IP's checks this hour.
     """
     token_hash = _hash_of(token)
+    admit = verify_admission(ctx.keys, ctx.send_limits, tenant=tenant, client_ip=client_ip)
     notice_id = ctx.new_id()
     decision = decide_on_stream(
         ctx, _stream_of_token(token_hash, tenant), fold_reset,
@@ -138,5 +154,6 @@ def consume_token(
             state, token_hash, now=now, notice_message_id=notice_id, client=_client(metadata)),
         metadata,
         lookups=Lookups(token_hash=token_hash),
+        admit=admit,
     )
     return _answered(decision)

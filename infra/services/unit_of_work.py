@@ -45,6 +45,7 @@ from domain.email import email_stream
 from domain.errors import ConcurrencyConflict
 from domain.log import RecordedEvent
 from domain.policy import OtpPolicy, ResetPolicy
+from domain.send_limits import SendLimits
 from domain.templates import EmailTemplates
 from domain.tenants import DEFAULT_PURPOSES, Purpose
 from domain.tokens import NONCE_BYTES, TokenKeys, nonce_text
@@ -70,6 +71,8 @@ Batches = Sequence[tuple[str, int, Sequence[object]]]  # (stream_id, expected_ve
 # A stream found on the decision's own connection, before its lock (whose link a token is): the look-up
 # shares the decision's transaction rather than taking a connection and a transaction of its own.
 StreamOf = Callable[[Connection], str]
+# Checks a decision against limits kept outside its stream, on its connection, before it is appended.
+Admit = Callable[[Connection, Any, datetime], None]
 Decided = TypeVar("Decided")
 
 
@@ -90,6 +93,7 @@ class ServiceContext:
     reset_policy: ResetPolicy = field(factory=ResetPolicy)
     otp_policy: OtpPolicy = field(factory=OtpPolicy)
     delivery_policy: DeliveryPolicy = field(factory=DeliveryPolicy)
+    send_limits: SendLimits = field(factory=SendLimits)  # per address and per end-user IP (domain.send_limits)
     reset_url: str = "http://localhost:8000/reset"
     email_templates: EmailTemplates = field(factory=default_templates)
     # The OTP purposes of a tenant that declares none (AUTHLEDGER_OTP_PURPOSES; domain.tenants).
@@ -186,6 +190,7 @@ def decide_on_stream(
     *,
     idempotency_lock: IdempotencyLock | None = None,
     lookups: Lookups = NO_LOOKUPS,
+    admit: Admit | None = None,
 ) -> Decision:
     """Lock the stream, load it, decide on its state and the time now, append the result.
 
@@ -197,8 +202,11 @@ def decide_on_stream(
     ends the transaction with nothing written. ``lookups`` names what the
     decision reads beyond the stream's live part, by the keys its call
     carries (``projections.snapshots``): the state it is given holds them.
+    ``admit(connection, decision, now)`` runs before anything is appended:
+    what it raises (a limit met, ``infra.services.send_limits``) rolls the
+    whole transaction back, so a refused call writes nothing.
     """
-    return _serialised(ctx, stream_id, fold, decide, _decision_batches, metadata, idempotency_lock, lookups)
+    return _serialised(ctx, stream_id, fold, decide, _decision_batches, metadata, idempotency_lock, lookups, admit)
 
 
 def decide_events_on_stream(
@@ -210,7 +218,7 @@ def decide_events_on_stream(
 ) -> list[object]:
     """``decide_on_stream`` for streams whose decisions are plain lists of events (clients)."""
     return _serialised(ctx, stream_id, fold, decide,
-                       lambda stream, version, events: [(stream, version, events)], metadata, None, NO_LOOKUPS)
+                       lambda stream, version, events: [(stream, version, events)], metadata, None, NO_LOOKUPS, None)
 
 
 def record_events(
@@ -229,6 +237,7 @@ def _serialised(
     metadata: Mapping[str, Any] | None,
     idempotency_lock: IdempotencyLock | None,
     lookups: Lookups,
+    admit: Admit | None,
 ) -> Decided:
     for attempt in range(CONFLICT_RETRIES):
         try:
@@ -242,6 +251,8 @@ def _serialised(
                 locks.confirm()  # the key's answer came with the read: a refused request rolls back here
                 now = ctx.clock.now()
                 decided = decide(folded.state, now)
+                if admit is not None:
+                    admit(connection, decided, now)
                 batches = _with_counts(connection, stream_id, batches_of(stream_id, folded.version, decided),
                                        folded, decided, now)
                 # The snapshot decided on, or None for a stream that has none yet: never read twice.

@@ -37,7 +37,7 @@ from infra.http.problems import problem_response
 from infra.services.clients import create_client
 from infra.services.unit_of_work import ServiceContext
 from projections.timeline import event_times
-from tests.conftest import TEST_KEYS
+from tests.conftest import ROOMY_SEND_LIMITS, TEST_KEYS
 from tests.http.support import asgi_client, code_for, token_for, wrong_code
 from tests.support.replay import assert_projections_match_log
 
@@ -53,7 +53,7 @@ def busy_ctx(engine: Engine) -> ServiceContext:
     return ServiceContext(
         engine=engine, keys=TEST_KEYS, clock=SystemClock(), reset_url="https://app.test/reset",
         reset_policy=ResetPolicy(cooldown=timedelta(0), hourly_limit=HOURLY_LIMIT),
-        otp_policy=OtpPolicy(cooldown=timedelta(0), hourly_limit=HOURLY_LIMIT),
+        otp_policy=OtpPolicy(cooldown=timedelta(0), hourly_limit=HOURLY_LIMIT), send_limits=ROOMY_SEND_LIMITS,
     )
 
 

@@ -26,7 +26,7 @@ from infra.services.reset import request_reset
 from infra.db.schema import init_schema
 from infra.services.unit_of_work import ServiceContext
 from infra.delivery.worker import Worker
-from tests.conftest import TEST_KEYS
+from tests.conftest import ROOMY_SEND_LIMITS, TEST_KEYS
 from tests.http.support import asgi_client
 from tests.support.mailers import RecordingMailer
 from tests.support.pg_control import start_server, stop_server
@@ -78,6 +78,7 @@ def test_a_restart_under_load_loses_nothing_committed(own_server: tuple[Path, Da
     # for the lease to run out, as they should. A short lease lets that
     # recovery happen within the test's wait.
     ctx = ServiceContext(engine=engine, keys=TEST_KEYS, reset_policy=ResetPolicy(hourly_limit=1000),
+                         send_limits=ROOMY_SEND_LIMITS,
                          delivery_policy=DeliveryPolicy(lease=timedelta(seconds=8), margin=timedelta(seconds=2)))
     api_key = create_client(ctx, "outage").api_key
     mailer = RecordingMailer()

@@ -198,3 +198,28 @@ def test_a_tenant_name_out_of_shape_is_a_usage_error_and_writes_nothing(
     exit_code, output = run(env, *command, "--user-id", "u1", "--tenant", "Not A Tenant")
     assert exit_code == 2 and "a tenant name is 1-63 characters" in output
     assert event_count(engine) == 0
+
+
+def test_a_bad_client_ip_is_a_one_line_error_and_writes_nothing(env: dict[str, str], engine: Engine) -> None:
+    exit_code, output = run(env, "otp", "request", "--user-id", "42", "--email", "ada@example.test",
+                            "--client-ip", "192.0.2.44:443")
+
+    assert exit_code == 2
+    assert output.startswith("Error: ") and "client_ip must be one IPv4 or IPv6 address" in output
+    assert "192.0.2.44" not in output and output.count("\n") == 1
+    assert event_count(engine) == 0
+
+
+def test_the_per_ip_limits_follow_the_client_ip_and_their_settings(env: dict[str, str]) -> None:
+    limited = {**env, "AUTHLEDGER_LIMIT_PER_IP": "2"}
+    for n in range(2):
+        exit_code, output = run(limited, "reset", "request", "--user-id", f"u{n}", "--email", f"u{n}@example.test",
+                                "--client-ip", "198.51.100.66")
+        assert exit_code == 0, output
+
+    exit_code, output = run(limited, "reset", "request", "--user-id", "u9", "--email", "u9@example.test",
+                            "--client-ip", "198.51.100.66")
+
+    assert exit_code == 6, output  # RateLimited
+    assert "too many emails requested from this client IP" in output and "198.51.100.66" not in output
+    assert run(limited, "reset", "request", "--user-id", "u9", "--email", "u9@example.test")[0] == 0

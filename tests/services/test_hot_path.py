@@ -27,7 +27,7 @@ from infra.services.closed_counts import write_all_closed_counts
 from infra.services.otp import request_otp, verify_code
 from infra.services.reset import consume_token, request_reset, verify_token
 from infra.services.unit_of_work import ServiceContext
-from tests.conftest import TEST_KEYS
+from tests.conftest import ROOMY_SEND_LIMITS, TEST_KEYS
 from tests.support.replay import assert_projections_match_log
 from tests.support.secrets import otp_code_of, reset_token_of
 from tests.support.wire import at_the_wire
@@ -55,14 +55,14 @@ def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements_and_wa
     def create_reset() -> None:
         created.append(request_reset(ctx, RequestReset(user, "ada@example.test", idempotency_key=uuid4().hex)))
 
-    # Locks, the stream's read, the user's new data key, the address index (its row's lock, shared with the
-    # user's OTP stream, then the row, asked for before the append so that it comes back with it), the append,
-    # three new rows, the index's row, the snapshot.
-    # Waits: the read, the append (with the index's read), the COMMIT.
-    assert cost_of(engine, create_reset) == (11, 1, 3)
+    # Locks, the stream's read, the address's count, the user's new data key, the address index (its row's lock,
+    # shared with the user's OTP stream, then the row, asked for before the append so that it comes back with it),
+    # the append, three new rows, the index's row, the snapshot. Waits: the read, the count (a full one refuses
+    # before anything is written), the append (with the index's read), the COMMIT.
+    assert cost_of(engine, create_reset) == (12, 1, 4)
     # The API refuses a key in flight rather than wait for it: whether the key was free comes with the read.
     as_the_api_asks = RequestReset(new_user(), "bo@example.test", idempotency_key=uuid4().hex)
-    assert cost_of(engine, lambda: request_reset(ctx, as_the_api_asks, in_flight="refuse")) == (11, 1, 3)
+    assert cost_of(engine, lambda: request_reset(ctx, as_the_api_asks, in_flight="refuse")) == (12, 1, 4)
     token = reset_token_of(engine, ctx.keys, created[0].request_id)
     # The token's owner, the lock, the stream's read: the look-up shares the decision's transaction.
     assert cost_of(engine, lambda: verify_token(ctx, token)) == (3, 1, 3)
@@ -76,8 +76,9 @@ def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements_and_wa
         challenges.append(request_otp(ctx, RequestOtp(user, "ada@example.test", idempotency_key=uuid4().hex)))
 
     # The user has a data key now, and the address is indexed already: the index is locked and read (with the
-    # append), and not written. The tenant's purposes are read too, sent with the stream's read: no wait of their own.
-    assert cost_of(engine, create_otp) == (10, 1, 3)
+    # append), and not written. The tenant's purposes are read too, sent with the stream's read: no wait of their
+    # own. The address's count is taken as for a reset.
+    assert cost_of(engine, create_otp) == (11, 1, 4)
     code = otp_code_of(engine, ctx.keys, challenges[0].request_id)
     # The owner, the lock, the read, the append, the challenge's row (read with the append, then written),
     # the snapshot.
@@ -110,7 +111,7 @@ def test_every_statement_of_the_hot_paths_settles_on_a_cached_plan(
     # One connection runs the hot paths, so its prepared statements are theirs. The secrets are read on another:
     # a read-only block rolls back, and psycopg deallocates every prepared statement on a rollback.
     measured = database.engine(pool_size=1)
-    ctx = ServiceContext(engine=measured, keys=TEST_KEYS, clock=clock)
+    ctx = ServiceContext(engine=measured, keys=TEST_KEYS, clock=clock, send_limits=ROOMY_SEND_LIMITS)
     for _ in range(12):  # psycopg prepares a statement on its 5th run; PostgreSQL weighs a generic plan after 5
         user = new_user()
         reset = request_reset(ctx, RequestReset(user, "ada@example.test", idempotency_key=uuid4().hex))

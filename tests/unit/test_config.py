@@ -17,6 +17,7 @@ from click.testing import CliRunner, Result
 from cli import cli
 from domain.delivery import DeliveryPolicy
 from domain.policy import OtpPolicy, ResetPolicy
+from domain.send_limits import SendLimits
 from infra.bootstrap import App
 from infra.config.cores import usable_cores
 from infra.config.settings import SETTINGS, Settings, default_api_processes, load_settings, policy, with_settings_table
@@ -130,6 +131,28 @@ def test_an_account_lock_cap_below_its_base_is_refused() -> None:
     )
 
 
+def test_the_send_limits_settings_reach_their_policy() -> None:
+    settings = load_settings({
+        "AUTHLEDGER_LIMIT_PER_ADDRESS": "8", "AUTHLEDGER_LIMIT_PER_ADDRESS_PER_IP": "2",
+        "AUTHLEDGER_LIMIT_PER_USER_PER_IP": "2", "AUTHLEDGER_LIMIT_PER_IP": "50",
+        "AUTHLEDGER_LIMIT_VERIFIES_PER_IP": "200",
+    })  # fmt: skip
+
+    assert policy(settings, SendLimits) == SendLimits(
+        per_address=8, per_address_per_ip=2, per_user_per_ip=2, per_ip=50, verifies_per_ip=200
+    )
+
+
+def test_an_ips_part_of_an_address_as_large_as_the_whole_is_refused() -> None:
+    result = config_show({"AUTHLEDGER_LIMIT_PER_ADDRESS": "4", "AUTHLEDGER_LIMIT_PER_ADDRESS_PER_IP": "4"})
+
+    assert result.exit_code == 78
+    assert result.output == (
+        "Error: invalid configuration:\n  AUTHLEDGER_LIMIT_PER_ADDRESS_PER_IP (4) must be smaller "
+        "than AUTHLEDGER_LIMIT_PER_ADDRESS (4)\n"
+    )
+
+
 def test_config_show_lists_every_declared_setting_in_declaration_order() -> None:
     result = config_show({}, "--json")
 
@@ -143,6 +166,7 @@ def test_the_default_settings_give_the_default_policies() -> None:
     assert policy(settings, ResetPolicy) == ResetPolicy()
     assert policy(settings, OtpPolicy) == OtpPolicy()
     assert policy(settings, DeliveryPolicy) == DeliveryPolicy()
+    assert policy(settings, SendLimits) == SendLimits()
 
 
 def test_each_policy_setting_reaches_its_policy_field() -> None:
