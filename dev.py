@@ -2,7 +2,7 @@
 """The two quick-start commands, from a clean clone with only Python installed.
 
     python3 dev.py serve   # run authledger on its embedded defaults
-    python3 dev.py test    # run the whole test suite
+    python3 dev.py test    # ruff and mypy, then the whole test suite
 
 Both create ./.venv and install the project into it when pyproject.toml has
 changed since the last install, then hand over to the real command.
@@ -43,6 +43,18 @@ COMMANDS = {
 }
 
 
+def lint() -> None:
+    """ruff and mypy, as pyproject.toml configures them, before any test: a finding fails the run."""
+    for tool, args in (("ruff", ["check", "."]), ("mypy", [])):
+        done = subprocess.run([str(BIN / tool), *args], cwd=ROOT, capture_output=True, text=True)
+        said = (done.stdout + done.stderr).strip()
+        if done.returncode != 0:
+            print(said, file=sys.stderr)
+            print(f"dev.py: {tool} failed (exit {done.returncode}), so no test ran", file=sys.stderr)
+            sys.exit(done.returncode)
+        print(f"dev.py: {tool}: {said.splitlines()[-1] if said else 'ok'}", file=sys.stderr)
+
+
 def say_when_browser_tests_skip() -> None:
     missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
     if missing:
@@ -56,6 +68,7 @@ def main() -> None:
         sys.exit(f"usage: python3 dev.py {{{'|'.join(COMMANDS)}}} [args...]")
     ensure_environment()
     if sys.argv[1] == "test":
+        lint()
         say_when_browser_tests_skip()
     command = COMMANDS[sys.argv[1]](sys.argv[2:])
     os.chdir(ROOT)
