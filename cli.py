@@ -119,5 +119,6 @@ def main() -> None:
     except Exception as error:  # a bug, not a user error: still no traceback for the user
         if os.environ.get("AUTHLEDGER_DEBUG"):
             raise
-        click.echo(f"Error: internal error ({type(error).__name__}); rerun with AUTHLEDGER_DEBUG=1 for details", err=True)
+        click.echo(f"Error: internal error ({type(error).__name__}); rerun with AUTHLEDGER_DEBUG=1 for details",
+                   err=True)
         sys.exit(70)

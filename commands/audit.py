@@ -129,7 +129,8 @@ def audit_digest(app: App, out: Path | None, verify_first: bool, as_json: bool) 
 
 
 @audit.command("export")
-@click.option("--from", "since", callback=parse_instant, help="Recorded at or after this time (ISO 8601, UTC if no offset).")
+@click.option("--from", "since", callback=parse_instant,
+              help="Recorded at or after this time (ISO 8601, UTC if no offset).")
 @click.option("--to", "until", callback=parse_instant, help="Recorded before this time (ISO 8601, UTC if no offset).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The JSON Lines file.")
 @json_option

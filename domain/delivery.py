@@ -108,7 +108,8 @@ def failure_events(
     if retryable and policy.max_attempts is not None and attempt >= policy.max_attempts:
         return [
             SendAttemptFailed(message_id, lease_token, attempt, now, error, retryable, None, outcome_unknown),
-            DeliveryAbandoned(message_id, abandoned_at=now, attempts=attempt, last_error=error, lease_token=lease_token),
+            DeliveryAbandoned(message_id, abandoned_at=now, attempts=attempt, last_error=error,
+                              lease_token=lease_token),
         ]
     retry_at = now + backoff(attempt, jitter=jitter, policy=policy) if retryable else None
     if retry_at is not None and useful_until is not None:

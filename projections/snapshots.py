@@ -34,7 +34,6 @@ of them, its address opened, until only the open one was (bench/RESULTS.md,
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 

@@ -122,7 +122,7 @@ class VerificationRunner:
                         "checked": report.check.checked if report.check else 0}
         except AuthledgerError as error:
             finished = {"state": "failed", "summary": str(error)}
-        except Exception as error:  # a thread's error would otherwise vanish: the page must say it failed
+        except Exception as error:  # noqa: BLE001 - a thread's error would otherwise vanish: the page must say it failed
             log_event(log, "audit verification failed", logging.ERROR, job_id=job_id, error=type(error).__name__)
             finished = {"state": "failed", "summary": f"the verification stopped: {type(error).__name__}"}
         with self._lock:

@@ -86,7 +86,8 @@ def parse_public_key(spec: str) -> Ed25519PublicKey:
     try:
         return Ed25519PublicKey.from_public_bytes(_b64decode(spec))
     except ValueError:
-        raise InvalidInput("--public-key must be a PEM file or the base64 of a raw 32-byte Ed25519 public key") from None
+        raise InvalidInput(
+            "--public-key must be a PEM file or the base64 of a raw 32-byte Ed25519 public key") from None
 
 
 def raw_public(key: Ed25519PublicKey) -> bytes:

@@ -36,7 +36,9 @@ from infra.errors import DigestInvalid, TamperDetected
 from infra.audit.verify import finding_dict, now_text, signed_by
 from infra.audit.digest import Digest, check_trust, parse_digest, sign_digest
 from infra.audit.seal import ChainRange, chain_range, check_stretch, seal_at, snapshot
-from projections.audit_chain import PROGRESS_STEP, Finding, LoggedEvent, Seal, canonical_json, format_time, leaf_hash, next_link
+from projections.audit_chain import (
+    PROGRESS_STEP, Finding, LoggedEvent, Seal, canonical_json, format_time, leaf_hash, next_link,
+)
 
 EXPORT_FORMAT = "authledger-export/1"
 Progress = Callable[[int], None]
@@ -210,7 +212,9 @@ class ExportCheck:
         return self.finding is None
 
     def error(self) -> TamperDetected | None:
-        return TamperDetected(f"export {self.path} was tampered with: {self.finding.describe()}") if self.finding else None
+        if self.finding is None:
+            return None
+        return TamperDetected(f"export {self.path} was tampered with: {self.finding.describe()}")
 
     def summary(self) -> str:
         if self.finding is not None:

@@ -100,7 +100,9 @@ def finding_dict(finding: Finding | None) -> dict[str, Any] | None:
     }
 
 
-def stretch_to_verify(engine: Engine, from_position: int | None = None, to_position: int | None = None) -> ChainRange | None:
+def stretch_to_verify(
+    engine: Engine, from_position: int | None = None, to_position: int | None = None,
+) -> ChainRange | None:
     """What a verify would cover (for a progress bar)."""
     with engine.connect() as connection:
         if from_position is None and to_position is None:

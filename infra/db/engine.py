@@ -13,7 +13,9 @@ from pathlib import Path
 from attrs import field, frozen
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import ExceptionContext, make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, OperationalError, ProgrammingError
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from domain.errors import ConfigError
 from infra.config.values import mask_passwords, mask_url, split_url
@@ -113,11 +115,13 @@ def _ping_connections_that_sat_idle(engine: Engine) -> None:
     """
 
     @event.listens_for(engine, "checkin")
-    def remember_when_idle_began(dbapi_connection, record) -> None:  # noqa: ANN001
+    def remember_when_idle_began(dbapi_connection: DBAPIConnection, record: ConnectionPoolEntry) -> None:
         record.info["idle_since"] = time.monotonic()
 
     @event.listens_for(engine, "checkout")
-    def ping_if_idle_for_a_while(dbapi_connection, record, proxy) -> None:  # noqa: ANN001
+    def ping_if_idle_for_a_while(
+        dbapi_connection: DBAPIConnection, record: ConnectionPoolEntry, proxy: PoolProxiedConnection,
+    ) -> None:
         idle_since = record.info.get("idle_since")
         if idle_since is None or time.monotonic() - idle_since < PING_WHEN_IDLE_SECONDS:
             return  # just connected, or in use a moment ago

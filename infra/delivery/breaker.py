@@ -29,7 +29,9 @@ def outcome_of(error: SendFailed | None) -> Outcome:
 class Breaker:
     """How many messages one worker may claim, from what its provider's answers showed."""
 
-    def __init__(self, ctx: ServiceContext, provider: str, *, owner: str, policy: CircuitPolicy = CircuitPolicy()) -> None:
+    def __init__(
+        self, ctx: ServiceContext, provider: str, *, owner: str, policy: CircuitPolicy = CircuitPolicy(),
+    ) -> None:
         self.ctx, self.provider, self.owner, self.policy = ctx, provider, owner, policy
         self.circuit = Circuit()
         self.unrecorded: list[object] = []

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
+from uuid import UUID
 
 from attrs import frozen
 from sqlalchemy import Connection
@@ -114,12 +115,14 @@ def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sen
             return Prepared(None, "erased")
         if row.template == reset_events.PASSWORD_CHANGED:
             assert request.completed_at is not None
-            content, key_id = templates.password_changed(ctx.email_templates.password_changed, changed_at=request.completed_at), None
+            content = templates.password_changed(ctx.email_templates.password_changed, changed_at=request.completed_at)
+            key_id = None
             useful_until = request.completed_at + ctx.delivery_policy.notice_useful_for
         else:
             token = reset.reset_token_for(request, ctx.keys)
             link = f"{ctx.reset_url}?{urlencode({'token': token})}"
-            content, key_id = templates.reset_link(ctx.email_templates.reset_link, link, expires_at=request.expires_at), request.key_id
+            content = templates.reset_link(ctx.email_templates.reset_link, link, expires_at=request.expires_at)
+            key_id = request.key_id
             useful_until = request.expires_at
         recipient = request.recipient
     elif row.flow == "otp":

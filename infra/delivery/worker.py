@@ -184,7 +184,7 @@ class Worker:
                 if await window.step(stopping=self.stopping.is_set(), limit=self.batch):
                     continue
                 wait = await self._seconds_to_wait(window)
-            except Exception as error:  # a database outage must not kill the worker: back off, retry
+            except Exception as error:  # noqa: BLE001 - a database outage must not kill the worker: back off, retry
                 log_event(log, "worker iteration failed", logging.ERROR, owner=window.owner, error=str(error))
                 wait = self.poll_seconds
             if not (self.stopping.is_set() and window.idle):

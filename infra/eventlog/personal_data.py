@@ -50,7 +50,7 @@ class FieldContext:
         # from the C string encoder json.dumps itself uses: a decision opens two fields per request it
         # keeps, and building an encoder for each was a third of the cost of opening one.
         quoted = ",".join(_quoted(part) for part in (self.user_id, self.tag, self.field))
-        return f'["authledger-personal-v1",{quoted}]'.encode("utf-8")
+        return f'["authledger-personal-v1",{quoted}]'.encode()
 
     def describe(self) -> str:
         return f"{self.tag}.{self.field} of user {self.user_id!r}"

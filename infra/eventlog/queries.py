@@ -95,7 +95,8 @@ PERSONAL_FIELDS_AT = text("""
 
 
 def personal_fields_at(connection: Connection, positions: Sequence[int], fields: Sequence[str]) -> Sequence[Row[Any]]:
-    """(global_position, event_type, user_id, field_values) of the events at ``positions``: ``fields`` in order, sealed."""
+    """(global_position, event_type, user_id, field_values) of the events at ``positions``: ``fields`` in
+    order, sealed."""
     return connection.execute(PERSONAL_FIELDS_AT, {"positions": list(positions), "fields": list(fields)}).all()
 
 

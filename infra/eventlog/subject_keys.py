@@ -211,7 +211,8 @@ class PostgresKeyring(DataKeyring):
             self._by_id[key_id] = None
 
     def _find_or_create(self, user_id: str) -> str:
-        row = None if user_id in self._keyless else self.connection.execute(SELECT_BY_USER, {"user_id": user_id}).first()
+        row = (None if user_id in self._keyless
+               else self.connection.execute(SELECT_BY_USER, {"user_id": user_id}).first())
         if row is not None:
             return self._remember(user_id, row.key_id, row.master_key_id, row.wrapped_key)
         # Created in the caller's transaction, so a write that rolls back

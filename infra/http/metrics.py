@@ -185,7 +185,8 @@ class LogMetrics:
 
 
 def _gauge(name: str, help_text: str, samples: list[tuple[str, float]]) -> list[str]:
-    return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *(f"{name}{labels} {value}" for labels, value in samples)]
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge",
+            *(f"{name}{labels} {value}" for labels, value in samples)]
 
 
 CIRCUIT_STATES = ("closed", "open", "half_open")

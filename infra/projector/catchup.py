@@ -106,7 +106,9 @@ def ensure_checkpoints(engine: Engine, projections: Sequence[Projection]) -> Non
             connection.execute(ENSURE_CHECKPOINT, {"name": projection.name})
 
 
-def catch_up(engine: Engine, projections: Sequence[Projection] | None = None, *, batch_size: int = 1000) -> dict[str, int]:
+def catch_up(
+    engine: Engine, projections: Sequence[Projection] | None = None, *, batch_size: int = 1000,
+) -> dict[str, int]:
     """Fold every event below the horizon into each catch-up projection; events folded per projection."""
     return CatchUpRunner(engine, projections, batch_size=batch_size).run_once()
 
@@ -181,7 +183,7 @@ class CatchUpRunner:
                 if any(since_log.values()) and time.monotonic() - logged >= LOG_EVERY_SECONDS:
                     log_event(log, "caught up", **since_log)  # one line per interval, not per wake-up
                     logged, since_log = time.monotonic(), dict.fromkeys(self.applied, 0)
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 - logged; the loop outlives any one failure
                 log_event(log, "catch-up failed; retrying", logging.ERROR, error=error_line(error))
                 wait = self.poll_seconds
             if self._wake.wait(timeout=wait):

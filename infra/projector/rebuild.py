@@ -201,5 +201,5 @@ def _drop_quietly(connection: Connection, shadows: list[Shadow]) -> None:
         for shadow in shadows:
             drop(connection, shadow)
         connection.commit()
-    except Exception:  # the next rebuild drops leftovers before it starts
+    except Exception:  # noqa: BLE001 - the next rebuild drops leftovers before it starts
         pass

@@ -173,7 +173,7 @@ def _opened(
     by_position = {}
     for position, tag, user_id, values in found:
         opened: dict[str, str | None] = {}
-        for name, value in zip(PERSONAL, values):
+        for name, value in zip(PERSONAL, values, strict=True):
             if is_envelope(value):
                 value = keyring.open(FieldContext(str(user_id), tag, name), value)
             opened[name] = value
@@ -270,7 +270,7 @@ def load_for_decision(
 def _decided(stream_id: str, rows: Sequence[Any], keyring: PostgresKeyring, asked: Lookups) -> StreamRead:
     head = next(row for row in rows if row.first)
     user_id = stream_id.partition(":")[2]
-    keyring.expect_keys(user_id, list(zip(head.key_ids, head.master_key_ids, head.wrapped_keys))
+    keyring.expect_keys(user_id, list(zip(head.key_ids, head.master_key_ids, head.wrapped_keys, strict=True))
                         if head.key_ids is not None else [])
     counts = json.loads(head.counts_json) if head.counts_json is not None else ()
     if head.version is None:

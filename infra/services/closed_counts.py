@@ -72,7 +72,7 @@ class ClosedCountsWriter:
                 deleted = delete_past_windows(self.ctx)  # the limits' counters of hours gone by
                 if deleted:
                     log_event(log, "past limit counters deleted", rows=deleted)
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 - logged; the loop outlives any one failure
                 log_event(log, "writing closed counts failed; retrying", logging.ERROR, error=error_line(error))
             self.stopping.wait(self.interval_seconds)
 

@@ -5,8 +5,9 @@ the transaction that answers it; the stream's next append first empties the
 rows into ``RequestsCounted`` events, and so does ``serve`` for the rows of a
 window that has closed (``infra.services.closed_counts``), so the log ends up
 holding every count. Once a window has reached its ceiling of events from
-floods (``domain.counting.counts_fit``) its rows wait for it to close. The rows are a buffer of the log, not a projection of
-it: they hold what no event holds yet, and no rebuild could bring them back.
+floods (``domain.counting.counts_fit``) its rows wait for it to close. The rows
+are a buffer of the log, not a projection of it: they hold what no event holds
+yet, and no rebuild could bring them back.
 """
 
 from __future__ import annotations
