@@ -291,7 +291,8 @@ def _secrets(database_url: str, users: list[str], flow: str) -> list[str]:
         for stream, history in PostgresEventStore(connection).load_many(dict.fromkeys(streams, 0)).items():
             events = (r.event for r in history)
             if flow == "otp":
-                found[stream] = [(str(c.challenge_id), otp_code_for(c, keys)) for c in fold_otp(events).challenges.values()][0]
+                challenge = next(iter(fold_otp(events).challenges.values()))
+                found[stream] = (str(challenge.challenge_id), otp_code_for(challenge, keys))
             else:
                 found[stream] = reset_token_for(next(iter(fold_reset(events).requests.values())), keys)
     engine.dispose()

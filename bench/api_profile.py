@@ -29,22 +29,22 @@ from uuid import uuid4
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sqlalchemy import Engine  # noqa: E402 - after the path set-up
+from sqlalchemy import Engine  # after the path set-up
 
-from bench.bench_server import start_bench_server  # noqa: E402 - after the path set-up
-from domain.otp import RequestOtp, otp_code_for  # noqa: E402
-from domain.otp_events import otp_stream  # noqa: E402
-from domain.otp_state import fold_otp  # noqa: E402
-from domain.reset import RequestReset, reset_token_for  # noqa: E402
-from domain.reset_events import reset_stream  # noqa: E402
-from domain.reset_state import fold_reset  # noqa: E402
-from domain.tokens import TokenKeys  # noqa: E402
-from infra.db.engine import Database  # noqa: E402
-from infra.services.clients import authenticate, create_client  # noqa: E402
-from infra.services.otp import request_otp, verify_code  # noqa: E402
-from infra.services.reset import consume_token, request_reset, verify_token  # noqa: E402
-from infra.services.unit_of_work import ServiceContext, load_state  # noqa: E402
-from tests.support.wire import at_the_wire  # noqa: E402
+from bench.bench_server import start_bench_server  # after the path set-up
+from domain.otp import RequestOtp, otp_code_for
+from domain.otp_events import otp_stream
+from domain.otp_state import fold_otp
+from domain.reset import RequestReset, reset_token_for
+from domain.reset_events import reset_stream
+from domain.reset_state import fold_reset
+from domain.tokens import TokenKeys
+from infra.db.engine import Database
+from infra.services.clients import authenticate, create_client
+from infra.services.otp import request_otp, verify_code
+from infra.services.reset import consume_token, request_reset, verify_token
+from infra.services.unit_of_work import ServiceContext, load_state
+from tests.support.wire import at_the_wire
 
 CALLERS = ""
 LIST_STATEMENTS = False

@@ -18,8 +18,8 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from infra.db.embedded import start_embedded, stop_embedded  # noqa: E402 - after the path set-up
-from infra.db.schema import init_schema  # noqa: E402
+from infra.db.embedded import start_embedded, stop_embedded  # after the path set-up
+from infra.db.schema import init_schema
 
 SHOWN_SETTINGS = ("server_version", "fsync", "synchronous_commit", "shared_buffers")
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from infra.db.engine import Database  # noqa: E402
-from bench.bench_server import start_bench_server  # noqa: E402
-from tests.support.chaos import run_chaos  # noqa: E402
+from infra.db.engine import Database
+from bench.bench_server import start_bench_server
+from tests.support.chaos import run_chaos
 
 HEADER = (
     "| provider | messages | kills | restarts | accepted sends | duplicates | lost | max queued→accepted (s) |\n"

@@ -235,7 +235,7 @@ def _authledger_setup(
 ) -> tuple[Worker, NoopMailer]:
     # Delivery lines are formatted as `authledger worker` does, then dropped:
     # the handler keeps the stream it was given, which stays open for good.
-    with contextlib.redirect_stderr(open(os.devnull, "w")):  # noqa: SIM115
+    with contextlib.redirect_stderr(open(os.devnull, "w")):
         configure_logging("json")
     engine = Database(server.url(database, "postgresql+psycopg")).engine(pool_size=2)
     ping(engine)
@@ -323,10 +323,10 @@ WORKERS: dict[str, Callable[[Server, str, int], Drain]] = {
 }
 
 
-def _process(side: str, uri: str, database: str, index: int, barrier, results) -> None:  # noqa: ANN001
+def _process(side: str, uri: str, database: str, index: int, barrier, results) -> None:
     try:
         drain = WORKERS[side](Server(uri), database, index)
-    except Exception:
+    except Exception:  # noqa: BLE001 - sent to the parent, which prints it and stops the run
         barrier.abort()
         results.put(("error", traceback.format_exc()))
         return
@@ -334,7 +334,7 @@ def _process(side: str, uri: str, database: str, index: int, barrier, results) -
     cpu_at_start = time.process_time()
     try:
         tally = drain()
-    except Exception:
+    except Exception:  # noqa: BLE001 - sent to the parent, which prints it and stops the run
         results.put(("error", traceback.format_exc()))
         return
     end, cpu = time.monotonic(), time.process_time() - cpu_at_start
@@ -507,7 +507,8 @@ def _fresh_read_cost(server: Server, messages: int, rounds: int = 3) -> None:
 def _print_table(header: list[str], rows: list[list[str]]) -> None:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, ["-" * w for w in widths], *rows]:
-        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                        for i, (cell, w) in enumerate(zip(row, widths, strict=True))))
 
 
 def _code_version() -> str:
@@ -566,7 +567,7 @@ def main() -> None:
         runs = {side: samples[(side, workers)] for side in SIDES}
         rate = {side: statistics.median(r for r, _ in runs[side]) for side in SIDES}
         cpu = {side: statistics.median(c for _, c in runs[side]) for side in SIDES}
-        ratios = [statistics.median(a[0] / b[0] for a, b in zip(runs[ours], runs[other]))
+        ratios = [statistics.median(a[0] / b[0] for a, b in zip(runs[ours], runs[other], strict=True))
                   for ours in AUTHLEDGER_SIDES for other in ("raw", "pgqueuer")]
         rows.append([str(workers)] + [f"{rate[s]:,.0f} ({cpu[s]:.0f})" for s in SIDES]
                     + [f"{ratio:.2f}" for ratio in ratios])

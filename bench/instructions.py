@@ -37,8 +37,8 @@ def child(checkout: Path, flow: str, calls: int, warm: int) -> None:
     """Under valgrind, in ``checkout``'s code: warm up, say "ready", make the counted calls on the next line,
     say "done", exit on the next."""
     sys.path[:0] = [str(checkout), str(checkout / "bench")]
-    import one_user  # noqa: PLC0415 - from the checkout measured, once its path is set
-    from infra.db.engine import Database  # noqa: PLC0415
+    import one_user  # from the checkout measured, once its path is set
+    from infra.db.engine import Database
 
     server = one_user.start_bench_server("authledger-bench-instructions-")
     engine = Database(server.create_database("bench_instructions")).engine(pool_size=2)

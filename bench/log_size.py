@@ -164,7 +164,7 @@ def built_url(server: BenchServer, name: str) -> str | None:
         admin = Database(url).admin_engine()
         with admin.connect() as connection:
             built = connection.execute(text("SELECT events FROM bench_built")).scalar()
-    except Exception:  # no such database, or a build that never finished
+    except Exception:  # noqa: BLE001 - no such database, or a build that never finished
         return None
     done = step(f"{name}: kept from an earlier run ({built:,} events); db init's upgrade, VACUUM ANALYZE")
     init_schema(admin)

@@ -66,22 +66,22 @@ from sqlalchemy import Engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_server import start_bench_server  # noqa: E402 - after the path set-up
-from domain.errors import ConcurrencyConflict  # noqa: E402
-from domain.policy import OtpPolicy, ResetPolicy  # noqa: E402
-from domain.otp import RequestOtp  # noqa: E402
-from domain.otp_events import OtpRequestRefused, otp_stream  # noqa: E402
-from domain.reset import RequestReset  # noqa: E402
-from domain.reset_events import ResetRequestRefused, reset_stream  # noqa: E402
-from domain.tokens import TokenKeys  # noqa: E402
-from infra.clock import ManualClock  # noqa: E402
-from infra.db.engine import Database  # noqa: E402
-from infra.errors import RateLimited  # noqa: E402
-from infra.eventlog.postgres import PostgresEventStore  # noqa: E402
-from infra.services.closed_counts import write_all_closed_counts  # noqa: E402
-from infra.services.otp import request_otp  # noqa: E402
-from infra.services.reset import request_reset  # noqa: E402
-from infra.services.unit_of_work import ServiceContext, append_and_fold  # noqa: E402
+from bench.bench_server import start_bench_server  # after the path set-up
+from domain.errors import ConcurrencyConflict
+from domain.policy import OtpPolicy, ResetPolicy
+from domain.otp import RequestOtp
+from domain.otp_events import OtpRequestRefused, otp_stream
+from domain.reset import RequestReset
+from domain.reset_events import ResetRequestRefused, reset_stream
+from domain.tokens import TokenKeys
+from infra.clock import ManualClock
+from infra.db.engine import Database
+from infra.errors import RateLimited
+from infra.eventlog.postgres import PostgresEventStore
+from infra.services.closed_counts import write_all_closed_counts
+from infra.services.otp import request_otp
+from infra.services.reset import request_reset
+from infra.services.unit_of_work import ServiceContext, append_and_fold
 
 # Personal fields are sealed under a master key from the environment: a throwaway one.
 os.environ.setdefault("AUTHLEDGER_MASTER_KEY", "bench:" + base64.urlsafe_b64encode(b"b" * 32).decode().rstrip("="))
@@ -303,7 +303,7 @@ def history_rows(engine: Engine, flow: str, users: int) -> list[tuple[str, float
         for _ in range(HOURLY_LIMIT - (name not in at_limit)):  # the longest histories made one create above
             create(name)()
     refused: dict[str, list[float]] = {"fresh": [], "longest": []}
-    for fresh_name, long_name in zip(at_limit, by_hours[max(HISTORY_HOURS)]):
+    for fresh_name, long_name in zip(at_limit, by_hours[max(HISTORY_HOURS)], strict=True):
         for kind, name in (("fresh", fresh_name), ("longest", long_name)):
             refused[kind].append(timed(create(name)))
     rows += [("user at the limit, no history: refused create", p50_ms(refused["fresh"]), "baseline"),

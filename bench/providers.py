@@ -55,12 +55,12 @@ from uuid import uuid4
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.delivery import (  # noqa: E402 - after the path set-up
+from bench.delivery import (  # after the path set-up
     KEYS, SENDER, TEMPLATE, Server, _code_version, _pgqueuer_queries, _prepare_template, _print_table, _queue_resets,
 )
-from bench.provider_stubs import Stub  # noqa: E402
-from infra.db.embedded import start_embedded  # noqa: E402
-from infra.db.engine import Database  # noqa: E402
+from bench.provider_stubs import Stub
+from infra.db.embedded import start_embedded
+from infra.db.engine import Database
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
 WINDOW = 64  # AUTHLEDGER_DELIVERY_INFLIGHT's default; pgqueuer gets the same concurrency
@@ -379,7 +379,7 @@ def smtp(server: Server, messages: int, startup: float) -> dict[str, Any]:
             run.queue(messages)
             run.sql("CHECKPOINT")
             before = stub.command("stats")
-            wall, cpu = _drain_once(run, {"AUTHLEDGER_PROVIDER": "smtp",
+            _, cpu = _drain_once(run, {"AUTHLEDGER_PROVIDER": "smtp",
                                           "AUTHLEDGER_SMTP_URL": f"smtp://127.0.0.1:{stub.port}"}, "smtp")
             after = stub.command("stats")
             result = run.timings()

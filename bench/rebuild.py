@@ -182,7 +182,7 @@ def generate(conninfo: str, log: Log, events: int) -> float:
         while written < events:
             rows: tuple[list[tuple], list[tuple], list[tuple]] = ([], [], [])
             while (taken := sum(map(len, rows))) < ROWS_PER_TRANSACTION and written + taken < events:
-                for appended, made in zip(rows, log.step()):
+                for appended, made in zip(rows, log.step(), strict=True):
                     appended += [(*row, metadata) for row in made]
             requested, claims, acceptances = rows
             with api.cursor() as cursor:

@@ -135,8 +135,8 @@ def _add(total: list[float], lap: tuple[float, float]) -> None:
 def _code_version() -> str:
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "schema.sql", "infra/audit/seal.py", "infra/audit/verify.py",
-         "projections/audit_chain.py"], capture_output=True, text=True).stdout.strip()
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "schema.sql", "infra/audit/seal.py",
+         "infra/audit/verify.py", "projections/audit_chain.py"], capture_output=True, text=True).stdout.strip()
     return f"{head.stdout.strip() or 'unknown'}{' + uncommitted changes' if dirty else ''}"
 
 
