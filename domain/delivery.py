@@ -82,7 +82,8 @@ def backoff(attempt: int, *, jitter: float, policy: DeliveryPolicy) -> timedelta
     ``jitter`` is a number in [0, 1) supplied by the caller, so that workers
     retrying the same failure spread out instead of returning in lockstep.
     """
-    ceiling = min(policy.backoff_base * 2 ** (attempt - 1), policy.backoff_cap)
+    doubling: int = 2 ** (attempt - 1)  # typeshed types int ** int as Any (a negative power is a float)
+    ceiling = min(policy.backoff_base * doubling, policy.backoff_cap)
     return max(ceiling * jitter, timedelta(milliseconds=100))
 
 

@@ -234,8 +234,7 @@ def _refused_while_locked(
 
 def check_code_shape(code: object, digits: int) -> None:
     """Raise ``InvalidInput`` unless ``code`` is ``digits`` ASCII digits."""
-    well_formed = isinstance(code, str) and code.isascii() and code.isdigit()
-    if not well_formed or len(code) != digits:
+    if not (isinstance(code, str) and code.isascii() and code.isdigit() and len(code) == digits):
         raise InvalidInput(f"the code must be {digits} digits")
 
 

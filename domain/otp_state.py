@@ -115,6 +115,7 @@ def evolve_otp(state: OtpState, event: object) -> OtpState:
 
 
 def _evolve_challenges(state: OtpState, event: object) -> OtpState:
+    challenge: OtpChallenge | None  # made by the first branch, looked up by the others
     if isinstance(event, OtpChallengeIssued):
         challenge = OtpChallenge(
             event.challenge_id, event.user_id, event.recipient, event.key_id, event.digits,

@@ -101,6 +101,7 @@ def evolve_reset(state: ResetState, event: object) -> ResetState:
 
 
 def _evolve_requests(state: ResetState, event: object) -> ResetState:
+    request: ResetRequest | None  # made by the first branch, looked up by the others
     if isinstance(event, ResetRequested):
         request = ResetRequest(
             event.request_id, event.user_id, event.recipient, event.key_id, event.token_hash,

@@ -77,7 +77,8 @@ def request_sentences(story: Story, request_id: UUID, now: datetime, *, follow: 
             said += story.messages[message_id].said
     positions = [finding.position for finding in said if finding.position is not None]
     if positions:  # an outage began or ended while this request's mail was on its way
-        said += [o for o in story.outages if min(positions) < o.position < max(positions)]
+        said += [o for o in story.outages
+                 if o.position is not None and min(positions) < o.position < max(positions)]
     lines = _in_log_order(said) + _still(story, request, now)
     if follow and request.superseded_by in story.requests:
         lines += request_sentences(story, request.superseded_by, now, follow=False)

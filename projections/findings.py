@@ -150,8 +150,10 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
                                         finding_ids(request_id=e.request_id, notice_message_id=e.notice_message_id)))
         case otp_events.OtpChallengeVerified() | otp_events.OtpChallengeLockedOut() if e.challenge_id in story.requests:
             request = story.requests[e.challenge_id]
-            request.status = "verified" if isinstance(e, otp_events.OtpChallengeVerified) else "locked"
-            what = "its code was verified" if request.status == "verified" else f"it was locked ({e.scope})"
+            if isinstance(e, otp_events.OtpChallengeVerified):
+                request.status, what = "verified", "its code was verified"
+            else:
+                request.status, what = "locked", f"it was locked ({e.scope})"
             request.said.append(Finding(f"OTP challenge {e.challenge_id}: {what} at {T(at)}.",
                                         r.event_type, pos, at, finding_ids(request_id=e.challenge_id)))
         case reset_events.ResetTokenRejected() | otp_events.OtpCodeRejected():

@@ -88,9 +88,9 @@ def evolve_outbox(row: OutboxRow | None, event: object) -> OutboxRow | None:
                 row, state="failed", last_error=event.error, lease_owner=None, lease_token=None,
                 lease_expires_at=None, finished_at=event.failed_at,
             )
-        case SendAttemptFailed():
+        case SendAttemptFailed(retry_at=datetime() as retry_at):
             return evolve(
-                row, state="pending", available_at=event.retry_at, last_error=event.error,
+                row, state="pending", available_at=retry_at, last_error=event.error,
                 lease_owner=None, lease_token=None, lease_expires_at=None,
             )
         case DeliverySkipped():

@@ -132,8 +132,10 @@ def live_part(state: State) -> State:
         return state
     if isinstance(state, ResetState):
         by_token_hash = {token_hash: i for token_hash, i in state.by_token_hash.items() if i in live}
-        return evolve(state, requests=live, by_token_hash=by_token_hash, receipts={}, request_times=times)
-    return evolve(state, challenges=live, receipts={}, request_times=times)
+        requests_kept = {i: r for i, r in state.requests.items() if i in live}  # typed as the state's own
+        return evolve(state, requests=requests_kept, by_token_hash=by_token_hash, receipts={}, request_times=times)
+    challenges_kept = {i: c for i, c in state.challenges.items() if i in live}
+    return evolve(state, challenges=challenges_kept, receipts={}, request_times=times)
 
 
 def with_found(

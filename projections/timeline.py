@@ -91,7 +91,7 @@ def _request_of(event: object, request_of_message: dict[UUID, UUID]) -> UUID | N
 
 
 def _actor(recorded: RecordedEvent) -> str | None:
-    owner = getattr(recorded.event, "lease_owner", None)
+    owner: str | None = getattr(recorded.event, "lease_owner", None)
     if owner:
         return owner
     metadata = recorded.metadata or {}
