@@ -88,7 +88,8 @@ class LazyGroup(click.Group):
 class UserFacingError(click.ClickException):
     def __init__(self, error: AuthledgerError) -> None:
         super().__init__(error.message)
-        self.exit_code = error.exit_code
+        # click declares exit_code a ClassVar, yet reads it from the instance: each error brings its own.
+        self.exit_code = error.exit_code  # type: ignore[misc]
 
 
 class AuthledgerGroup(LazyGroup):

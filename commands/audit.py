@@ -22,7 +22,7 @@ from infra.audit.digest import (
     signing_key,
     write_digest_file,
 )
-from infra.audit.export import events_in_export, stretch_for_times, verify_export
+from infra.audit.export import ExportCheck, events_in_export, stretch_for_times, verify_export
 from infra.audit.export import export as export_log
 from infra.bootstrap import App
 from infra.errors import KeyNotTrusted
@@ -87,6 +87,7 @@ def audit_verify(app: App, from_position: int | None, to_position: int | None, d
             "(a PEM file or the base64 of the raw 32-byte key, see docs/audit.md \"Getting the public key\"), "
             "or --trust-embedded-key to accept the key inside the file"
         )
+    report: ExportCheck | audit_service.VerifyReport
     if export_file:
         with progress_bar(events_in_export(export_file), "checking export") as bar:
             report = verify_export(export_file, trusted, progress=bar.update)

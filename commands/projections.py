@@ -128,9 +128,14 @@ def projections_replay(app: App, name: str | None, as_of: datetime | None, to_po
         drop_replay(app.admin_engine, drop_schema)
         emit({"dropped": drop_schema}, as_json, f"dropped schema {drop_schema}")
         return
-    if not name or not schema or (as_of is None) == (to_position is None):
+    if as_of is not None and to_position is None:
+        bound = log_as_of(as_of)
+    elif to_position is not None and as_of is None:
+        bound = log_to_position(to_position)
+    else:
+        bound = None
+    if not name or not schema or bound is None:
         raise click.UsageError("give NAME, --into SCHEMA and one of --as-of or --to-position")
-    bound = log_as_of(as_of) if as_of is not None else log_to_position(to_position)
     bar, update = rate_progress_bar(0, f"replaying {name}")
     with bar:
         result = replay_into(app.admin_engine, projection_named(name), schema, bound, progress=update)

@@ -25,6 +25,7 @@ def tenants() -> None:
 def tenants_create(app: App, name: str, as_json: bool) -> None:
     """Create a tenant, so that clients can be created in it."""
     created = tenant_service.create_tenant(app.services, name, metadata=cli_metadata("tenants create"))
+    assert created.created_at is not None  # only the default tenant, never created, has no time
     emit({"name": created.name, "created_at": created.created_at.isoformat()}, as_json,
          f"tenant {created.name} created; add a client with "
          f"`authledger clients create NAME --tenant {created.name} --scope send`")

@@ -220,7 +220,7 @@ def check_scopes(scopes: object) -> tuple[str, ...]:
 def decide_create(
     state: ClientState, name: str, *, tenant: str, scopes: tuple[str, ...], key_hash: str, now: datetime,
     granter: Caller | None = None,
-) -> list[object]:
+) -> list[ClientKeyIssued]:
     """The client's first key; ``InvalidInput`` while the client has a live key (rotate it instead).
 
     A client whose keys are all revoked may be created again in its tenant,
@@ -236,7 +236,7 @@ def decide_create(
 
 
 def decide_rotate(state: ClientState, name: str, *, key_hash: str, now: datetime,
-                  granter: Caller | None = None) -> list[object]:
+                  granter: Caller | None = None) -> list[ClientKeyIssued]:
     """Another live key, with the client's tenant and scopes; its other keys stay live.
 
     A new key is a grant of the client's scopes: ``granter`` must hold them (``check_grant``).
@@ -251,7 +251,7 @@ def decide_rotate(state: ClientState, name: str, *, key_hash: str, now: datetime
 
 
 def decide_revoke(state: ClientState, name: str, key_id: str | None = None, *, now: datetime,
-                  revoker: Caller | None = None) -> list[object]:
+                  revoker: Caller | None = None) -> list[ClientKeyRevoked]:
     """Revoke one key (``key_id``) or every live key; nothing when already revoked, ``NotFound`` when unknown.
 
     An operator client is the CLI's to manage: a key (``revoker``) may not

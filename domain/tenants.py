@@ -81,7 +81,7 @@ def tenant_exists(events: Iterable[object]) -> bool:
     return any(isinstance(event, TenantCreated) for event in events)
 
 
-def decide_create_tenant(exists: bool, name: str, *, now: datetime) -> list[object]:
+def decide_create_tenant(exists: bool, name: str, *, now: datetime) -> list[TenantCreated]:
     """Create tenant ``name``; ``InvalidInput`` when it exists (the default tenant always does)."""
     require_utc(now)
     check_tenant_name(name)

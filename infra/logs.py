@@ -77,6 +77,9 @@ def error_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}".splitlines()[0]
 
 
-def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, **fields: Any) -> None:
-    """Log ``event`` with structured ``fields`` (None values are left out)."""
+def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, /, **fields: Any) -> None:
+    """Log ``event`` with structured ``fields`` (None values are left out).
+
+    The first three are positional-only, so that a ``**fields`` mapping can never fill ``level``.
+    """
     logger.log(level, event, extra={FIELDS: {k: v for k, v in fields.items() if v is not None}})

@@ -33,8 +33,8 @@ of them, its address opened, until only the open one was (bench/RESULTS.md,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 from uuid import UUID
 
 from attrs import evolve, field, frozen
@@ -54,13 +54,19 @@ Request = ResetRequest | OtpChallenge
 # its window holds.
 LIVE_FOR = 2 * RATE_WINDOW
 # stream id prefix -> the flow's fold; the prefixes come from the stream-naming functions themselves.
-FOLDS: dict[str, Callable[[Iterable[object], Any], Any]] = {
+class Fold(Protocol):
+    """``fold_reset`` and ``fold_otp``: every event from the start, or those after a snapshot's state."""
+
+    def __call__(self, events: Iterable[object], state: Any = None, /) -> Any: ...
+
+
+FOLDS: dict[str, Fold] = {
     reset_stream(""): fold_reset,
     otp_stream(""): fold_otp,
 }
 
 
-def fold_of(stream_id: str) -> Callable[[Iterable[object], Any], Any] | None:
+def fold_of(stream_id: str) -> Fold | None:
     """The fold of a snapshotted stream, or None for a stream without snapshots."""
     for prefix, fold in FOLDS.items():
         if stream_id.startswith(prefix):

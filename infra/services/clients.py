@@ -24,6 +24,7 @@ from sqlalchemy import Engine, select
 
 from domain.clients import (
     LEGACY_SCOPES,
+    ClientKeyIssued,
     Caller,
     check_client_name,
     check_scopes,
@@ -121,7 +122,7 @@ class IssuedKey:
     api_key: str  # shown once, never stored
 
 
-def _issued(events: list[object], api_key: str) -> IssuedKey:
+def _issued(events: list[ClientKeyIssued], api_key: str) -> IssuedKey:
     [issued] = events
     return IssuedKey(issued.name, issued.tenant, issued.scopes, issued.key_id, api_key)
 

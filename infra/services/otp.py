@@ -83,6 +83,7 @@ def request_otp(
             retry_at=decision.outcome.retry_at, quota=Quota("per-user", ctx.otp_policy.hourly_limit, RATE_WINDOW),
         )
     outcome = decision.outcome
+    assert isinstance(outcome, RequestOutcome)  # decide_otp_request answers with one or refuses
     log_event(log, "otp challenge requested", user_id=cmd.scoped_user_id, challenge_id=outcome.request_id,
               message_id=outcome.message_id, reused=outcome.reused)
     return outcome
@@ -138,7 +139,7 @@ def _rejection(decision: Decision, outcome: VerifyOutcome) -> str:
 
 
 def verify_code(
-    ctx: ServiceContext, challenge_id: UUID, code: str, metadata: Mapping[str, Any] | None = None, *,
+    ctx: ServiceContext, challenge_id: UUID | str, code: str, metadata: Mapping[str, Any] | None = None, *,
     user_id: str, purpose: str | None = None, tenant: str = DEFAULT_TENANT, client_ip: str | None = None,
 ) -> VerifyOutcome:
     """Accept the right code once, for the user (and purpose, when given) it was issued to.

@@ -72,6 +72,7 @@ def request_reset(
             f"too many reset emails for this user; retry after {decision.outcome.retry_at.isoformat()}",
             retry_at=decision.outcome.retry_at, quota=Quota("per-user", ctx.reset_policy.hourly_limit, RATE_WINDOW),
         )
+    assert isinstance(decision.outcome, RequestOutcome)  # decide_reset_request answers with one or refuses
     return decision.outcome
 
 
@@ -156,4 +157,5 @@ def consume_token(
         lookups=Lookups(token_hash=token_hash),
         admit=admit,
     )
-    return _answered(decision)
+    consumed: ConsumeOutcome = _answered(decision)
+    return consumed

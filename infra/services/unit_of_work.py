@@ -74,6 +74,7 @@ StreamOf = Callable[[Connection], str]
 # Checks a decision against limits kept outside its stream, on its connection, before it is appended.
 Admit = Callable[[Connection, Any, datetime], None]
 Decided = TypeVar("Decided")
+Event = TypeVar("Event")
 
 
 def random_nonce() -> str:
@@ -176,7 +177,7 @@ def record_decision(
 
 
 def _decision_batches(stream_id: str, expected_version: int, decision: Decision) -> Batches:
-    batches = [(stream_id, expected_version, decision.events)]
+    batches: list[tuple[str, int, Sequence[object]]] = [(stream_id, expected_version, decision.events)]
     batches += [(email_stream(queued.message_id), 0, [queued]) for queued in decision.emails]
     return batches
 
@@ -213,9 +214,9 @@ def decide_events_on_stream(
     ctx: ServiceContext,
     stream_id: str,
     fold: Callable[[Iterable[object]], Any],
-    decide: Callable[[Any, datetime], list[object]],
+    decide: Callable[[Any, datetime], list[Event]],
     metadata: Mapping[str, Any] | None = None,
-) -> list[object]:
+) -> list[Event]:
     """``decide_on_stream`` for streams whose decisions are plain lists of events (clients)."""
     return _serialised(ctx, stream_id, fold, decide,
                        lambda stream, version, events: [(stream, version, events)], metadata, None, NO_LOOKUPS, None)
