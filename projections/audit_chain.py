@@ -125,14 +125,14 @@ class Finding:
 
     kind: str  # changed, deleted, inserted, moved, seal-missing, seals-out-of-order, digest-mismatch
     chain_index: int | None
-    global_position: int
+    global_position: int | None  # None: an export's elided line, whose event the export does not show
     stream_id: str | None
     stream_version: int | None
     detail: str
 
     def describe(self) -> str:
         where = f"event {self.stream_id} v{self.stream_version}" if self.stream_id is not None else "an event"
-        at = f" at position {self.global_position}"
+        at = f" at position {self.global_position}" if self.global_position is not None else ""
         index = f" (chain index {self.chain_index})" if self.chain_index is not None else ""
         return f"{self.kind}: {where}{at}{index}: {self.detail}"
 

@@ -176,8 +176,8 @@ def make_digest(
         raise TamperDetected(f"not signing a broken chain: {report.finding.describe()}")
     with engine.connect() as connection:
         # Sign what was checked, even if the sealer moved on meanwhile.
-        checked = report is not None and report.stretch is not None
-        head = seal_at(connection, report.stretch.last) if checked else chain_head(connection)
+        stretch = report.stretch if report is not None else None
+        head = seal_at(connection, stretch.last) if stretch is not None else chain_head(connection)
     if head is None:
         raise NotFound("nothing is sealed yet; run `authledger audit seal` first")
     return SignedHead(sign_digest(head, key, created_at=now_text()), report)

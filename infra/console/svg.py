@@ -114,7 +114,7 @@ def draw(events: list[RecordedEvent]) -> str:
     """One SVG picture of these events (any order): lanes, lease bars, attempts, supersessions, the erasure."""
     events = sorted(events, key=lambda r: r.global_position)
     times = event_times(events)
-    when = {r.global_position: times[r.global_position] for r in events if times[r.global_position] is not None}
+    when = {r.global_position: at for r in events if (at := times[r.global_position]) is not None}
     lanes: dict[UUID, _Lane] = {}
     leases: dict[UUID, _Lease] = {}
 
@@ -166,11 +166,13 @@ def draw(events: list[RecordedEvent]) -> str:
             new = event.superseded_by
             start = request_x.get(old, x)
             end = request_x.get(new, x) if new is not None else x
+            # Only a reset request is superseded by no other (a password change): its reason says why.
+            by = new if not isinstance(event, reset_events.ResetSuperseded) or new is not None else event.reason
             shapes.append(
                 f'<path class="supersession" d="M{start},{request_lane - 8} C{start},{request_lane - 22} '
                 f'{end},{request_lane - 22} {end},{request_lane - 8}" data-kind="supersession" '
                 f'data-request="{old}" data-superseded-by="{new or ""}" data-position="{position}">'
-                f'{_title(f"request {old} superseded by {new or event.reason} at {format_time(at)}")}</path>')
+                f'{_title(f"request {old} superseded by {by} at {format_time(at)}")}</path>')
         elif type(event) in VERIFICATIONS:
             outcome = VERIFICATIONS[type(event)]
             request_id = _request_id(event)

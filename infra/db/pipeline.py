@@ -42,7 +42,7 @@ from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, Dialect, Engine, event
 from sqlalchemy.engine.interfaces import DBAPICursor, ExecutionContext
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql import ClauseElement, TextClause
+from sqlalchemy.sql import ClauseElement, Executable, TextClause
 
 from infra.db.engine import translate_driver_error
 
@@ -124,11 +124,11 @@ def pipelined_transaction(engine: Engine) -> Iterator[Connection]:
             yield connection
             _commit(connection, driver, entry)
         except BaseException:
-            if (entry := _PIPELINES.pop(driver, None)) is not None:
+            if (aborted := _PIPELINES.pop(driver, None)) is not None:
                 # Leaving an aborted pipeline fails again; told of the error in hand, psycopg would log that
                 # second one as a warning, with the server's detail. The error being raised is the one that matters.
                 with suppress(psycopg.Error):
-                    entry.pipelining.__exit__(None, None, None)
+                    aborted.pipelining.__exit__(None, None, None)
             _roll_back(driver)
             raise
         finally:
@@ -154,7 +154,7 @@ def _commit(connection: Connection, driver: psycopg.Connection[Any], entry: _Pip
 
 
 def execute_deferred(
-    connection: Connection, statement: ClauseElement, parameters: Params | Sequence[Params], *,
+    connection: Connection, statement: Executable, parameters: Params | Sequence[Params], *,
     answer: bool = False,
 ) -> Pending:
     """Execute a statement nobody waits for: a write, or a lock taken only to wait.
@@ -175,7 +175,7 @@ def execute_deferred(
     return pending
 
 
-def execute_read(connection: Connection, statement: ClauseElement, parameters: Params) -> Sequence[Any]:
+def execute_read(connection: Connection, statement: Executable, parameters: Params) -> Sequence[Any]:
     """The rows of a statement that is read, sent with what was deferred before it, and waited for.
 
     Rows have the columns as attributes, and ``_asdict()``, whether psycopg
@@ -203,20 +203,23 @@ def _raise_translated(
 ) -> NoReturn:
     """Raise for a statement psycopg ran what SQLAlchemy would have: its DBAPIError, or the authledger error
     the engine's translation makes of it; a lost connection is invalidated, so the pool replaces it."""
-    disconnect = connection.dialect.is_disconnect(error, driver, None)
+    # psycopg's Error and Connection are what SQLAlchemy's DBAPI protocols describe, but not declared as such.
+    disconnect = connection.dialect.is_disconnect(error, driver, None)  # type: ignore[arg-type]
     wrapped = DBAPIError.instance(sql, parameters, error, psycopg.Error, connection_invalidated=disconnect,
                                   hide_parameters=connection.engine.hide_parameters, dialect=connection.dialect)
+    assert isinstance(wrapped, DBAPIError)  # what instance() makes of an error of the DBAPI's own base class
     if disconnect:
         connection.invalidate(error)
     raise (translate_driver_error(wrapped, connecting=False, is_disconnect=disconnect) or wrapped) from error
 
 
-def _compiled(statement: ClauseElement, dialect: Dialect, parameters: Params) -> _Compiled:
+def _compiled(statement: Executable, dialect: Dialect, parameters: Params) -> _Compiled:
     """The statement's SQL and bind processors, compiled on first use, as SQLAlchemy would send it."""
     names = None if isinstance(statement, TextClause) else tuple(parameters)
     key = (id(statement), names)
     if (found := _COMPILED.get(key)) is not None:
         return found
+    assert isinstance(statement, ClauseElement)  # as every statement SQLAlchemy builds is: it compiles
     compiled = statement.compile(dialect=dialect, column_keys=list(names) if names is not None else None)
     binds = set(compiled.bind_names.values())  # type: ignore[attr-defined]
     if not binds <= set(parameters) or compiled.escaped_bind_names or compiled.positional:  # type: ignore[attr-defined]
@@ -271,7 +274,7 @@ def _install(engine: Engine) -> None:
 
 def _execute(cursor: DBAPICursor, statement: str, parameters: Any, context: ExecutionContext) -> bool:
     """Send what was deferred, then this statement, and wait for the answers; False outside a pipeline."""
-    driver = cursor.connection  # type: ignore[attr-defined]
+    driver = cursor.connection
     entry = _PIPELINES.get(driver)
     if entry is None:
         return False  # SQLAlchemy executes as usual

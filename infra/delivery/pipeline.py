@@ -30,6 +30,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from uuid import UUID
 
 from sqlalchemy import Engine
 
@@ -68,7 +69,7 @@ class Window:
         self.rereads = 0  # messages read again because their group's read went stale before their call
         self._reread: asyncio.Lock | None = None  # one such read at a time, beside the loop's own
         self.tally: Counter[str] = Counter()
-        self.states: dict[object, str] = {}  # message id -> state, for callers that asked for given claims
+        self.states: dict[UUID, str] = {}  # message id -> state, for callers that asked for given claims
         self._unstarted: list[Claim] = []  # claimed, not sent: a database error cut in
         self._unrecorded: list[Sent] = []
         self._sends: set[asyncio.Task[None]] = set()

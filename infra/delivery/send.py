@@ -52,8 +52,10 @@ def without_sending(ctx: ServiceContext, claim: Claim, prepared: Prepared) -> At
     """The outcome when the provider must not be called (unwanted, or too little lease left); else None."""
     row, policy, now = claim.row, ctx.delivery_policy, ctx.clock.now()
     if prepared.email is None:
+        assert prepared.skip_reason is not None  # prepare() gives a reason whenever it gives no email
         skipped = DeliverySkipped(row.message_id, now, prepared.skip_reason, claim.lease_token)
         return Attempt([skipped], "skipped", "skipped")
+    assert row.lease_expires_at is not None  # the row is claimed: its lease has an end
     if not enough_lease_left(row.lease_expires_at, now=now, policy=policy):
         # Too little lease left to finish a provider call safely: give it back.
         events = failure_events(

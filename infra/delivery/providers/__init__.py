@@ -25,7 +25,7 @@ and an HTTP JSON API (and the fakes in tests) are interchangeable:
 
 from __future__ import annotations
 
-from email.headerregistry import Address, HeaderRegistry
+from email.headerregistry import Address, AddressHeader, HeaderRegistry
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
@@ -132,7 +132,9 @@ def sender_address(sender: str) -> Address:
     it is the operator's text, not a user's, but is still held to exactly one
     address, so that From is built from an object as To is.
     """
-    addresses = _HEADERS("From", sender).addresses
+    header = _HEADERS("From", sender)
+    assert isinstance(header, AddressHeader)  # the registry's class for From
+    addresses = header.addresses
     if len(addresses) != 1 or not addresses[0].domain:
         raise ConfigError(f"sender {sender!r} must hold exactly one email address")
     return addresses[0]

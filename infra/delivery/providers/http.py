@@ -150,8 +150,7 @@ class HttpMailer:
         status = response.status_code
         body = _json(response)
         provider_id = body.get("id")
-        has_id = isinstance(provider_id, str) and provider_id != ""
-        if (200 <= status < 300 or status == 409) and has_id:
+        if (200 <= status < 300 or status == 409) and isinstance(provider_id, str) and provider_id != "":
             # 409 with an id: this key was sent before, and that send stands.
             return ProviderReceipt(provider=self.name, provider_message_id=provider_id)
         raise _failure(status, body)

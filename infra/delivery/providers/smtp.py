@@ -246,7 +246,7 @@ class SmtpMailer:
         # TLS checks the certificate against ``_host``, which smtplib only sets
         # when the constructor connects; we connect below instead, so that the
         # watchdog already covers the connect and the greeting.
-        conn._host = self.host
+        conn._host = self.host  # type: ignore[attr-defined]  # private, so not in smtplib's stubs
         attempt.watch(conn)
         try:
             expect(conn.connect(self.host, self.port), wanted=220)
