@@ -53,7 +53,7 @@ class InMemoryEventStore:
             # Encode first, as PostgreSQL does: an unknown class refuses the whole append.
             encoded = [[self.codec.encode(event, self.keyring) for event in events] for _, _, events in batches]
             transaction_id = len(self._events) + 1
-            recorded = []
+            recorded: list[RecordedEvent] = []
             for (stream_id, expected_version, events), tags in zip(batches, encoded, strict=True):
                 for offset, (event, (tag, version, _)) in enumerate(zip(events, tags, strict=True), start=1):
                     recorded.append(

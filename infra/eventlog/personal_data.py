@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from json.encoder import encode_basestring_ascii as _quoted  # what json.dumps quotes strings with
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 from attrs import frozen
 from cryptography.exceptions import InvalidTag
@@ -56,7 +56,7 @@ class FieldContext:
         return f"{self.tag}.{self.field} of user {self.user_id!r}"
 
 
-def is_envelope(value: object) -> bool:
+def is_envelope(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and value.startswith(PREFIX)
 
 

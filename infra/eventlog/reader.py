@@ -24,7 +24,7 @@ sealed, exactly as stored.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -135,7 +135,7 @@ def to_position(position: int) -> LogBound:
     return LogBound("to_position", {"to_position": position})
 
 
-def _keyring(connection: Connection, rows: list[Any], reading: Reading) -> Keyring:
+def _keyring(connection: Connection, rows: Sequence[Any], reading: Reading) -> Keyring:
     return keyring_for(connection, ((row.event_type, row.payload) for row in rows)) if reading.personal_data else SEALED
 
 

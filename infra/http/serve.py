@@ -280,9 +280,10 @@ def serve_processes(plan: ApiProcess, *, host: str, port: int, processes: int,
     with port_socket(host, port, shared=False) as alone:
         port = alone.getsockname()[1]  # the one chosen, when asked for port 0
     spawn = multiprocessing.get_context("spawn")
-    children = [spawn.Process(target=run_api_process, name=f"authledger-api-{index}",
-                              args=(attrs.evolve(plan, background=index == 0), host, port))
-                for index in range(processes)]
+    children: list[multiprocessing.process.BaseProcess] = [
+        spawn.Process(target=run_api_process, name=f"authledger-api-{index}",
+                      args=(attrs.evolve(plan, background=index == 0), host, port))
+        for index in range(processes)]
     started: list[multiprocessing.process.BaseProcess] = []
     stop_by: list[float] = []  # when the stop began: the grace period's end
 
@@ -290,7 +291,7 @@ def serve_processes(plan: ApiProcess, *, host: str, port: int, processes: int,
         if not stop_by:
             stop_by.append(time.monotonic() + STOP_GRACE_SECONDS)
         for child in started:
-            if child.exitcode is None:  # never signal a pid already reaped
+            if child.exitcode is None and child.pid is not None:  # never signal a pid already reaped
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(child.pid, signal.SIGTERM)
 

@@ -79,7 +79,8 @@ def retarget(table: Table, name: str, schema: str | None = None) -> Table:
     """A description of another table with ``table``'s columns, for shadow and side tables."""
     from sqlalchemy import MetaData
 
-    return table.to_metadata(MetaData(), name=name, schema=schema)
+    # schema=None (the new MetaData's, none) is documented, but to_metadata's annotation leaves None out.
+    return table.to_metadata(MetaData(), name=name, schema=schema)  # type: ignore[arg-type]
 
 
 class Staged:
@@ -102,7 +103,9 @@ class Staged:
         self._empty = f"TRUNCATE {stage}"
 
     def write(self, connection: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-        cursor = connection.connection.driver_connection.cursor()  # the same transaction, psycopg's COPY
+        driver = connection.connection.driver_connection
+        assert driver is not None  # a connection in a transaction has its driver's
+        cursor = driver.cursor()  # the same transaction, psycopg's COPY
         try:
             cursor.execute(self._create)
             with cursor.copy(self._copy) as copy:
@@ -194,7 +197,7 @@ class KeyedApplier:
     ) -> None:
         self.table, self.row_type, self.key_column = table, row_type, key_column
         self.key_of, self.evolve, self.starts = key_of, evolve, starts
-        self.tables = (table,)
+        self.tables: tuple[Table, ...] = (table,)
         self.cache_rows, self.bulk, self.lock = cache_rows, bulk, lock
         self.shared_keys = shared_keys and lock
         self._cache: OrderedDict[Any, Any] = OrderedDict()
@@ -339,7 +342,7 @@ class EntriesApplier:
 
     def __init__(self, table: Table, entries_of: Callable[[RecordedEvent], Iterable[Any]]) -> None:
         self.table, self.entries_of = table, entries_of
-        self.tables = (table,)
+        self.tables: tuple[Table, ...] = (table,)
         # No ON CONFLICT: an event applied twice must fail loudly, not vanish.
         self._insert = _unnest_insert(table, "")
 

@@ -19,7 +19,7 @@ from collections import OrderedDict
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import attrs
@@ -44,6 +44,7 @@ from projections.receipts import receipt_id
 from projections.snapshots import Request, Snapshot, State, evolve_snapshot, requests_of, snapshot_key
 
 _converter = make_converter()
+AnyRequest = TypeVar("AnyRequest", bound=Request)
 
 
 # Built once per table and kept: a decision loads its stream's snapshot on every request, and building
@@ -125,10 +126,10 @@ def decode_snapshot(
     if "account" in encoded:
         challenges = [decode_request(data, personal[data["challenge_id"]], OtpChallenge)
                       for data in encoded["requests"]]
-        failures, lockouts, locked_until = encoded["account"]
-        state = OtpState({c.challenge_id: c for c in challenges}, receipts, failures, lockouts,
-                         _converter.structure(locked_until, datetime | None), run, rejections,
-                         _request_times(encoded, [c.issued_at for c in challenges]), flood)
+        failures, lockouts, locked = encoded["account"]
+        locked_until = _converter.structure(locked, datetime) if locked is not None else None
+        state = OtpState({c.challenge_id: c for c in challenges}, receipts, failures, lockouts, locked_until,
+                         run, rejections, _request_times(encoded, [c.issued_at for c in challenges]), flood)
     else:
         requests = [decode_request(data, personal[data["request_id"]], ResetRequest)
                     for data in encoded["requests"]]
@@ -148,7 +149,7 @@ def _request_times(encoded: Mapping[str, Any], made: list[datetime]) -> tuple[da
     return tuple(sorted(made))
 
 
-def decode_request(data: Mapping[str, Any], personal: Mapping[str, str | None], kind: type[Request]) -> Request:
+def decode_request(data: Mapping[str, Any], personal: Mapping[str, str | None], kind: type[AnyRequest]) -> AnyRequest:
     """A request or challenge as a snapshot or a request row spells it, with its ``personal`` fields opened."""
     return _converter.structure({**data, **personal}, kind)
 
@@ -167,7 +168,7 @@ def _personal(
 
 
 def _opened(
-    keyring: Keyring, recipient_at: Mapping[str, int], found: Iterable[tuple[int, str, str, Sequence[str | None]]]
+    keyring: Keyring, recipient_at: Mapping[str, int], found: Iterable[Sequence[Any]]
 ) -> dict[str, dict[str, str | None]]:
     """Each request's ``PERSONAL`` fields opened, from (position, event type, user id, sealed values) rows."""
     by_position = {}
@@ -304,7 +305,8 @@ class SnapshotApplier:
 
     def __init__(self, table: Table = tables.stream_snapshots, requests: Table = tables.stream_requests, *,
                  cache_rows: int = 0) -> None:
-        self.table, self.requests, self.tables, self.cache_rows = table, requests, (table, requests), cache_rows
+        self.table, self.requests, self.cache_rows = table, requests, cache_rows
+        self.tables: tuple[Table, ...] = (table, requests)
         self._select, self._upsert = _select(table), _upsert(table, requests)
         self._cache: OrderedDict[str, Snapshot] = OrderedDict()
 

@@ -118,7 +118,8 @@ def _verify(
         events += len(page)
         if progress is not None:
             progress(len(page))
-    differences, count, rows = [], 0, 0
+    differences: list[RowDifference] = []
+    count, rows = 0, 0
     for shadow in shadows:
         keys = [c.name for c in shadow.live.primary_key.columns]
         live, replay = _ordered(reader, shadow.live, keys), _counted(_ordered(builder, shadow.shadow, keys))

@@ -90,6 +90,7 @@ def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID 
     if request_id is not None:
         findings = request_findings(story.context, request_id, now=now)
     else:
+        assert message_id is not None  # one of the two was given, or explain raised above
         findings = message_findings(story.context, message_id, now=now)
     about = {r.global_position for r in story.events}
     # Timed over the whole context: a supersession takes its time from the request in its transaction.

@@ -33,7 +33,7 @@ This needs the master key, as every command that opens personal data does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
@@ -128,12 +128,12 @@ class Lookup:
         rows = self.connection.execute(AT_POSITIONS, {"positions": sorted(set(positions))}).all() if positions else []
         return self._with_keys(rows)
 
-    def _with_keys(self, rows: list[Any]) -> list[Any]:
+    def _with_keys(self, rows: Sequence[Any]) -> list[Any]:
         self.keys.prefetch((row.event_type, row.payload) for row in rows)
         return sorted(rows, key=lambda row: row.global_position)
 
 
-def _tenant_of_rows(rows: list[Any]) -> str:
+def _tenant_of_rows(rows: Sequence[Any]) -> str:
     """The tenant whose user the stored ``rows`` are about: named by a user stream, or by an email's ``user_id``
     (the default tenant when none names one, as ``of_tenant`` takes it)."""
     for row in rows:
