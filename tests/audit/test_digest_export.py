@@ -119,7 +119,9 @@ def test_a_corrupt_digest_file_is_a_one_line_error(
     assert outcome.output.count("\n") == 1 and outcome.output.startswith("Error: digest ")
 
 
-def test_a_digest_changed_after_signing_fails_its_signature(sealed: list[str], database_url: str, tmp_path: Path) -> None:
+def test_a_digest_changed_after_signing_fails_its_signature(
+    sealed: list[str], database_url: str, tmp_path: Path,
+) -> None:
     digest = tmp_path / "digest.json"
     assert invoke(database_url, "audit", "digest", "--out", str(digest)).exit_code == 0
     document = json.loads(digest.read_text())

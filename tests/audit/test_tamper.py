@@ -138,7 +138,8 @@ def test_removing_the_newest_events_and_their_seals_is_caught_by_the_digest(
     digest = tmp_path / "digest.json"
     assert invoke(database_url, "audit", "digest", "--out", str(digest)).exit_code == 0
     with tampering(admin_engine) as connection:
-        connection.execute(text("DELETE FROM events WHERE global_position > (SELECT max(global_position) - 3 FROM events)"))
+        connection.execute(text(
+            "DELETE FROM events WHERE global_position > (SELECT max(global_position) - 3 FROM events)"))
     with tampering(admin_engine, "seals") as connection:
         connection.execute(text("DELETE FROM seals WHERE chain_index > 8"))
     assert verify(database_url)[0] == 0

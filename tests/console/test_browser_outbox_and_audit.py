@@ -81,7 +81,8 @@ def forge(browser: Any, path: str, **fields: str) -> None:
 def event_count(ctx: ServiceContext, event_type: str | None = None) -> int:
     with ctx.engine.connect() as connection:
         return connection.execute(text(
-            "SELECT count(*) FROM events WHERE CAST(:type AS text) IS NULL OR event_type = :type"), {"type": event_type}).scalar_one()
+            "SELECT count(*) FROM events WHERE CAST(:type AS text) IS NULL OR event_type = :type"),
+            {"type": event_type}).scalar_one()
 
 
 def wait_until(browser: Any, condition: Any, timeout: float = 30) -> None:
@@ -179,7 +180,8 @@ def test_an_admin_erases_a_user_from_the_case_page_with_a_reason_and_a_confirmat
     assert browser.find_elements(By.CSS_SELECTOR, "svg.timeline [data-kind=erasure]")
     shot(browser, "case-erased")
     with ctx.engine.connect() as connection:
-        erased = connection.execute(text("SELECT payload, metadata FROM events WHERE event_type = 'SubjectErased'")).one()
+        erased = connection.execute(
+            text("SELECT payload, metadata FROM events WHERE event_type = 'SubjectErased'")).one()
     assert erased.payload["reason"] == "ticket 7: the user asked to be forgotten"
     assert erased.metadata["client"] == "operator"
     assert_projections_match_log(ctx.engine)

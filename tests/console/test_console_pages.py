@@ -167,7 +167,7 @@ def test_the_case_page_tells_the_explain_sentences_word_for_word_and_draws_the_l
     expected = explain(ctx.engine, request_id=incident["first_request"], now=clock.now())
     assert page.status_code == 200
     for finding in expected.findings:
-        assert f'<li class="sentence">{str(escape(finding.sentence))}</li>' in page.text
+        assert f'<li class="sentence">{escape(finding.sentence)!s}</li>' in page.text
     for finding in history(ctx.engine, "42", now=clock.now()).findings:
         assert str(escape(finding.sentence)) in user.text
     assert 'data-kind="lease"' in user.text and 'data-outcome="expired"' in user.text

@@ -56,7 +56,8 @@ def queued(n: int = 0) -> EmailQueued:
 
 
 def test_a_new_stream_starts_at_version_one_and_loads_in_order(store: Any) -> None:
-    first, second = queued(1), DeliverySkipped(message_id=uuid4(), skipped_at=datetime(2026, 1, 1, tzinfo=UTC), reason="superseded")
+    first = queued(1)
+    second = DeliverySkipped(message_id=uuid4(), skipped_at=datetime(2026, 1, 1, tzinfo=UTC), reason="superseded")
     recorded = store.append("email:a", 0, [first, second], {"actor": "test"})
     assert [r.stream_version for r in recorded] == [1, 2]
     loaded = store.load("email:a")

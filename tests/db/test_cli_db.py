@@ -109,7 +109,8 @@ def test_db_check_fails_after_a_logical_restore_into_a_fresh_cluster(database_ur
     """A log whose transaction ids run ahead of the server's is what a restore into a new cluster looks like."""
     with admin_engine.begin() as connection:
         connection.execute(text("""
-            INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, payload, transaction_id)
+            INSERT INTO events
+                (stream_id, stream_version, event_id, event_type, schema_version, payload, transaction_id)
             VALUES ('email:restored', 1, gen_random_uuid(), 'DeliverySkipped', 1, '{}', '900000000000'::xid8)
         """))
     code, output = run(database_url, "db", "check")
@@ -234,7 +235,8 @@ def test_db_init_lets_a_version_3_database_count_rejected_presentations_and_is_i
             "AND contype = 'c' AND conname = 'request_counts_answer_check'")).scalars().all()
         assert len(checks) == 1 and "rejected" in checks[0]
         connection.execute(text("""
-            INSERT INTO request_counts (stream_id, answer, flow, user_id, window_start, first_at, last_at, count, clients)
+            INSERT INTO request_counts
+                (stream_id, answer, flow, user_id, window_start, first_at, last_at, count, clients)
             VALUES ('reset-user:1', 'rejected', 'reset', '1', now(), now(), now(), 1, '[]')
         """))
 

@@ -46,6 +46,7 @@ def test_constraint_violations_stay_for_the_event_store_to_translate(engine: Eng
     with pytest.raises(IntegrityError), engine.begin() as connection:
         for _ in range(2):
             connection.execute(text(
-                "INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata)"
+                "INSERT INTO events"
+                " (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata)"
                 " VALUES ('s', 1, gen_random_uuid(), 'T', 1, '{}', '{}')"
             ))

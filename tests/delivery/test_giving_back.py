@@ -81,7 +81,7 @@ def test_messages_claimed_as_the_provider_went_down_are_given_back_without_count
 
     assert worker.circuit_state == "open"
     assert mailer.emails == []
-    assert attempts(engine) == {message: 0 for message in messages}
+    assert attempts(engine) == dict.fromkeys(messages, 0)
     for message in messages:
         released = stream_events(engine, f"email:{message}")[-1]
         assert isinstance(released, LeaseReleased) and released.attempt_returned

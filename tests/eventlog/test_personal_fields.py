@@ -16,7 +16,9 @@ from infra.errors import PersonalDataUnreadable
 from domain.reset import RequestReset
 from domain.reset_events import ResetRequested, reset_stream
 from infra.eventlog.tags import EVENT_TYPES, PERSONAL_FIELDS
-from infra.eventlog.personal_data import ERASED, FieldContext, MemoryKeyring, is_envelope, key_id_of, open_envelope, seal
+from infra.eventlog.personal_data import (
+    ERASED, FieldContext, MemoryKeyring, is_envelope, key_id_of, open_envelope, seal,
+)
 from infra.eventlog.postgres import PostgresEventStore
 from infra.services.reset import request_reset
 from infra.eventlog.codec import default_codec

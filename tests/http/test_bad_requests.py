@@ -81,7 +81,8 @@ class TestBodies:
 
     @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", ""])
     async def test_a_body_that_is_not_json_is_415(self, api: httpx.AsyncClient, content_type: str) -> None:
-        response = await post_raw(api, b'{"user_id": "42", "email": "ada@example.com"}', **{"Content-Type": content_type})
+        body = b'{"user_id": "42", "email": "ada@example.com"}'
+        response = await post_raw(api, body, **{"Content-Type": content_type})
         assert_problem(response, 415, "unsupported-media-type")
 
 

@@ -47,7 +47,9 @@ class TestReplays:
 
 
 class TestCanonicalUuids:
-    async def test_an_uppercase_challenge_id_is_the_same_challenge(self, api: httpx.AsyncClient, engine: Engine) -> None:
+    async def test_an_uppercase_challenge_id_is_the_same_challenge(
+        self, api: httpx.AsyncClient, engine: Engine,
+    ) -> None:
         challenge_id = await challenge(api)
         response = await api.post(f"/v1/otp/challenges/{challenge_id.upper()}/verify",
                                   json={"code": code_for(engine, challenge_id), "user_id": "42"})

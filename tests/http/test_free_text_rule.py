@@ -9,7 +9,6 @@ predates the user-id rule can still be erased.
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine

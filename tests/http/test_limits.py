@@ -1,4 +1,5 @@
-"""The limits beyond the user through the real server: two tenants, one address, an attacker's IP, the worker's emails."""
+"""The limits beyond the user through the real server: two tenants, one address, an attacker's IP, the
+worker's emails."""
 
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ def test_a_client_ip_that_is_no_ip_is_a_400_and_writes_nothing(world: TwoTenants
 
 
 def test_the_checks_take_a_client_ip_too(world: TwoTenants) -> None:
-    created, token = world.request_reset(world.acme, "ada", VICTIM)
+    _, token = world.request_reset(world.acme, "ada", VICTIM)
     body = {"token": token, "client_ip": "2001:db8::7"}
 
     verified = world.call(world.acme, "verify", "POST", "/v1/password-resets/verify", body)

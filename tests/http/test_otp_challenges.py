@@ -91,7 +91,8 @@ async def test_a_wrong_code_says_how_many_attempts_are_left_until_the_challenge_
     challenge_id = (await challenge(api)).json()["challenge_id"]
     left = []
     for _ in range(5):
-        problem = assert_problem(await verify(api, challenge_id, wrong_code(engine, challenge_id)), 400, "code-rejected")
+        answer = await verify(api, challenge_id, wrong_code(engine, challenge_id))
+        problem = assert_problem(answer, 400, "code-rejected")
         left.append(problem["attempts_left"])
     assert left == [4, 3, 2, 1, 0]
     locked = await verify(api, challenge_id, code_for(engine, challenge_id))
@@ -135,7 +136,8 @@ async def test_verify_needs_the_user_id_and_a_body_without_it_writes_nothing(
 ) -> None:
     challenge_id = (await challenge(api)).json()["challenge_id"]
     written = log_size(engine)
-    response = await api.post(f"/v1/otp/challenges/{challenge_id}/verify", json={"code": code_for(engine, challenge_id)})
+    response = await api.post(f"/v1/otp/challenges/{challenge_id}/verify",
+                              json={"code": code_for(engine, challenge_id)})
     assert response.status_code == 400 and "user_id" in response.text
     assert log_size(engine) == written
 

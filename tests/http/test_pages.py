@@ -148,7 +148,9 @@ async def test_a_post_without_the_csrf_cookie_or_with_another_token_is_refused_a
     (b"token=" + b"a" * 5000, {"content-type": "application/x-www-form-urlencoded"}),
     (b"\xff\xfe", {"content-type": "application/x-www-form-urlencoded"}),
 ])
-async def test_a_malformed_post_is_a_clear_400(browser: httpx.AsyncClient, body: bytes, headers: dict[str, str]) -> None:
+async def test_a_malformed_post_is_a_clear_400(
+    browser: httpx.AsyncClient, body: bytes, headers: dict[str, str],
+) -> None:
     answer = await browser.post("/reset", content=body, headers=headers)
     assert answer.status_code == 400 and "Traceback" not in answer.text
 

@@ -21,7 +21,9 @@ pytestmark = pytest.mark.anyio
 ADA = {"user_id": "42", "email": "ada@example.com"}
 
 
-async def create(api: httpx.AsyncClient, body: dict[str, str] = ADA, key: str = "key-1", **headers: str) -> httpx.Response:
+async def create(
+    api: httpx.AsyncClient, body: dict[str, str] = ADA, key: str = "key-1", **headers: str,
+) -> httpx.Response:
     return await api.post("/v1/password-resets", json=body, headers={"Idempotency-Key": key, **headers})
 
 
@@ -107,7 +109,8 @@ async def test_a_retry_while_the_first_is_in_flight_is_409_with_retry_after(
 @pytest.mark.parametrize(
     ("headers", "problem"),
     [({}, "idempotency-key-missing"), ({"Idempotency-Key": "x" * 256}, "idempotency-key-invalid"),
-     ({"Idempotency-Key": "has space"}, "idempotency-key-invalid"), ({"Idempotency-Key": ""}, "idempotency-key-invalid")],
+     ({"Idempotency-Key": "has space"}, "idempotency-key-invalid"),
+     ({"Idempotency-Key": ""}, "idempotency-key-invalid")],
 )
 async def test_creates_need_a_well_formed_idempotency_key(
     api: httpx.AsyncClient, engine: Engine, headers: dict[str, str], problem: str

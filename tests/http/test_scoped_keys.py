@@ -177,7 +177,7 @@ async def test_an_admin_creates_rotates_and_revokes_a_client_of_its_tenant(
 async def test_another_tenants_client_is_answered_as_one_that_does_not_exist(
     tenants: tuple[Tenant, Tenant], engine: Engine, method: str, path: str, body: object
 ) -> None:
-    acme, shop = tenants
+    acme, _ = tenants
     before = log_size(engine)
     theirs = await acme.admin.request(method, path.format(client="shop-app"), json=body)
     nobodys = await acme.admin.request(method, path.format(client="nobody"), json=body)

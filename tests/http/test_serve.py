@@ -328,7 +328,7 @@ def test_serve_with_two_processes_answers_from_each_delivers_from_one_and_stops_
     assert code == 0
     assert gone(first) and gone(second), "the supervisor waits for its API processes"
     log = [json.loads(line) for line in (tmp_path / "serve.err").read_text().splitlines() if line.startswith("{")]
-    assert sum(line["event"] == "Finished server process [%d]" % pid for line in log for pid in (first, second)) == 2
+    assert sum(line["event"] == f"Finished server process [{pid}]" for line in log for pid in (first, second)) == 2
     assert [line["event"] for line in log].count("worker started") == 1, "one delivery window, not one per process"
     assert "processes: 2 API processes" in (tmp_path / "serve.out").read_text()
 

@@ -68,7 +68,8 @@ def test_verify_catches_a_catch_up_projection_counted_twice(
     some_traffic(ctx, clock)
     catch_up(engine)
     with admin_engine.begin() as connection:
-        changed = connection.execute(text("UPDATE delivery_messages SET attempts = attempts + 1 WHERE outcome = 'sent'"))
+        changed = connection.execute(
+            text("UPDATE delivery_messages SET attempts = attempts + 1 WHERE outcome = 'sent'"))
         connection.execute(text(
             "UPDATE projection_checkpoints SET events_applied = events_applied + 3 WHERE projection = 'audit_index'"
         ))

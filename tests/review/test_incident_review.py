@@ -26,7 +26,8 @@ def test_a_duplicate_email_complaint_is_explained_by_two_requests_and_a_crashed_
     ids = duplicate_emails(ctx, engine)
     review = history(engine, "42", now=later())
     text = "\n".join(sentences(review.findings))
-    assert f"Reset request {ids['first_request']} was superseded by {ids['second_request']} at 2024-05-01 10:02:11.000+00:00" in text
+    assert (f"Reset request {ids['first_request']} was superseded by {ids['second_request']} "
+            "at 2024-05-01 10:02:11.000+00:00") in text
     assert (f"Reset request {ids['second_request']}'s email {ids['second_message']} was accepted by provider smtp at "
             "2024-05-01 10:03:00.000+00:00") in text
     assert "on attempt 2 by w2, after the lease of w1 expired." in text

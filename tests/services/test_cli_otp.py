@@ -175,7 +175,8 @@ def test_a_tenants_code_is_verified_only_for_that_tenant_and_user(env: dict[str,
     challenge_id = json.loads(output)["challenge_id"]
     before = event_count(engine)
 
-    for others in (["--user-id", "u1"], ["--tenant", "shop", "--user-id", "u1"], ["--tenant", "acme", "--user-id", "u2"],
+    for others in (["--user-id", "u1"], ["--tenant", "shop", "--user-id", "u1"],
+                   ["--tenant", "acme", "--user-id", "u2"],
                    ["--tenant", "acme", "--user-id", "u1", "--purpose", "login"]):
         exit_code, output = run(env, "otp", "verify", *others, challenge_id, code_of(engine, challenge_id))
         assert (exit_code, output) == (4, "Error: The code is not valid.\n"), others

@@ -157,7 +157,8 @@ def test_a_worker_stops_cleanly_on_sigterm_and_logs_every_delivery(env: dict[str
 
 
 def test_a_lease_that_cannot_outlast_the_provider_timeout_is_refused_at_start(env: dict[str, str]) -> None:
-    code, output = run({**env, "AUTHLEDGER_LEASE_SECONDS": "10", "AUTHLEDGER_PROVIDER_TIMEOUT": "10"}, "worker", "--once")
+    tight = {**env, "AUTHLEDGER_LEASE_SECONDS": "10", "AUTHLEDGER_PROVIDER_TIMEOUT": "10"}
+    code, output = run(tight, "worker", "--once")
     assert code == 78
     assert "AUTHLEDGER_LEASE_SECONDS (10) must exceed AUTHLEDGER_PROVIDER_TIMEOUT" in output
 

@@ -70,7 +70,7 @@ def all_at_once(n: int, call: Callable[[], T]) -> list[T | Exception]:
         barrier.wait()
         try:
             return call()
-        except Exception as error:  # collected and asserted by the test
+        except Exception as error:  # noqa: BLE001 - collected and asserted by the test
             return error
 
     with ThreadPoolExecutor(max_workers=n) as pool:

@@ -54,7 +54,8 @@ def rows(engine: Engine, event_type: str) -> list[tuple[dict, dict]]:
 
 def stream_length(engine: Engine, stream_id: str) -> int:
     with engine.connect() as connection:
-        return connection.execute(text("SELECT count(*) FROM events WHERE stream_id = :s"), {"s": stream_id}).scalar_one()
+        return connection.execute(
+            text("SELECT count(*) FROM events WHERE stream_id = :s"), {"s": stream_id}).scalar_one()
 
 
 def to_the_next_hour(clock: ManualClock) -> None:
@@ -75,7 +76,8 @@ def test_a_new_link_and_code_are_not_what_the_key_and_the_public_id_alone_derive
 ) -> None:
     reset = request_reset(ctx, RequestReset("42", ADA))
     challenge = request_otp(ctx, RequestOtp("42", ADA))
-    token, code = reset_token_of(engine, ctx.keys, reset.request_id), otp_code_of(engine, ctx.keys, challenge.request_id)
+    token = reset_token_of(engine, ctx.keys, reset.request_id)
+    code = otp_code_of(engine, ctx.keys, challenge.request_id)
 
     assert token != derive_reset_token(ctx.keys.current, reset.request_id)
     [requested] = rows(engine, "ResetRequested")
@@ -108,7 +110,8 @@ def test_after_erasure_the_outstanding_link_and_code_no_longer_verify_or_consume
 ) -> None:
     reset = request_reset(ctx, RequestReset("42", ADA))
     challenge = request_otp(ctx, RequestOtp("42", ADA))
-    token, code = reset_token_of(engine, ctx.keys, reset.request_id), otp_code_of(engine, ctx.keys, challenge.request_id)
+    token = reset_token_of(engine, ctx.keys, reset.request_id)
+    code = otp_code_of(engine, ctx.keys, challenge.request_id)
     request_reset(ctx, RequestReset("43", ADA))  # another user, untouched
 
     forget(ctx, "42", reason="the user asked to be forgotten")
@@ -159,7 +162,8 @@ def test_a_used_superseded_or_expired_link_presented_again_records_one_event_wit
                     "expired": "The reset link has expired."}, "the answers are those of before"
     recorded = rows(engine, "ResetTokenRejected")
     assert [(p["request_id"], p["reason"]) for p, _ in recorded] == [
-        (str(used.request_id), "used"), (str(superseded.request_id), "superseded"), (str(expired.request_id), "expired")]
+        (str(used.request_id), "used"), (str(superseded.request_id), "superseded"),
+        (str(expired.request_id), "expired")]
     assert [(m["client"], m["request_id"]) for _, m in recorded] == [
         ("shop", "req-used"), ("shop", "req-superseded"), ("shop", "req-expired")]
     assert_projections_match_log(engine)
@@ -323,7 +327,8 @@ def test_requests_made_before_nonces_still_verify_and_the_projections_and_audit_
     # Payloads as an authledger before nonces wrote them: ResetRequested 1, OtpChallengeIssued 2.
     written = [
         (reset_stream("42"), "ResetRequested", 1, {**common, "request_id": str(reset_id), "message_id": str(uuid4()),
-                                                    "token_hash": hash_token(v1_token), "requested_at": now.isoformat()}),
+                                                    "token_hash": hash_token(v1_token),
+                                                    "requested_at": now.isoformat()}),
         (otp_stream("42"), "OtpChallengeIssued", 2, {**common, "challenge_id": str(challenge_id), "digits": 6,
                                                       "message_id": str(uuid4()), "purpose": "login",
                                                       "issued_at": now.isoformat()}),

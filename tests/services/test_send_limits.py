@@ -1,4 +1,5 @@
-"""The limits beyond the user on real PostgreSQL: per address, per end-user IP, race-safe, writing nothing when refused."""
+"""The limits beyond the user on real PostgreSQL: per address, per end-user IP, race-safe, writing nothing
+when refused."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ ADA = "ada@example.test"
 # Ten past an hour: a test's minutes never cross into the next window unless it says so.
 START = datetime(2026, 3, 1, 10, 10, tzinfo=UTC)
 ROWS = text("SELECT (SELECT count(*) FROM events) AS events, (SELECT count(*) FROM subject_keys) AS keys, "
-            "(SELECT count(*) FROM email_outbox) AS emails, (SELECT coalesce(sum(count), 0) FROM limit_counts) AS counted")
+            "(SELECT count(*) FROM email_outbox) AS emails, "
+            "(SELECT coalesce(sum(count), 0) FROM limit_counts) AS counted")
 
 
 @pytest.fixture

@@ -92,7 +92,8 @@ def _deliveries(kind: str, provider: object) -> Counter[str]:
 
 def _remaining(engine: Engine) -> int:
     with engine.connect() as connection:
-        return connection.execute(text("SELECT count(*) FROM email_outbox WHERE state IN ('pending', 'leased')")).scalar_one()
+        return connection.execute(
+            text("SELECT count(*) FROM email_outbox WHERE state IN ('pending', 'leased')")).scalar_one()
 
 
 def run_chaos(

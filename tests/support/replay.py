@@ -50,5 +50,6 @@ def assert_projections_match_log(engine: Engine, *, run_catch_up: bool = True) -
         opened = ([r for page in pages(connection, Checkpoint(), COMMITTED, reading=Reading(personal_data=True))
                    for r in page] if any(p.personal_data for p in all_projections()) else log)
         problems = [p for projection in all_projections()
-                    for p in projection_differences(connection, projection, opened if projection.personal_data else log)]
+                    for p in projection_differences(connection, projection,
+                                                    opened if projection.personal_data else log)]
     assert not problems, "projections differ from a replay of the log:\n" + "\n".join(problems[:50])

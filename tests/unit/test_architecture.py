@@ -55,7 +55,8 @@ def test_the_import_contracts_hold() -> None:
     ("module", "line", "named"),
     [
         ("infra/db/engine.py", "import infra.http.app", "infra.db.engine -> infra.http.app"),
-        ("infra/eventlog/reader.py", "import infra.projector.status", "infra.eventlog.reader -> infra.projector.status"),
+        ("infra/eventlog/reader.py", "import infra.projector.status",
+         "infra.eventlog.reader -> infra.projector.status"),
         ("infra/config/settings.py", "import infra.db.engine", "infra.config.settings -> infra.db.engine"),
         ("infra/delivery/status.py", "import infra.review.timeline", "infra.delivery.status -> infra.review.timeline"),
         ("domain/log.py", "import infra.clock", "domain.log -> infra.clock"),

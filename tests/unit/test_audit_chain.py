@@ -48,7 +48,8 @@ SEALS = sealed(LOG)
 
 
 def test_the_canonical_form_is_sorted_compact_utf8() -> None:
-    assert canonical_json({"b": 1, "a": {"d": "é", "c": [1, None, True]}}) == '{"a":{"c":[1,null,true],"d":"é"},"b":1}'.encode()
+    canonical = canonical_json({"b": 1, "a": {"d": "é", "c": [1, None, True]}})
+    assert canonical == '{"a":{"c":[1,null,true],"d":"é"},"b":1}'.encode()
 
 
 def test_one_instant_has_one_spelling() -> None:

@@ -106,8 +106,8 @@ def test_a_refusal_after_the_first_of_its_window_is_counted_not_written() -> Non
     for n in range(POLICY.hourly_limit):
         now = T0 + timedelta(minutes=30 + 2 * n)
         decision = decide_reset_request(state, RequestReset("42", "ada@example.test"), now=now,
-                                        request_id=UUID(int=n + 1), message_id=UUID(int=100 + n), nonce=nonce(n + 1), keys=KEYS,
-                                        policy=POLICY)
+                                        request_id=UUID(int=n + 1), message_id=UUID(int=100 + n), nonce=nonce(n + 1),
+                                        keys=KEYS, policy=POLICY)
         state = fold_reset(decision.events, state)
     now = T0 + timedelta(minutes=50)
     first = decide_reset_request(state, RequestReset("42", "ada@example.test"), now=now, request_id=UUID(int=50),
@@ -115,11 +115,13 @@ def test_a_refusal_after_the_first_of_its_window_is_counted_not_written() -> Non
     assert isinstance(first.outcome, Refused) and len(first.events) == 1 and first.counted is None
     state = fold_reset(first.events, state)
     second = decide_reset_request(state, RequestReset("42", "ada@example.test", client="app"), now=now,
-                                  request_id=UUID(int=52), message_id=UUID(int=53), nonce=nonce(52), keys=KEYS, policy=POLICY)
+                                  request_id=UUID(int=52), message_id=UUID(int=53), nonce=nonce(52), keys=KEYS,
+                                  policy=POLICY)
     assert second.outcome == first.outcome and second.events == ()
     assert second.counted is not None and (second.counted.answer, second.counted.client) == ("refused", "app")
     next_window = decide_reset_request(state, RequestReset("42", "ada@example.test"), now=T0 + timedelta(minutes=65),
-                                       request_id=UUID(int=54), message_id=UUID(int=55), nonce=nonce(54), keys=KEYS, policy=POLICY)
+                                       request_id=UUID(int=54), message_id=UUID(int=55), nonce=nonce(54), keys=KEYS,
+                                       policy=POLICY)
     assert isinstance(next_window.outcome, Refused) and len(next_window.events) == 1, "a new window logs again"
 
 

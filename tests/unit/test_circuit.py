@@ -11,7 +11,9 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 POLICY = CircuitPolicy(failures_to_open=3, first_pause=timedelta(seconds=1), max_pause=timedelta(seconds=4))
 
 
-def fail(circuit: Circuit, message_id: uuid.UUID | None = None, at: datetime = NOW) -> tuple[Circuit, Transition | None]:
+def fail(
+    circuit: Circuit, message_id: uuid.UUID | None = None, at: datetime = NOW,
+) -> tuple[Circuit, Transition | None]:
     return observe(circuit, Outcome.DOWN, message_id=message_id or uuid.uuid4(), now=at, error="connection refused",
                    policy=POLICY)
 

@@ -15,7 +15,6 @@ from domain.clients import (
     ClientKeyIssued,
     ClientKeyRevoked,
     ClientState,
-    check_grant,
     client_stream,
     decide_create,
     decide_revoke,

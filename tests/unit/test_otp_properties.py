@@ -52,11 +52,11 @@ class OtpFlow(RuleBasedStateMachine):
 
     def _apply(self, decision: Decision) -> None:
         codes = [derive_otp_code(KEYS.current, c, POLICY.digits, nonce(c.int)) for c in self.issued]
-        for event in decision.events:
-            values = attrs.astuple(event, recurse=False)
+        for happened in decision.events:
+            values = attrs.astuple(happened, recurse=False)
             assert not any(isinstance(v, str) and v in codes for v in values), "a code was written"
-            self.state = evolve_otp(self.state, event)
-            self.events.append(event)
+            self.state = evolve_otp(self.state, happened)
+            self.events.append(happened)
 
     def _fresh_id(self) -> UUID:
         self.next_id += 1
@@ -111,7 +111,8 @@ class OtpFlow(RuleBasedStateMachine):
         if isinstance(decision.outcome, Rejected):
             event(f"verify: rejected ({decision.outcome.reason})")
             usable = (challenge_id == self.issued[-1] and self.now < self.expires[challenge_id]
-                      and challenge_id not in self.accepted and self.failures.get(challenge_id, 0) < POLICY.max_attempts)
+                      and challenge_id not in self.accepted
+                      and self.failures.get(challenge_id, 0) < POLICY.max_attempts)
             if decision.outcome.reason == "account_locked":
                 assert account_locked_until(self.state, now=self.now) is not None, "refused as locked while unlocked"
             else:

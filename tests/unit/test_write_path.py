@@ -57,10 +57,10 @@ def store_append_lines(source: str) -> list[int]:
     stores = _store_names(tree)
     return sorted(
         node.lineno for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
         and (node.func.attr == "append_many"
-             or node.func.attr == "append" and _is_store(node.func.value, stores))
-        or isinstance(node, ast.Call) and _called_name(node.func) in SET_BASED_APPENDS
+             or (node.func.attr == "append" and _is_store(node.func.value, stores))))
+        or (isinstance(node, ast.Call) and _called_name(node.func) in SET_BASED_APPENDS)
     )
 
 
