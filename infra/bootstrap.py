@@ -90,6 +90,7 @@ class App:
     @functools.cached_property
     def services(self) -> ServiceContext:
         from domain.delivery import DeliveryPolicy
+        from domain.fairness import FairnessPolicy
         from domain.policy import OtpPolicy, ResetPolicy
         from infra.emails.templates import load_templates
         from infra.keys import load_token_keys
@@ -103,6 +104,7 @@ class App:
             reset_policy=policy(s, ResetPolicy),
             otp_policy=policy(s, OtpPolicy),
             delivery_policy=policy(s, DeliveryPolicy),
+            fairness=policy(s, FairnessPolicy),
             reset_url=s.reset_url,
             email_templates=load_templates(s.templates_dir),
         )

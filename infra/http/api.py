@@ -32,6 +32,7 @@ from infra.db.schema import SCHEMA_VERSION, current_version
 from infra.delivery.worker import Worker
 from infra.errors import DatabaseUnavailable, Forbidden, SchemaMismatch, Unauthorized
 from infra.http import schemas
+from infra.http.fairness import Fairness
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from infra.http.metrics import LogMetrics, render
 from infra.http.openapi import openapi_document
@@ -69,6 +70,7 @@ class Api:
         self.worker = worker
         self.max_body_bytes = max_body_bytes
         self.log_metrics = LogMetrics()
+        self.fairness = Fairness(ctx.fairness, ctx.clock)
         self.document = openapi_document(max_body_bytes=max_body_bytes)
 
     # -- shared steps ---------------------------------------------------------------------------
@@ -94,15 +96,15 @@ class Api:
         return await read_json(request, schema, limit=self.max_body_bytes), key
 
     async def _authenticated(self, request: Request, scope: str, work: Callable[[Caller], Any]) -> Any:
-        """Run ``work(caller)`` in the threadpool after checking there that the key holds ``scope``."""
+        """Run ``work(caller)`` in the threadpool after checking there that the key holds ``scope``, and here
+        that it is within its rates and has its tenant's turn."""
         api_key = bearer_key(request)
-
-        def authenticated_work() -> Any:
-            caller = self._caller(api_key, scope)
-            request.state.client = caller.client  # for the request's log line
-            return work(caller)
-
-        return await run_in_threadpool(authenticated_work)
+        caller = await run_in_threadpool(self._caller, api_key, scope)
+        request.state.client = caller.client  # for the request's log line
+        # Rates and the tenant's turn are taken here, between two threadpool calls: a request waiting for
+        # its turn holds no thread and no connection (infra.http.fairness).
+        async with self.fairness.admitted(caller, api_key, tenant_wide=scope != "metrics"):
+            return await run_in_threadpool(work, caller)
 
     # -- password resets ------------------------------------------------------------------------
 

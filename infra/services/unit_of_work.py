@@ -41,6 +41,7 @@ from domain.decisions import Decision
 from domain.delivery import DeliveryPolicy
 from domain.email import email_stream
 from domain.errors import ConcurrencyConflict
+from domain.fairness import FairnessPolicy
 from domain.log import RecordedEvent
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.templates import EmailTemplates
@@ -87,6 +88,9 @@ class ServiceContext:
     reset_policy: ResetPolicy = field(factory=ResetPolicy)
     otp_policy: OtpPolicy = field(factory=OtpPolicy)
     delivery_policy: DeliveryPolicy = field(factory=DeliveryPolicy)
+    # Request rates and in-flight caps at the HTTP edge (infra/http/fairness.py). None, as tests and in-process
+    # callers build it: nothing is limited; ``App`` builds it from the settings, defaults included.
+    fairness: FairnessPolicy | None = None
     reset_url: str = "http://localhost:8000/reset"
     email_templates: EmailTemplates = field(factory=default_templates)
     new_id: Callable[[], UUID] = time_ordered_id  # request, challenge and message ids: see infra/eventlog/ids.py
