@@ -26,6 +26,7 @@ from domain.tenants import scoped_user
 from infra.clock import ManualClock
 from infra.http.app import create_app
 from infra.http.fairness import Fairness
+from infra.http.openapi import openapi_document
 from infra.services.clients import create_client
 from infra.services.locks import stream_lock_id
 from infra.services.tenants import create_tenant
@@ -203,3 +204,14 @@ async def test_a_metrics_key_is_held_to_its_own_rate_only(limited: ServiceContex
 
     assert spent == [200, 200, 200, 200, 200, 429], "the tenant's 5 are spent"
     assert scrapes == [200, 200, 200, 429], "a scrape still gets its key's own 3"
+
+
+def test_every_operation_a_key_calls_documents_its_429_with_retry_after_and_the_ratelimit_headers() -> None:
+    document = openapi_document(max_body_bytes=1024)
+    keyed = [(path, method, described) for path, methods in document["paths"].items()
+             for method, described in methods.items() if described.get("security") != []]
+
+    assert len(keyed) > 10
+    for path, method, described in keyed:
+        headers = described["responses"]["429"]["headers"]
+        assert {"Retry-After", "RateLimit-Policy", "RateLimit"} <= set(headers), (method, path)
