@@ -139,8 +139,9 @@ class Settings:
     api_processes: int | None = _setting("AUTHLEDGER_API_PROCESSES", None, values.whole(1, 64),
         doc=f"API processes `serve` runs on its port; unset, one for each core it may use, at most "
             f"{MOST_DEFAULT_API_PROCESSES}.")
-    # Rates are per API process (README, "Fairness between tenants"): `serve` with N processes lets a caller
-    # make up to N times as many, as the kernel spreads connections over the processes.
+    # Rates and turns are per API process: `serve` with N processes lets a caller make up to N times as many,
+    # as the kernel spreads connections over the processes. Defaults and their reasons: docs/operations.md,
+    # "Fairness between tenants".
     key_rate: int = _setting("AUTHLEDGER_KEY_RATE", 50, values.whole(1, 100_000), feeds=(FairnessPolicy, "key_per_second"),
         doc="Requests a second one API key may make on average, in each API process; over it, 429 `per-key`.")
     key_burst: int = _setting("AUTHLEDGER_KEY_BURST", 100, values.whole(1, 100_000), feeds=(FairnessPolicy, "key_burst"),
