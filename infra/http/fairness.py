@@ -17,8 +17,8 @@ write), ``Fairness.admitted``:
 State lives in the process: with several API processes (``serve
 --processes``) each keeps its own, so a caller may make up to that many
 times the configured rate (docs/operations.md, "Fairness between
-tenants"). Everything
-here runs on the event loop's one thread, so it needs no lock.
+tenants"). Everything here runs on the event loop's one thread, so it
+needs no lock.
 
 The ``metrics`` scope (Prometheus, readiness probes) is held to its key's
 rate only: a scrape during a tenant's flood is when an operator needs it.
