@@ -41,8 +41,13 @@ TENANT_OF_ROW = "(CASE WHEN strpos(user_id, ' ') > 0 THEN split_part(user_id, ' 
 # claim, taken oldest first from its own rows; a share that a tenant cannot
 # fill goes to the oldest due rows of the others. Claim order is each
 # tenant's first, then each one's second, and so on; with one tenant it is
-# oldest first, as before. The cost is a probe per tenant with unfinished
-# mail plus the rows claimed, never the backlog's length.
+# oldest first, as before. Within a turn the tenants come in random order:
+# the worker often claims a few rows at a time (as places in its window
+# free up), fewer than there are tenants with due mail, and ordering a turn
+# by age would then give every place to the tenant with the old backlog;
+# at random each tenant has an even chance of each place. The cost is a
+# probe per tenant with unfinished mail plus the rows claimed, never the
+# backlog's length.
 #
 # Rows are locked with SKIP LOCKED so that workers claim side by side (a
 # share may lock a few rows more than the claim takes, until it commits);
@@ -84,7 +89,7 @@ CLAIM = text(f"""
          LIMIT (SELECT greatest(0, :limit - count(*)) FROM fair)
            FOR UPDATE SKIP LOCKED
     ), due AS MATERIALIZED (
-        SELECT *, row_number() OVER (ORDER BY turn, available_at, message_id) AS n
+        SELECT *, row_number() OVER (ORDER BY turn, random()) AS n
           FROM (SELECT *, row_number() OVER (PARTITION BY {TENANT_OF_ROW} ORDER BY available_at, message_id) AS turn
                   FROM fair
                 UNION ALL
