@@ -22,7 +22,7 @@ from infra.http.openapi_operations import (
     link,
     operation,
     problem,
-    too_many,
+    too_many_requests,
 )
 
 
@@ -104,7 +104,7 @@ def openapi_document(*, max_body_bytes: int) -> Json:
             "/v1/password-resets": {"post": create_operation(
                 "Create a password-reset request and queue its email", "createPasswordReset",
                 "PasswordResetCreate", "PasswordResetCreated", links=RESET_LINKS,
-                too_many_text="Too many reset emails for this user within the hour (`rate-limited`).")},
+                too_many="Too many reset emails for this user within the hour (`rate-limited`).")},
             "/v1/password-resets/verify": {"post": action_operation(
                 "Check a reset token without using it", "verifyPasswordReset", "TokenBody",
                 "The token is valid: the user may choose a new password.", "PasswordResetValid",
@@ -120,7 +120,7 @@ def openapi_document(*, max_body_bytes: int) -> Json:
             "/v1/otp/challenges": {"post": create_operation(
                 "Create an OTP challenge and queue the code's email", "createOtpChallenge",
                 "OtpChallengeCreate", "OtpChallengeCreated", links=OTP_LINKS,
-                too_many_text="Too many codes for this user within the hour (`rate-limited`), or one-time codes are "
+                too_many="Too many codes for this user within the hour (`rate-limited`), or one-time codes are "
                          "locked for this user (`locked-out`).")},
             "/v1/otp/challenges/{challenge_id}/verify": {"post": action_operation(
                 "Check a code", "verifyOtpChallenge", "CodeBody", "The code is right; it cannot be used again.",
@@ -132,8 +132,9 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                          "the challenge's is `invalid-input` (\"the code must be 6 digits\") and is not "
                          "counted as an attempt.",
                 extra={"404": problem("The challenge id is not a canonical UUID (`not-found`)."),
-                       "429": too_many(f"One-time codes are locked for this user (`locked-out`). {FAIRNESS_REFUSALS}",
-                                       retry_after_required=False),
+                       "429": too_many_requests(
+                           f"One-time codes are locked for this user (`locked-out`). {FAIRNESS_REFUSALS}",
+                           retry_after_required=False),
                        "503": WRITE_UNAVAILABLE})},
             "/v1/timeline": {"get": operation(
                 "The events of a user, a request or a message, for support (exactly one query parameter)",
@@ -161,7 +162,7 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 "The database is reachable (without a key); with a `metrics` key, also that its schema is current",
                 "ready",
                 {"200": json_response("Ready; `schema_version` only for a `metrics` key.", "Ready"),
-                 "401": COMMON_PROBLEMS["401"], "403": FORBIDDEN, "429": too_many(KEY_RATE_REFUSAL),
+                 "401": COMMON_PROBLEMS["401"], "403": FORBIDDEN, "429": too_many_requests(KEY_RATE_REFUSAL),
                  "503": problem("Not ready (`database-unavailable`; with a `metrics` key also "
                                 "`schema-mismatch`).")}),
                 "security": [{}, {"apiKey": []}]}},
@@ -170,7 +171,7 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 {"200": {"description": "Prometheus text exposition format 0.0.4.",
                          "headers": {"X-Request-Id": REQUEST_ID_HEADER},
                          "content": {METRICS_CONTENT_TYPE: {"schema": {"type": "string"}}}},
-                 "401": COMMON_PROBLEMS["401"], "403": FORBIDDEN, "429": too_many(KEY_RATE_REFUSAL),
+                 "401": COMMON_PROBLEMS["401"], "403": FORBIDDEN, "429": too_many_requests(KEY_RATE_REFUSAL),
                  "500": COMMON_PROBLEMS["500"], "503": COMMON_PROBLEMS["503"]})},
             "/openapi.json": {"get": operation(
                 "This document", "openapi",

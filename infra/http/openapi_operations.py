@@ -84,14 +84,14 @@ KEY_RATE_REFUSAL = ("Over this API key's request rate (`rate-limited`, with Rate
                     "after `Retry-After` seconds.")
 
 
-def too_many(description: str, *, retry_after_required: bool = True) -> Json:
+def too_many_requests(description: str, *, retry_after_required: bool = True) -> Json:
     """A 429 problem with Retry-After and the RateLimit headers; ``description`` names its problem types."""
     return problem(description, {**rate_limited_headers(), **retry_after(retry_after_required)})
 
 
 COMMON_PROBLEMS = {
     "401": problem("No valid API key (`unauthorized`).", WWW_AUTHENTICATE),
-    "429": too_many(FAIRNESS_REFUSALS),
+    "429": too_many_requests(FAIRNESS_REFUSALS),
     "500": problem("An unexpected failure; no details are given (`internal-error`)."),
     "503": problem("The database cannot be reached (`database-unavailable`, `schema-mismatch`)."),
 }
@@ -143,14 +143,14 @@ def operation(summary: str, operation_id: str, responses: Json, *, body: str | N
     return described
 
 
-def create_operation(summary: str, operation_id: str, body: str, created: str, *, too_many_text: str,
+def create_operation(summary: str, operation_id: str, body: str, created: str, *, too_many: str,
                      links: Json) -> Json:
     """A POST that creates a request and queues its email: 202, under an Idempotency-Key, rate-limited."""
     responses = {
         "202": json_response("Accepted: the email is queued, or `reused` names the open request (see "
                              "`Idempotency-Replayed` for a replay of this key).", created, REPLAYED_HEADER, links),
         **COMMON_PROBLEMS, **BODY_PROBLEMS, **CREATE_PROBLEMS,
-        "429": too_many(f"{too_many_text} {FAIRNESS_REFUSALS}", retry_after_required=False),
+        "429": too_many_requests(f"{too_many} {FAIRNESS_REFUSALS}", retry_after_required=False),
         "503": WRITE_UNAVAILABLE,
     }
     return operation(summary, operation_id, responses, body=body, parameters=[IDEMPOTENCY_KEY],
