@@ -224,7 +224,7 @@ def main() -> None:
     print(f"server: authledger serve --inflight 0 --processes {args.processes}; B and C paced at {args.pace:g} "
           f"creates a second, {single} a phase; A: {args.flood} in flight\n")
     uvloop.install()
-    results = {}
+    results, cost = {}, {}
     for part, extra in (("turns only (rates out of reach)", OUT_OF_REACH), ("as shipped (every default)", {})):
         server, port = _start_server(_url(uri, DATABASE), data_dir, args.processes, extra)
         try:
