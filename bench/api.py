@@ -1,7 +1,7 @@
 """HTTP API throughput and latency beside /healthz on the same server, in the same run (issues 5 and 13).
 
-    .venv/bin/python bench/api.py [--requests 2000] [--clients 16] [--rounds 3] [--processes N] [--quick]
-                                  [--statements]
+    PYTHONPATH=$PWD .venv/bin/python bench/api.py [--requests 2000] [--clients 16] [--rounds 3] [--processes N]
+                                                  [--quick] [--statements]
 
 Starts its own embedded PostgreSQL in a temporary directory with the
 server's default durability (the output lists the settings), initialises a
@@ -39,7 +39,7 @@ costs it some CPU of its own: compare runs with it only to runs with it),
 and after the rounds the run prints the statements that took the server
 the most time: calls, how many times each was planned, and the time spent
 planning and running it. That is where a statement planned on every
-execution shows (bench/RESULTS.md).
+execution shows (bench/history/issue-13-2026-12-02.md).
 
 The rounds alternate the order of healthz against the rest. Before the
 rounds, a single-client pass (``--single`` requests per endpoint, one in

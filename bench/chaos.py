@@ -4,7 +4,7 @@
 
 Starts its own embedded PostgreSQL, runs tests/support/chaos.py against an
 idempotent HTTP provider and against a plain SMTP relay, and prints one table
-row per run (markdown, for bench/RESULTS.md).
+row per run (markdown, for the journal in bench/history/).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
     .venv/bin/python bench/instructions.py [--flow otp|reset] [--calls 300] [--warm 100] [--against DIR]
 
 Wall and CPU times of one create moved by a third between runs of the same
-code on this shared 2-core machine (bench/RESULTS.md, "The payloads as one
-JSON array"); the instructions it executes repeat within a few percent.
+code on this shared 2-core machine (bench/history/issue-13-2026-12-02.md,
+"The payloads as one JSON array"); the instructions it executes repeat
+within a few percent.
 Each checkout measured runs in a process of its own under `valgrind
 --tool=callgrind --instr-atstart=no`, on its own embedded PostgreSQL (which
 valgrind does not follow): it makes ``--warm`` creates of brand-new users,

@@ -40,17 +40,18 @@ per call, blocks read and full-page images on the two logs. Last, the pages
 of ``events`` whose free space map entry has room for the claim's and the
 release's small events (``LeaseClaimed``, ``LeaseReleased``), before and
 after the rounds: an insert takes any page the map offers, and on a large
-log those are pages long out of memory (bench/RESULTS.md, "Where the
-worker's small events land").
+log those are pages long out of memory (bench/history/issue-13-2026-12-02.md,
+"Where the worker's small events land").
 
 ``--data-dir`` keeps the server and its databases in DIR, and a later run
 with the same DIR measures the large log again without rebuilding it (after
 ``db init``'s schema upgrade, so an index added since is built on the big
 log); the small one is rebuilt, as the bench's own rounds would grow it.
 ``--quick`` is a smoke size: 200,000 events, 40 calls. Two experiments
-locate the claim's growth (bench/RESULTS.md): ``--shared-buffers`` with
-``--prewarm`` holds every index in memory, ``--random-ids`` makes new ids
-and event ids random UUIDs, as they were before infra/eventlog/ids.py.
+locate the claim's growth (bench/history/issue-13-2026-12-01.md):
+``--shared-buffers`` with ``--prewarm`` holds every index in memory,
+``--random-ids`` makes new ids and event ids random UUIDs, as they were
+before infra/eventlog/ids.py.
 """
 
 from __future__ import annotations
@@ -329,8 +330,8 @@ def table_sizes(conninfo: str) -> list[tuple[str, int, str]]:
 
 
 # What the measured claim and release append, one per email of the batch: small events, which fit in the
-# room a page of the log was left with when the next event did not (bench/RESULTS.md, "Where the worker's
-# small events land").
+# room a page of the log was left with when the next event did not (bench/history/issue-13-2026-12-02.md,
+# "Where the worker's small events land").
 SMALL_EVENTS = ("LeaseClaimed", "LeaseReleased")
 FREE_SPACE = "SELECT avail, count(*) FROM pg_freespace('events') GROUP BY avail"
 NEWEST_ROW_BYTES = """

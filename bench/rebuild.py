@@ -169,9 +169,9 @@ def generate(conninfo: str, log: Log, events: int) -> float:
     pages, which PostgreSQL's free space map later offers any insert,
     depends on who appends what: at 2M events, 47,036 pages had room for a
     claim's event with the claims and acceptances on one connection,
-    22,294 with everything on one, and 434 so (bench/RESULTS.md, "Where the
-    room comes from"). Commits do not wait for the WAL flush: only the
-    layout matters here.
+    22,294 with everything on one, and 434 so
+    (bench/history/issue-13-2026-12-02.md, "Where the room comes from").
+    Commits do not wait for the WAL flush: only the layout matters here.
     """
     metadata = json.dumps({"actor": "client:web", "client": "web"})
     started, written = time.perf_counter(), 0

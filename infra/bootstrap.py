@@ -90,6 +90,7 @@ class App:
     @functools.cached_property
     def services(self) -> ServiceContext:
         from domain.delivery import DeliveryPolicy
+        from domain.fairness import FairnessPolicy
         from domain.policy import OtpPolicy, ResetPolicy
         from domain.tenants import parse_purpose_list
         from domain.send_limits import SendLimits
@@ -106,6 +107,7 @@ class App:
             otp_policy=policy(s, OtpPolicy),
             delivery_policy=policy(s, DeliveryPolicy),
             send_limits=policy(s, SendLimits),
+            fairness=policy(s, FairnessPolicy),
             reset_url=s.reset_url,
             email_templates=load_templates(s.templates_dir),
             otp_purposes=parse_purpose_list(s.otp_purposes),

@@ -22,6 +22,7 @@ from attrs import field, fields, frozen
 
 from domain.delivery import RECORD_WITHIN, DeliveryPolicy
 from domain.errors import ConfigError
+from domain.fairness import FairnessPolicy
 from domain.policy import ACCOUNT_LOCK_CEILING, OTP_DIGITS_FLOOR, OtpPolicy, ResetPolicy
 from domain.tenants import DEFAULT_PURPOSES, purpose_list_text
 from domain.send_limits import SendLimits
@@ -167,6 +168,27 @@ class Settings:
     api_processes: int | None = _setting("AUTHLEDGER_API_PROCESSES", None, values.whole(1, 64),
         doc=f"API processes `serve` runs on its port; unset, one for each core it may use, at most "
             f"{MOST_DEFAULT_API_PROCESSES}.")
+    # Rates and turns are per API process: `serve` with N processes lets a caller make up to N times as many,
+    # as the kernel spreads connections over the processes. Defaults and their reasons: docs/operations.md,
+    # "Fairness between tenants".
+    key_rate: int = _setting("AUTHLEDGER_KEY_RATE", 50, values.whole(1, 100_000), feeds=(FairnessPolicy, "key_per_second"),
+        doc="Requests a second one API key may make on average, in each API process; over it, 429 `per-key`.")
+    key_burst: int = _setting("AUTHLEDGER_KEY_BURST", 100, values.whole(1, 100_000), feeds=(FairnessPolicy, "key_burst"),
+        doc="Requests one API key may make at once above its rate, in each API process.")
+    tenant_rate: int = _setting("AUTHLEDGER_TENANT_RATE", 100, values.whole(1, 100_000),
+        feeds=(FairnessPolicy, "tenant_per_second"),
+        doc="Requests a second all of one tenant's keys may make on average, in each API process; over it, "
+            "429 `per-tenant`.")
+    tenant_burst: int = _setting("AUTHLEDGER_TENANT_BURST", 200, values.whole(1, 100_000),
+        feeds=(FairnessPolicy, "tenant_burst"),
+        doc="Requests one tenant may make at once above its rate, in each API process.")
+    tenant_in_flight: int = _setting("AUTHLEDGER_TENANT_IN_FLIGHT", 4, values.whole(1, 1024),
+        feeds=(FairnessPolicy, "tenant_in_flight"),
+        doc="Requests of one tenant that an API process runs at once; the next wait without a thread or a "
+            "database connection.")
+    in_flight_wait: int = _setting("AUTHLEDGER_IN_FLIGHT_WAIT", 2, values.whole(0, 60),
+        feeds=(FairnessPolicy, "in_flight_wait"),
+        doc="Seconds a request waits for one of its tenant's turns before a 429 `tenant-busy`; 0 refuses at once.")
     max_attempts: int | None = _setting("AUTHLEDGER_MAX_ATTEMPTS", None, values.whole(1, 1000),
         feeds=(DeliveryPolicy, "max_attempts"),
         doc="Optional hard cap on send attempts; unset, a message is retried until its link or code expires.")

@@ -28,7 +28,29 @@ from domain.email import LeaseClaimed, LeaseExpired
 from infra.eventlog.codec import default_codec
 from infra.eventlog.ids import time_ordered_id
 
-# Due rows are locked with SKIP LOCKED so that workers claim side by side;
+# The tenant of an outbox row, from its scoped user id ("<tenant> <user>",
+# domain.tenants; the default tenant's ids have no space): '' for the default
+# tenant. Word for word the expression of schema.sql's email_outbox_due_by_tenant,
+# so that the planner finds the index.
+TENANT_OF_ROW = "(CASE WHEN strpos(user_id, ' ') > 0 THEN split_part(user_id, ' ', 1) ELSE '' END)"
+
+# Due rows are claimed round-robin by tenant, so that one tenant's backlog of
+# thousands does not hold another's one email back by the whole backlog:
+# the tenants with unfinished mail are found by a walk down the index (one
+# probe per tenant, however long the backlog), each gets a share of the
+# claim, taken oldest first from its own rows; a share that a tenant cannot
+# fill goes to the oldest due rows of the others. Claim order is each
+# tenant's first, then each one's second, and so on; with one tenant it is
+# oldest first, as before. Within a turn the tenants come in random order:
+# the worker often claims a few rows at a time (as places in its window
+# free up), fewer than there are tenants with due mail, and ordering a turn
+# by age would then give every place to the tenant with the old backlog;
+# at random each tenant has an even chance of each place. The cost is a
+# probe per tenant with unfinished mail plus the rows claimed, never the
+# backlog's length.
+#
+# Rows are locked with SKIP LOCKED so that workers claim side by side (a
+# share may lock a few rows more than the claim takes, until it commits);
 # each is numbered in claim order and paired with one of the caller's new
 # lease tokens. A leased row here is one whose lease ran out: its lease
 # expires (LeaseExpired) before the new claim (LeaseClaimed), as in
@@ -36,17 +58,48 @@ from infra.eventlog.ids import time_ordered_id
 # projections.outbox.evolve_outbox makes of those events. Every row is
 # locked, so its stream_version is its stream's; the unique
 # (stream_id, stream_version) key would refuse a second writer regardless.
-CLAIM = text("""
-    WITH due AS MATERIALIZED (
+CLAIM = text(f"""
+    WITH RECURSIVE tenants(tenant) AS (
+        (SELECT {TENANT_OF_ROW} FROM email_outbox WHERE state IN ('pending', 'leased')
+          ORDER BY 1 LIMIT 1)
+        UNION ALL
+        SELECT (SELECT {TENANT_OF_ROW} FROM email_outbox
+                 WHERE state IN ('pending', 'leased') AND {TENANT_OF_ROW} > t.tenant
+                 ORDER BY 1 LIMIT 1)
+          FROM tenants t WHERE t.tenant IS NOT NULL
+    ), share AS (
+        SELECT CAST(ceil(CAST(:limit AS numeric) / greatest(count(*), 1)) AS integer) AS n
+          FROM tenants WHERE tenant IS NOT NULL
+    ), fair AS MATERIALIZED (
+        SELECT mine.*
+          FROM tenants t
+         CROSS JOIN LATERAL (
+               SELECT * FROM email_outbox
+                WHERE state IN ('pending', 'leased') AND available_at <= :now AND {TENANT_OF_ROW} = t.tenant
+                ORDER BY available_at
+                LIMIT (SELECT n FROM share)
+                  FOR UPDATE SKIP LOCKED
+               ) AS mine
+         WHERE t.tenant IS NOT NULL
+    ), rest AS MATERIALIZED (
         SELECT * FROM email_outbox
          WHERE state IN ('pending', 'leased') AND available_at <= :now
+           AND message_id NOT IN (SELECT message_id FROM fair)
          ORDER BY available_at
-         LIMIT :limit
+         LIMIT (SELECT greatest(0, :limit - count(*)) FROM fair)
            FOR UPDATE SKIP LOCKED
+    ), due AS MATERIALIZED (
+        SELECT *, row_number() OVER (ORDER BY turn, random()) AS n
+          FROM (SELECT *, row_number() OVER (PARTITION BY {TENANT_OF_ROW} ORDER BY available_at, message_id) AS turn
+                  FROM fair
+                UNION ALL
+                SELECT *, :limit + row_number() OVER (ORDER BY available_at, message_id) FROM rest) AS both_kinds
+         ORDER BY n
+         LIMIT :limit
     ), claimed AS MATERIALIZED (
         SELECT d.*, t.token,
                (d.state = 'leased' AND d.lease_owner IS NOT NULL AND d.lease_token IS NOT NULL) AS ran_out
-          FROM (SELECT due.*, row_number() OVER () AS n FROM due) d  -- due's own order
+          FROM due d
           JOIN unnest(CAST(:tokens AS uuid[])) WITH ORDINALITY AS t(token, k) ON t.k = d.n
     ), appended AS (
         INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata)

@@ -32,6 +32,7 @@ from infra.db.schema import SCHEMA_VERSION, current_version
 from infra.delivery.worker import Worker
 from infra.errors import DatabaseUnavailable, Forbidden, SchemaMismatch, Unauthorized
 from infra.http import schemas
+from infra.http.fairness import Fairness
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from infra.http.metrics import LogMetrics, render
 from infra.http.openapi import openapi_document
@@ -70,6 +71,7 @@ class Api:
         self.worker = worker
         self.max_body_bytes = max_body_bytes
         self.log_metrics = LogMetrics()
+        self.fairness = Fairness(ctx.fairness, ctx.clock)
         self.document = openapi_document(max_body_bytes=max_body_bytes)
 
     # -- shared steps ---------------------------------------------------------------------------
@@ -105,16 +107,17 @@ class Api:
 
     async def _authenticated(self, request: Request, scope: str | tuple[str, ...],
                              work: Callable[[Caller], Any]) -> Any:
-        """Run ``work(caller)`` in the threadpool after checking there that the key holds ``scope`` (or one of them)."""
+        """Run ``work(caller)`` in the threadpool after checking there that the key holds ``scope`` (or one of
+        them), and here that it is within its rates and has its tenant's turn."""
         api_key = bearer_key(request)
-
-        def authenticated_work() -> Any:
-            caller = self._caller(api_key, scope)
-            request.state.client = caller.client  # for the request's log line, with the key's id
-            request.state.key_id = caller.key_id
-            return work(caller)
-
-        return await run_in_threadpool(authenticated_work)
+        caller = await run_in_threadpool(self._caller, api_key, scope)
+        request.state.client = caller.client  # for the request's log line, with the key's id
+        request.state.key_id = caller.key_id
+        scopes = (scope,) if isinstance(scope, str) else scope
+        # Rates and the tenant's turn are taken here, between two threadpool calls: a request waiting for
+        # its turn holds no thread and no connection (infra.http.fairness). A scrape is held to its key's rate.
+        async with self.fairness.admitted(caller, api_key, tenant_wide="metrics" not in scopes):
+            return await run_in_threadpool(work, caller)
 
     # -- password resets ------------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ from infra.http import schemas
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from infra.http.openapi_operations import (
     COMMON_PROBLEMS,
+    FAIRNESS_REFUSALS,
     FORBIDDEN,
+    KEY_RATE_REFUSAL,
     REQUEST_ID_HEADER,
     WRITE_UNAVAILABLE,
     Json,
@@ -20,7 +22,7 @@ from infra.http.openapi_operations import (
     link,
     operation,
     problem,
-    rate_limited_headers,
+    too_many_requests,
 )
 
 
@@ -33,8 +35,8 @@ OTP_LINKS: Json = {
                        {"challenge_id": "$response.body#/challenge_id"}),
 }
 # A verify with `client_ip` takes one of that IP's checks this hour (domain/send_limits.py).
-VERIFY_TOO_MANY = problem("With `client_ip`: that IP made too many checks within the hour (`rate-limited`; "
-                          "`RateLimit-Policy` names the limit). Nothing was written.", rate_limited_headers())
+VERIFY_TOO_MANY = too_many_requests("With `client_ip`: that IP made too many checks within the hour (`rate-limited`; "
+                                    f"`RateLimit-Policy` names the limit). Nothing was written. {FAIRNESS_REFUSALS}")
 CHALLENGE_ID: Json = {
     "name": "challenge_id", "in": "path", "required": True, "schema": schemas.UUID,
     "description": "The challenge_id of the created challenge; anything but a canonical UUID is a 404.",
@@ -142,9 +144,10 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                          "the challenge's is `invalid-input` (\"the code must be 6 digits\") and is not "
                          "counted as an attempt.",
                 extra={"404": problem("The challenge id is not a canonical UUID (`not-found`)."),
-                       "429": problem("One-time codes are locked for this user (`locked-out`), or, with "
-                                      "`client_ip`, that IP made too many checks within the hour (`rate-limited`; "
-                                      "nothing was written).", rate_limited_headers()),
+                       "429": too_many_requests(
+                           "One-time codes are locked for this user (`locked-out`), or, with `client_ip`, that IP "
+                           "made too many checks within the hour (`rate-limited`; nothing was written). "
+                           f"{FAIRNESS_REFUSALS}", retry_after_required=False),
                        "503": WRITE_UNAVAILABLE})},
             "/v1/timeline": {"get": operation(
                 "The events of a user, a request or a message, for support (exactly one query parameter)",
@@ -174,7 +177,7 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 "schema is current",
                 "ready",
                 {"200": json_response("Ready; `schema_version` only for a `metrics` or `operator` key.", "Ready"),
-                 "401": COMMON_PROBLEMS["401"], "403": FORBIDDEN,
+                 "401": COMMON_PROBLEMS["401"], "403": FORBIDDEN, "429": too_many_requests(KEY_RATE_REFUSAL),
                  "503": problem("Not ready (`database-unavailable`; with a `metrics` key also "
                                 "`schema-mismatch`).")}),
                 "security": [{}, {"apiKey": []}]}},
@@ -184,8 +187,8 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 {"200": {"description": "Prometheus text exposition format 0.0.4.",
                          "headers": {"X-Request-Id": REQUEST_ID_HEADER},
                          "content": {METRICS_CONTENT_TYPE: {"schema": {"type": "string"}}}},
-                 "401": COMMON_PROBLEMS["401"], "403": FORBIDDEN, "500": COMMON_PROBLEMS["500"],
-                 "503": COMMON_PROBLEMS["503"]})},
+                 "401": COMMON_PROBLEMS["401"], "403": FORBIDDEN, "429": too_many_requests(KEY_RATE_REFUSAL),
+                 "500": COMMON_PROBLEMS["500"], "503": COMMON_PROBLEMS["503"]})},
             "/openapi.json": {"get": operation(
                 "This document", "openapi",
                 {"200": {"description": "OpenAPI 3.1.", "headers": {"X-Request-Id": REQUEST_ID_HEADER},

@@ -75,8 +75,23 @@ BAD_HEADER = "A malformed X-Request-Id (`request-id-invalid`)."
 BAD_BODY = ("Malformed JSON or a body that does not match the schema (`malformed-json`, `invalid-body`, "
             "`invalid-email`).")
 
+# Every call with a key is held to its key's and its tenant's request rates and to the tenant's turns in
+# the API process (infra.http.fairness), before any work is done.
+FAIRNESS_REFUSALS = ("Over this API key's or this tenant's request rate (`rate-limited`, with RateLimit-Policy "
+                     "`per-key` or `per-tenant`), or too many of this tenant's requests in progress "
+                     "(`tenant-busy`); retry after `Retry-After` seconds. Nothing was done.")
+KEY_RATE_REFUSAL = ("Over this API key's request rate (`rate-limited`, with RateLimit-Policy `per-key`); retry "
+                    "after `Retry-After` seconds.")
+
+
+def too_many_requests(description: str, *, retry_after_required: bool = True) -> Json:
+    """A 429 problem with Retry-After and the RateLimit headers; ``description`` names its problem types."""
+    return problem(description, {**rate_limited_headers(), **retry_after(retry_after_required)})
+
+
 COMMON_PROBLEMS = {
     "401": problem("No valid API key (`unauthorized`).", WWW_AUTHENTICATE),
+    "429": too_many_requests(FAIRNESS_REFUSALS),
     "500": problem("An unexpected failure; no details are given (`internal-error`)."),
     "503": problem("The database cannot be reached (`database-unavailable`, `schema-mismatch`)."),
 }
@@ -144,7 +159,8 @@ def create_operation(summary: str, operation_id: str, body: str, created: str, *
         "202": json_response("Accepted: the email is queued, or `reused` names the open request (see "
                              "`Idempotency-Replayed` for a replay of this key).", created, REPLAYED_HEADER, links),
         **COMMON_PROBLEMS, **BODY_PROBLEMS, **CREATE_PROBLEMS,
-        "429": problem(too_many, rate_limited_headers()), "503": WRITE_UNAVAILABLE,
+        "429": too_many_requests(f"{too_many} {FAIRNESS_REFUSALS}", retry_after_required=False),
+        "503": WRITE_UNAVAILABLE,
     }
     return operation(summary, operation_id, responses, body=body, parameters=[IDEMPOTENCY_KEY],
                      bad_request=" ".join(filter(None, [

@@ -20,7 +20,8 @@ from sqlalchemy import Connection, Table, text
 
 from infra.projector.appliers import qualified_name, retarget
 
-_QUOTE_RE = re.compile(r'^(CREATE (?:UNIQUE )?INDEX) \S+ ON \S+ (.*)$')
+# DOTALL: PostgreSQL prints an expression index's CASE over several lines.
+_QUOTE_RE = re.compile(r'^(CREATE (?:UNIQUE )?INDEX) \S+ ON \S+ (.*)$', re.DOTALL)
 PRIVILEGES = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"})
 
 INDEXES = text("""

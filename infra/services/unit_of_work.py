@@ -43,6 +43,7 @@ from domain.decisions import Decision
 from domain.delivery import DeliveryPolicy
 from domain.email import email_stream
 from domain.errors import ConcurrencyConflict
+from domain.fairness import FairnessPolicy
 from domain.log import RecordedEvent
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.send_limits import SendLimits
@@ -95,6 +96,9 @@ class ServiceContext:
     otp_policy: OtpPolicy = field(factory=OtpPolicy)
     delivery_policy: DeliveryPolicy = field(factory=DeliveryPolicy)
     send_limits: SendLimits = field(factory=SendLimits)  # per address and per end-user IP (domain.send_limits)
+    # Request rates and in-flight caps at the HTTP edge (infra/http/fairness.py). None, as tests and in-process
+    # callers build it: nothing is limited; ``App`` builds it from the settings, defaults included.
+    fairness: FairnessPolicy | None = None
     reset_url: str = "http://localhost:8000/reset"
     email_templates: EmailTemplates = field(factory=default_templates)
     # The OTP purposes of a tenant that declares none (AUTHLEDGER_OTP_PURPOSES; domain.tenants).

@@ -24,7 +24,7 @@ from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
 
 SENDER = "authledger <no-reply@app.test>"
-CLAIM, RECORD = "WITH due AS MATERIALIZED", "WITH recorded AS"
+CLAIM, RECORD = "WITH RECURSIVE tenants", "WITH recorded AS"
 
 
 @contextmanager

@@ -41,10 +41,11 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0) ->
 
 
 @contextmanager
-def served(app: Any) -> Iterator[str]:
-    """``app`` under uvicorn on a free port, in a thread; its base URL."""
+def served(app: Any, *, lifespan: bool = False) -> Iterator[str]:
+    """``app`` under uvicorn on a free port, in a thread; its base URL. ``lifespan``: run the app's (which
+    sizes the request threadpool and starts what runs beside it)."""
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_config=None,
-                                           lifespan="off", access_log=False))
+                                           lifespan="on" if lifespan else "off", access_log=False))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for("uvicorn to start", lambda: server.started or None)

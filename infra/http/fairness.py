@@ -1,0 +1,147 @@
+"""Sharing an API process between callers: request rates per key and per tenant, and per-tenant turns.
+
+Once a request's key is known (and before its work starts, so before any
+write), ``Fairness.admitted``:
+
+1. takes a token from the key's bucket and from its tenant's
+   (``domain.buckets``); either empty, the request is refused at once with
+   ``RateLimited`` naming the rate (429 with Retry-After and the RateLimit
+   headers), and neither bucket is charged for it;
+2. waits for one of the tenant's turns: at most ``tenant_in_flight`` of a
+   tenant's requests run at once in this process. A request over the cap
+   waits here, on the event loop, holding neither a request thread nor a
+   database connection, so another tenant's request takes a thread at once;
+   after ``in_flight_wait`` it is refused with ``TenantBusy`` (429,
+   Retry-After). Waiters are served first come, first served.
+
+State lives in the process: with several API processes (``serve
+--processes``) each keeps its own, so a caller may make up to that many
+times the configured rate (docs/operations.md, "Fairness between
+tenants"). Everything here runs on the event loop's one thread, so it
+needs no lock.
+
+The ``metrics`` scope (Prometheus, readiness probes) is held to its key's
+rate only: a scrape during a tenant's flood is when an operator needs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import anyio
+from attrs import define
+
+from domain.buckets import Bucket, Rate, is_full, take
+from domain.clients import Caller
+from domain.fairness import FairnessPolicy
+from domain.tokens import hash_token
+from infra.clock import Clock
+from infra.errors import RateLimited
+
+# Buckets that have refilled are dropped (a full bucket is what a missing one
+# stands for) once there are this many: only valid keys get one, so this is a
+# bound on memory, not a limit anyone meets.
+KEPT_BUCKETS = 10_000
+# A tenant's turn comes back within a request's time, a few milliseconds.
+BUSY_RETRY_AFTER = timedelta(seconds=1)
+
+
+class TenantBusy(RateLimited):
+    """Too many of this tenant's requests are in progress; try again shortly."""
+
+    problem_type = "tenant-busy"
+
+
+@define
+class _Turns:
+    """One tenant's turns in this process, and how many requests hold or wait for one."""
+
+    semaphore: anyio.Semaphore
+    users: int = 0
+
+
+class Fairness:
+    """The rates and turns of one API process (see the module docstring); ``policy`` None limits nothing."""
+
+    def __init__(self, policy: FairnessPolicy | None, clock: Clock) -> None:
+        self.policy, self.clock = policy, clock
+        self._key_buckets: dict[str, Bucket] = {}
+        self._tenant_buckets: dict[str, Bucket] = {}
+        self._turns: dict[str, _Turns] = {}
+
+    def holding(self, tenant: str) -> int:
+        """How many of ``tenant``'s requests hold or wait for a turn in this process now."""
+        turns = self._turns.get(tenant)
+        return 0 if turns is None else turns.users
+
+    @contextlib.asynccontextmanager
+    async def admitted(self, caller: Caller, api_key: str, *, tenant_wide: bool = True) -> AsyncIterator[None]:
+        """Within the key's (and, ``tenant_wide``, the tenant's) rate and in one of the tenant's turns;
+        ``RateLimited`` or ``TenantBusy`` otherwise."""
+        if self.policy is None:
+            yield
+            return
+        self._charge(hash_token(api_key), caller.tenant if tenant_wide else None)
+        if not tenant_wide:
+            yield
+            return
+        async with self._turn(caller.tenant, self.policy):
+            yield
+
+    def _charge(self, key_hash: str, tenant: str | None) -> None:
+        assert self.policy is not None
+        now = self.clock.now()
+        charges = [(self._key_buckets, key_hash, self.policy.key_rate, "this API key")]
+        if tenant is not None:
+            charges.append((self._tenant_buckets, tenant, self.policy.tenant_rate, "this tenant's keys"))
+        taken = [(buckets, name, rate, whose, take(buckets.get(name), rate, now))
+                 for buckets, name, rate, whose in charges]
+        for _, _, rate, whose, result in taken:
+            if not result.allowed:  # refused: no bucket is charged for a request that does nothing
+                raise RateLimited(f"{whose} made more than {_rate_text(rate)} in this API process; retry after "
+                                  "Retry-After seconds", retry_at=result.retry_at, quota=rate.quota)
+        for buckets, name, rate, _, result in taken:
+            buckets[name] = result.bucket
+            if len(buckets) > KEPT_BUCKETS:
+                for full_name in [n for n, b in buckets.items() if is_full(b, rate, now)]:
+                    del buckets[full_name]
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, tenant: str, policy: FairnessPolicy) -> AsyncIterator[None]:
+        turns = self._turns.get(tenant)
+        if turns is None:
+            turns = self._turns[tenant] = _Turns(anyio.Semaphore(policy.tenant_in_flight))
+        turns.users += 1
+        try:
+            if not await _acquired(turns.semaphore, policy.in_flight_wait.total_seconds()):
+                raise TenantBusy(f"{policy.tenant_in_flight} of this tenant's requests are in progress in this "
+                                 "API process; retry after Retry-After seconds",
+                                 retry_at=self.clock.now() + BUSY_RETRY_AFTER)
+            try:
+                yield
+            finally:
+                turns.semaphore.release()
+        finally:
+            turns.users -= 1
+            if turns.users == 0:  # nobody holds or waits: forget the tenant until it comes back
+                del self._turns[tenant]
+
+
+async def _acquired(semaphore: anyio.Semaphore, wait_seconds: float) -> bool:
+    """Whether ``semaphore`` was acquired within ``wait_seconds`` (0: only if free now)."""
+    if wait_seconds <= 0:
+        try:
+            semaphore.acquire_nowait()
+        except anyio.WouldBlock:
+            return False
+        return True
+    with anyio.move_on_after(wait_seconds):
+        await semaphore.acquire()
+        return True
+    return False
+
+
+def _rate_text(rate: Rate) -> str:
+    return f"{rate.per_second:g} requests a second (bursts of {rate.burst})"
