@@ -60,7 +60,7 @@ from sqlalchemy import create_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.api import (  # noqa: E402 - after the path set-up
+from bench.api import (  # after the path set-up
     AUTHLEDGER,
     KEY,
     MASTER_KEY,
@@ -71,13 +71,13 @@ from bench.api import (  # noqa: E402 - after the path set-up
     _tree_cpu_seconds,
     _url,
 )
-from bench.bench_server import start_bench_server  # noqa: E402
-from domain.tokens import TokenKeys  # noqa: E402
-from infra.config.settings import default_api_processes  # noqa: E402
-from infra.db.schema import init_schema  # noqa: E402
-from infra.services.clients import create_client  # noqa: E402
-from infra.services.tenants import create_tenant  # noqa: E402
-from infra.services.unit_of_work import ServiceContext  # noqa: E402
+from bench.bench_server import start_bench_server
+from domain.tokens import TokenKeys
+from infra.config.settings import default_api_processes
+from infra.db.schema import init_schema
+from infra.services.clients import create_client
+from infra.services.tenants import create_tenant
+from infra.services.unit_of_work import ServiceContext
 
 DATABASE = "bench_fairness"
 AIM = 2.5
@@ -92,7 +92,8 @@ def _prepare(uri: str, flood: int) -> dict[str, list[str]]:
     admin = create_engine(_url(uri, DATABASE, "postgresql+psycopg"))
     init_schema(admin)
     admin.dispose()
-    engine = create_engine(_url(uri, DATABASE, "postgresql+psycopg"), connect_args={"options": "-c role=authledger_app"})
+    engine = create_engine(_url(uri, DATABASE, "postgresql+psycopg"),
+                           connect_args={"options": "-c role=authledger_app"})
     ctx = ServiceContext(engine=engine, keys=TokenKeys("bench", {"bench": KEY}))
     keys: dict[str, list[str]] = {}
     for tenant, count in (("acme", flood), ("shop", 1), ("refused", 1)):
@@ -238,7 +239,8 @@ def main() -> None:
             sys.exit(f"authledger serve exited with {code} on SIGTERM")
         loads.append(os.getloadavg()[0])
 
-    print("| part | B alone p50 ms (before, after) | B during A's flood p50 ms | ratio | aim | A's flood: accepted, refused |")
+    print("| part | B alone p50 ms (before, after) | B during A's flood p50 ms | ratio | aim "
+          "| A's flood: accepted, refused |")
     print("|---|---:|---:|---:|---:|---:|")
     for part, r in results.items():
         print(f"| {part} | {r['alone_before']:.2f}, {r['alone_after']:.2f} | {r['during']:.2f} | {r['ratio']:.2f}× | "

@@ -171,9 +171,11 @@ class Settings:
     # Rates and turns are per API process: `serve` with N processes lets a caller make up to N times as many,
     # as the kernel spreads connections over the processes. Defaults and their reasons: docs/operations.md,
     # "Fairness between tenants".
-    key_rate: int = _setting("AUTHLEDGER_KEY_RATE", 50, values.whole(1, 100_000), feeds=(FairnessPolicy, "key_per_second"),
+    key_rate: int = _setting("AUTHLEDGER_KEY_RATE", 50, values.whole(1, 100_000),
+        feeds=(FairnessPolicy, "key_per_second"),
         doc="Requests a second one API key may make on average, in each API process; over it, 429 `per-key`.")
-    key_burst: int = _setting("AUTHLEDGER_KEY_BURST", 100, values.whole(1, 100_000), feeds=(FairnessPolicy, "key_burst"),
+    key_burst: int = _setting("AUTHLEDGER_KEY_BURST", 100, values.whole(1, 100_000),
+        feeds=(FairnessPolicy, "key_burst"),
         doc="Requests one API key may make at once above its rate, in each API process.")
     tenant_rate: int = _setting("AUTHLEDGER_TENANT_RATE", 100, values.whole(1, 100_000),
         feeds=(FairnessPolicy, "tenant_per_second"),
