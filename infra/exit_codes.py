@@ -1,9 +1,9 @@
-"""README's exit-code table, generated from the errors' own ``exit_code``.
+"""The exit-code table of docs/exit-codes.md, generated from the errors' own ``exit_code``.
 
 Every error a user can see maps itself to an exit code (domain/errors.py,
 infra/errors.py, the providers' ``SendFailed``); the command line adds 0,
 2 for a usage error (click) and 70 for an internal error (``cli.main``).
-``python -m infra.exit_codes README.md`` rewrites the table between its
+``python -m infra.exit_codes docs/exit-codes.md`` rewrites the table between its
 markers, and a test fails when it is out of date.
 """
 
@@ -55,15 +55,16 @@ def exit_code_table() -> str:
     return "\n".join(lines)
 
 
-def with_exit_code_table(readme: str) -> str:
-    """``readme`` with the text between the exit-code markers replaced by a fresh table."""
-    before, start, rest = readme.partition(TABLE_START)
+def with_exit_code_table(page: str) -> str:
+    """``page`` with the text between the exit-code markers replaced by a fresh table."""
+    before, start, rest = page.partition(TABLE_START)
     _, end, after = rest.partition(TABLE_END)
     if not (start and end):
-        raise ValueError(f"README has no {TABLE_START} ... {TABLE_END} section")
+        raise ValueError(f"the page has no {TABLE_START} ... {TABLE_END} section")
     return f"{before}{start}\n{exit_code_table()}\n{end}{after}"
 
 
 if __name__ == "__main__":
-    readme = Path(sys.argv[1])
-    readme.write_text(with_exit_code_table(readme.read_text()))
+    # python -m infra.exit_codes docs/exit-codes.md: regenerate the exit-code table in place.
+    page = Path(sys.argv[1])
+    page.write_text(with_exit_code_table(page.read_text()))

@@ -2,8 +2,8 @@
 
 Each setting is declared once, as a field of ``Settings`` that carries its
 environment variable, parser, doc line and the policy field it feeds;
-reading, ``config show``, the policies and README's settings table all come
-from that declaration.
+reading, ``config show``, the policies and the settings table of
+docs/configuration.md all come from that declaration.
 
 Every bad value is reported, one line each, before anything starts: a
 service that runs with half its configuration is worse than one that
@@ -100,7 +100,7 @@ class Settings:
         doc="Serve the development stand-in reset page at /reset with DATABASE_URL set too "
             "(it is always on for the embedded default).")
     templates_dir: Path | None = _setting("AUTHLEDGER_TEMPLATES_DIR", None, Path,
-        doc="Folder of email templates that replace the shipped ones, file by file (see README, The emails).")
+        doc="Folder of email templates that replace the shipped ones, file by file (docs/emails.md).")
     token_keys: str | None = _setting("AUTHLEDGER_TOKEN_KEYS", None, values.checked_text(values.parse_token_keys),
         secret=True, doc="`id:base64key,...` newest first, each at least 32 bytes: derive tokens and codes.")
     # DESIGN: a reset link never lives past 24 h.
@@ -347,7 +347,7 @@ TABLE_START, TABLE_END = "<!-- settings:start -->", "<!-- settings:end -->"
 
 
 def settings_table() -> str:
-    """README's settings table: variable, default and meaning of every setting."""
+    """The settings table of docs/configuration.md: variable, default and meaning of every setting."""
     rows = ["| Variable | Default | Meaning |", "| --- | --- | --- |"]
     for setting in SETTINGS:
         default = "(unset)" if setting.default is None else f"`{setting.default}`"
@@ -355,16 +355,16 @@ def settings_table() -> str:
     return "\n".join(rows)
 
 
-def with_settings_table(readme: str) -> str:
-    """``readme`` with the text between the settings markers replaced by a fresh table."""
-    before, start, rest = readme.partition(TABLE_START)
+def with_settings_table(page: str) -> str:
+    """``page`` with the text between the settings markers replaced by a fresh table."""
+    before, start, rest = page.partition(TABLE_START)
     _, end, after = rest.partition(TABLE_END)
     if not (start and end):
-        raise ValueError(f"README has no {TABLE_START} ... {TABLE_END} section")
+        raise ValueError(f"the page has no {TABLE_START} ... {TABLE_END} section")
     return f"{before}{start}\n{settings_table()}\n{end}{after}"
 
 
 if __name__ == "__main__":
-    # python -m infra.config.settings README.md: regenerate the settings table in place.
-    readme = Path(sys.argv[1])
-    readme.write_text(with_settings_table(readme.read_text()))
+    # python -m infra.config.settings docs/configuration.md: regenerate the settings table in place.
+    page = Path(sys.argv[1])
+    page.write_text(with_settings_table(page.read_text()))

@@ -16,7 +16,7 @@ Requests recorded before this field existed carry no hash and are not found
 by address (search by user, request or message id still finds them). A
 backfill would have to open every address with the master key and rehash it
 with the token keys: `db init` holds neither, and a pure fold may not. See
-docs/operations.md, "Searching by address".
+docs/operations.md, "Personal data and erasure", on finding a user by address.
 """
 
 from __future__ import annotations

@@ -7,6 +7,12 @@ one bash (``set -e -o pipefail``), so a later block may use what an earlier
 one set, as a reader pasting them in turn would; ``authledger serve`` runs
 in the background on a free port, given to the docs as ``$API``.
 
+That bash is a newcomer's new shell after the quick start: its PATH holds no
+virtual environment, so ``authledger`` is found only once the README's own
+activation line (``. .venv/bin/activate``, run as written from a folder
+whose ``.venv`` is the clone's) put it there. The README runs it where it
+stands; every page of docs/ starts with it, as the README tells a reader to.
+
 Two HTML comments, on the line before a block, change how it runs:
 ``<!-- not run: why -->`` leaves it out (a block that cannot run here, such
 as one that starts the server in the foreground), and ``<!-- run twice: why
@@ -36,8 +42,11 @@ from attrs import frozen
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # README: the quick start (runs the suite, starts a server in the foreground);
+# docs/development.md: the commands that run the suite and the checkers on the repository;
 # docs/incident-review.md: four sessions over the worked example's own log.
-EXCLUDED = 5
+EXCLUDED = 6
+# The quick start's line that puts `authledger` on the PATH of a new shell, as README.md writes it.
+ACTIVATION = ". .venv/bin/activate"
 MARKER = re.compile(r"<!--\s*(not run|run twice):\s*(.+?)\s*-->")
 BLOCK_START = "@@ block "
 FAILED_AT = "@@ failed at script line "
@@ -87,6 +96,20 @@ def command_blocks(path: Path) -> list[Block]:
     return blocks
 
 
+def activation_block() -> Block:
+    """The README's block that activates the environment: its first line is exactly ``ACTIVATION``."""
+    found = [block for block in command_blocks(ROOT / "README.md")
+             if block.code.split("#")[0].strip() == ACTIVATION and block.skip_reason is None]
+    assert len(found) == 1, f"README.md must show `{ACTIVATION}` as a block of its own, run by this test"
+    return found[0]
+
+
+def runnable_blocks(path: Path) -> list[Block]:
+    """What a reader pastes into a new shell for ``path``: a page of docs/ starts with the README's activation."""
+    blocks = [block for block in command_blocks(path) if block.skip_reason is None]
+    return blocks if path == ROOT / "README.md" else [activation_block(), *blocks]
+
+
 def script(blocks: list[Block]) -> tuple[str, dict[int, str]]:
     """One bash script running ``blocks`` in turn, and where each of its lines comes from in the docs.
 
@@ -132,15 +155,28 @@ def docs_env() -> Iterator[dict[str, str]]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def newcomers_path() -> str:
+    """This process's PATH without any virtual environment's ``bin``: what a new shell has before activating."""
+    environments = {Path(sys.prefix), ROOT / ".venv", *([Path(os.environ["VIRTUAL_ENV"])]
+                                                       if os.environ.get("VIRTUAL_ENV") else [])}
+    kept = [entry for entry in os.environ.get("PATH", "").split(os.pathsep)
+            if entry and not any(Path(entry).resolve() == (venv / "bin").resolve() for venv in environments)]
+    return os.pathsep.join(kept)
+
+
 def _served(workdir: Path) -> Iterator[dict[str, str]]:
+    if not (ROOT / ".venv" / "bin" / "activate").exists():
+        pytest.fail("no .venv in the clone to activate: run the suite with `python3 dev.py test`")
+    # The working directory stands for the clone's folder: the README's
+    # activation line finds the clone's .venv there, by the same relative path.
+    (workdir / ".venv").symlink_to(ROOT / ".venv")
     port, runtime = free_port(), workdir / "runtime"
     runtime.mkdir()
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith("AUTHLEDGER_") and name != "DATABASE_URL"}
-    env |= {
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}",
-        "AUTHLEDGER_DATA_DIR": str(workdir / ".authledger"),
+    shell = {name: value for name, value in os.environ.items()
+             if not name.startswith("AUTHLEDGER_")
+             and name not in {"DATABASE_URL", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "BASH_ENV", "ENV"}}
+    shell |= {
+        "PATH": newcomers_path(),
         "API": f"http://127.0.0.1:{port}",
         "HOME": str(workdir),
         "PWD": str(workdir),
@@ -149,11 +185,14 @@ def _served(workdir: Path) -> Iterator[dict[str, str]]:
         "XDG_RUNTIME_DIR": str(runtime),
     }
     log = (workdir / "serve.log").open("w")
-    serve = subprocess.Popen(["authledger", "serve", "--port", str(port)], cwd=workdir, env=env,
+    # The server is this test's, not the reader's: started by its full path, on the data directory
+    # the shell's commands find by default (.authledger in the working directory).
+    serve = subprocess.Popen([str(Path(sys.executable).parent / "authledger"), "serve", "--port", str(port)],
+                             cwd=workdir, env=shell | {"AUTHLEDGER_DATA_DIR": str(workdir / ".authledger")},
                              stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_until_ready(env["API"], serve, workdir / "serve.log")
-        yield env
+        _wait_until_ready(shell["API"], serve, workdir / "serve.log")
+        yield shell
     finally:
         serve.send_signal(signal.SIGTERM)
         serve.wait(timeout=30)
@@ -198,12 +237,31 @@ def test_a_failing_doc_command_is_reported_with_its_file_line_and_output(tmp_pat
     assert "first" not in report and "never" not in report
 
 
+def test_the_readme_activates_the_environment_before_its_first_authledger_command() -> None:
+    runnable = runnable_blocks(ROOT / "README.md")
+    first_use = next(index for index, block in enumerate(runnable) if re.search(r"^\s*authledger ", block.code, re.M))
+
+    assert runnable.index(activation_block()) < first_use
+
+
+def test_a_new_shell_finds_authledger_only_after_the_readmes_activation_line(docs_env: dict[str, str]) -> None:
+    def found(code: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-c", code], cwd=docs_env["PWD"], env=docs_env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    before = found("authledger --help")
+    after = found(f"{activation_block().code}\nauthledger --help")
+
+    assert before.returncode == 127, before.stdout  # bash: authledger: command not found
+    assert after.returncode == 0, after.stdout
+
+
 RUNNABLE = [path for path in DOCS if any(block.skip_reason is None for block in command_blocks(path))]
 
 
 @pytest.mark.parametrize("path", RUNNABLE, ids=lambda path: path.name)
 def test_every_command_block_of_the_docs_runs_as_written(path: Path, docs_env: dict[str, str]) -> None:
-    code, origin = script([block for block in command_blocks(path) if block.skip_reason is None])
+    code, origin = script(runnable_blocks(path))
 
     try:
         run = subprocess.run(["bash", "-c", code], cwd=docs_env["PWD"], env=docs_env, timeout=120,

@@ -1,5 +1,5 @@
 """Settings from the environment: declared once, parsed, checked one line per bad value, shown by
-`config show`, fed to the policies and listed in README."""
+`config show`, fed to the policies and listed in docs/configuration.md."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from infra.bootstrap import App
 from infra.config.cores import usable_cores
 from infra.config.settings import SETTINGS, Settings, default_api_processes, load_settings, policy, with_settings_table
 
-README = Path(__file__).parents[2] / "README.md"
+CONFIGURATION = Path(__file__).parents[2] / "docs" / "configuration.md"
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
 
 ACCOUNT_LOCK_DEFAULTS = {
@@ -188,11 +188,12 @@ def test_each_policy_setting_reaches_its_policy_field() -> None:
     )
 
 
-def test_readme_lists_every_setting_as_declared() -> None:
-    readme = README.read_text()
+def test_the_configuration_page_lists_every_setting_as_declared() -> None:
+    page = CONFIGURATION.read_text()
 
-    assert readme == with_settings_table(readme), (
-        "README's settings table is out of date: run `python -m infra.config.settings README.md`"
+    assert page == with_settings_table(page), (
+        "docs/configuration.md's settings table is out of date: "
+        "run `python -m infra.config.settings docs/configuration.md`"
     )
 
 

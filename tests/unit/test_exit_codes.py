@@ -1,4 +1,4 @@
-"""README's exit-code table is generated from the errors, and the command line keeps to it."""
+"""The exit-code table of docs/exit-codes.md is generated from the errors, and the command line keeps to it."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from click.testing import CliRunner
 import cli
 from infra.exit_codes import ERROR_MODULES, error_classes, with_exit_code_table
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+EXIT_CODES = Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md"
 
 
-def test_readme_lists_every_exit_code_as_declared() -> None:
-    readme = README.read_text()
+def test_the_exit_codes_page_lists_every_exit_code_as_declared() -> None:
+    page = EXIT_CODES.read_text()
 
-    assert readme == with_exit_code_table(readme), (
-        "README's exit-code table is out of date: run `python -m infra.exit_codes README.md`"
+    assert page == with_exit_code_table(page), (
+        "docs/exit-codes.md's table is out of date: run `python -m infra.exit_codes docs/exit-codes.md`"
     )
 
 
