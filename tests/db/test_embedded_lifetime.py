@@ -13,7 +13,8 @@ import psutil
 import pytest
 
 from tests.support.embedded import fresh_data_dir
-from tests.support.servers import AUTHLEDGER, wait_for
+from tests.support.servers import AUTHLEDGER
+from tests.support.waiting import wait_until
 
 def postgres_serving(pgdata: Path) -> list[psutil.Process]:
     """The postmaster processes whose data directory is ``pgdata``."""
@@ -64,15 +65,15 @@ def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(data_dir
             except httpx.TransportError:
                 return None
 
-        wait_for("serve to answer", healthy, timeout=90)
+        wait_until(healthy, what="serve to answer", timeout=90)
         pgdata = (data_dir / "pgdata").resolve()
         assert postgres_serving(pgdata), "serve runs on the embedded server"
     finally:
         serve.send_signal(signal.SIGKILL)
         serve.wait()  # reaped: the pid is really gone, as it is under a shell or a supervisor
 
-    wait_for(f"the embedded server to stop ({state_of(pgdata)})", lambda: None if postgres_serving(pgdata) else True,
-             timeout=10)
+    wait_until(lambda: not postgres_serving(pgdata), what=f"the embedded server to stop ({state_of(pgdata)})",
+               timeout=10)
     assert not (pgdata / "postmaster.pid").exists(), "stopped cleanly, not left for the next start to recover"
 
 
@@ -89,5 +90,4 @@ def test_db_url_and_db_shell_reach_the_embedded_server_which_stops_when_psql_exi
     shell = subprocess.run([AUTHLEDGER, "db", "shell", "-tA", "-c", "SELECT current_database()"], env=env,
                            capture_output=True, text=True, timeout=120)
     assert shell.returncode == 0 and shell.stdout.strip() == "postgres", shell.stderr
-    wait_for("the embedded server to stop after psql", lambda: None if postgres_serving(pgdata) else True,
-             timeout=10)
+    wait_until(lambda: not postgres_serving(pgdata), what="the embedded server to stop after psql", timeout=10)

@@ -21,6 +21,7 @@ from infra.delivery.providers import (
 from infra.delivery.providers.smtp import SmtpMailer
 from tests.support.smtp_relay import LocalController, Relay
 from tests.support.emails import a_code_email
+from tests.support.waiting import wait_until
 
 
 def controller_of(relay: Relay) -> LocalController:
@@ -36,13 +37,6 @@ def a_mailer(port: int, **options: Any) -> SmtpMailer:
 def arrivals(relay: Relay) -> Counter[str]:
     """Deliveries per Message-ID: 1 each when every message arrived once."""
     return Counter(str(message["Message-ID"]) for message in relay.messages())
-
-
-def wait_until(condition: Any, seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def test_smtp_mailer_is_an_async_mailer(relay: Relay) -> None:
@@ -150,7 +144,7 @@ def test_idle_sessions_are_closed_after_a_while(relay: Relay) -> None:
     mailer = a_mailer(relay.port, idle_seconds=0.2)
     mailer.send(a_code_email())
 
-    wait_until(lambda: not controller_of(relay).open_sessions)
+    wait_until(lambda: not controller_of(relay).open_sessions, what="the relay's sessions to end")
     mailer.send(a_code_email())
     mailer.close()
 
@@ -165,7 +159,7 @@ def test_close_ends_the_idle_sessions(relay: Relay) -> None:
 
     mailer.close()
 
-    wait_until(lambda: not controller_of(relay).open_sessions)
+    wait_until(lambda: not controller_of(relay).open_sessions, what="the relay's sessions to end")
 
 
 def test_send_async_keeps_a_window_of_sends_in_flight_on_threads_of_its_own(relay: Relay) -> None:

@@ -26,7 +26,7 @@ from infra.delivery.worker import Worker
 from infra.http.app import create_app
 from infra.services.clients import create_client
 from infra.services.unit_of_work import ServiceContext
-from tests.conftest import TEST_KEYS
+from tests.support.keys import TEST_KEYS
 from tests.support.erasure_races import (
     REASON, Calls, NonceRecorder, erase_before, judge, maildir_recipients, play,
 )

@@ -26,7 +26,8 @@ from infra.services.reset import request_reset
 from infra.db.schema import init_schema
 from infra.services.unit_of_work import ServiceContext
 from infra.delivery.worker import Worker
-from tests.conftest import ROOMY_SEND_LIMITS, TEST_KEYS
+from tests.conftest import ROOMY_SEND_LIMITS
+from tests.support.keys import TEST_KEYS
 from tests.http.support import asgi_client
 from tests.support.mailers import RecordingMailer
 from tests.support.pg_control import start_server, stop_server
