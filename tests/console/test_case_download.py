@@ -10,11 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from cli import cli
 from domain.reset import RequestReset
 from infra.audit.export import verify_export
 from infra.audit.seal import seal
@@ -24,6 +22,7 @@ from infra.services.clients import create_client
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
 from tests.console.support import Browser, sign_in
+from tests.support.cli import run_cli
 from tests.unit.test_audit_chain import offline_check_script
 
 KEY = Ed25519PrivateKey.from_private_bytes(b"s" * 32)
@@ -68,7 +67,7 @@ def test_a_users_case_downloads_as_an_export_that_audit_verify_accepts(
     assert events and all("reset-user:7" != e["stream_id"] and "7" != e.get("user_id") for e in events)
     assert any(line["type"] == "elided" for line in lines), "user 7's events stand in as hashes"
     assert "bo@example" not in path.read_text() and "ada@example" not in path.read_text()
-    verified = CliRunner().invoke(cli, ["audit", "verify", "--export", str(path), "--trust-embedded-key"])
+    verified = run_cli({}, "audit", "verify", "--export", str(path), "--trust-embedded-key")
     assert verified.exit_code == 0, verified.output
 
 

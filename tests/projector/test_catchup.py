@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -158,8 +158,6 @@ def test_a_burst_of_commits_is_folded_in_one_pass_not_one_per_commit(engine: Eng
         runner.stop()
         thread.join()  # every pass that folded is counted by now
     assert runner.passes == 2
-
-
 
 
 def test_an_event_that_commits_late_is_folded_in_its_place_not_skipped(

@@ -28,7 +28,8 @@ def wrong(code: str) -> str:
 
 
 def request(env: Env, *extra: str) -> dict[str, object]:
-    code, output = cli_outcome(env, "otp", "request", "--user-id", "42", "--email", "ada@example.test", *extra, "--json")
+    code, output = cli_outcome(env, "otp", "request", "--user-id", "42", "--email", "ada@example.test", *extra,
+                               "--json")
     assert code == 0, output
     return json.loads(output)
 
@@ -45,7 +46,8 @@ def test_request_deliver_and_verify_a_code_from_the_command_line(env: Env, engin
     sent_code = next(line for line in body.splitlines() if line.strip().isdigit()).strip()
     assert sent_code == code_of(engine, str(answer["challenge_id"]))
 
-    code, output = cli_outcome(env, "otp", "verify", "--user-id", "42", str(answer["challenge_id"]), sent_code, "--json")
+    code, output = cli_outcome(env, "otp", "verify", "--user-id", "42", str(answer["challenge_id"]), sent_code,
+                               "--json")
     assert code == 0, output
     assert json.loads(output) == {"verified": True, "challenge_id": answer["challenge_id"], "attempts_left": 5}
     code, output = cli_outcome(env, "otp", "verify", "--user-id", "42", str(answer["challenge_id"]), sent_code)
@@ -101,7 +103,8 @@ def test_an_otp_key_reused_with_another_address_is_a_clear_mismatch(env: Env, en
     request(env, "--idempotency-key", "k-1")
     before = event_count(engine)
 
-    code, output = cli_outcome(env, "otp", "request", "--user-id", "42", "--email", "eve@example.test", "--idempotency-key", "k-1")  # fmt: skip
+    code, output = cli_outcome(env, "otp", "request", "--user-id", "42", "--email", "eve@example.test",
+                               "--idempotency-key", "k-1")  # fmt: skip
 
     assert code == 5
     assert output == (
@@ -145,7 +148,8 @@ def test_the_account_lock_follows_its_environment_settings(env: Env, engine: Eng
 
 
 def test_a_tenants_code_is_verified_only_for_that_tenant_and_user(env: Env, engine: Engine) -> None:
-    code, output = cli_outcome(env, "otp", "request", "--tenant", "acme", "--user-id", "u1", "--email", "ada@example.test", "--purpose", "step_up", "--json")  # fmt: skip
+    code, output = cli_outcome(env, "otp", "request", "--tenant", "acme", "--user-id", "u1", "--email",
+                               "ada@example.test", "--purpose", "step_up", "--json")  # fmt: skip
     assert code == 0, output
     challenge_id = json.loads(output)["challenge_id"]
     before = event_count(engine)
@@ -156,7 +160,8 @@ def test_a_tenants_code_is_verified_only_for_that_tenant_and_user(env: Env, engi
         assert (exit_code, output) == (4, "Error: The code is not valid.\n"), others
     assert event_count(engine) == before, "no attempt was counted"
 
-    exit_code, output = cli_outcome(env, "otp", "verify", "--tenant", "acme", "--user-id", "u1", "--purpose", "step_up", challenge_id, code_of(engine, challenge_id), "--json")  # fmt: skip
+    exit_code, output = cli_outcome(env, "otp", "verify", "--tenant", "acme", "--user-id", "u1", "--purpose", "step_up",
+                                    challenge_id, code_of(engine, challenge_id), "--json")  # fmt: skip
     assert exit_code == 0 and json.loads(output)["attempts_left"] == 5, output
     exit_code, output = cli_outcome(env, "history", "--tenant", "acme", "--user-id", "u1")
     assert exit_code == 0 and output.startswith("What happened to user u1 of tenant acme")
@@ -175,7 +180,8 @@ def test_a_tenant_name_out_of_shape_is_a_usage_error_and_writes_nothing(
 
 
 def test_a_bad_client_ip_is_a_one_line_error_and_writes_nothing(env: Env, engine: Engine) -> None:
-    exit_code, output = cli_outcome(env, "otp", "request", "--user-id", "42", "--email", "ada@example.test", "--client-ip", "192.0.2.44:443")
+    exit_code, output = cli_outcome(env, "otp", "request", "--user-id", "42", "--email", "ada@example.test",
+                                    "--client-ip", "192.0.2.44:443")
 
     assert exit_code == 2
     assert output.startswith("Error: ") and "client_ip must be one IPv4 or IPv6 address" in output
@@ -186,10 +192,12 @@ def test_a_bad_client_ip_is_a_one_line_error_and_writes_nothing(env: Env, engine
 def test_the_per_ip_limits_follow_the_client_ip_and_their_settings(env: Env) -> None:
     limited = {**env, "AUTHLEDGER_LIMIT_PER_IP": "2"}
     for n in range(2):
-        exit_code, output = cli_outcome(limited, "reset", "request", "--user-id", f"u{n}", "--email", f"u{n}@example.test", "--client-ip", "198.51.100.66")
+        exit_code, output = cli_outcome(limited, "reset", "request", "--user-id", f"u{n}", "--email",
+                                        f"u{n}@example.test", "--client-ip", "198.51.100.66")
         assert exit_code == 0, output
 
-    exit_code, output = cli_outcome(limited, "reset", "request", "--user-id", "u9", "--email", "u9@example.test", "--client-ip", "198.51.100.66")
+    exit_code, output = cli_outcome(limited, "reset", "request", "--user-id", "u9", "--email", "u9@example.test",
+                                    "--client-ip", "198.51.100.66")
 
     assert exit_code == 6, output  # RateLimited
     assert "too many emails requested from this client IP" in output and "198.51.100.66" not in output

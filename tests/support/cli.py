@@ -35,6 +35,12 @@ def cli_outcome(env: Env, *args: str, input: str | None = None) -> tuple[int, st
     return result.exit_code, result.stdout if result.exit_code == 0 else result.output
 
 
+def cli_streams(env: Env, *args: str, input: str | None = None) -> tuple[int, str, str]:
+    """The exit code, stdout and stderr apart."""
+    result = run_cli(env, *args, input=input)
+    return result.exit_code, result.stdout, result.stderr
+
+
 def process_env(env: Env) -> dict[str, str]:
     """``env`` for a subprocess: the test process's environment with ``env`` applied."""
     merged = {**os.environ, **env}

@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from cli import cli
 from domain.errors import ConfigError
 from infra.config.settings import load_settings
 from infra.config.values import is_loopback, mask_passwords, mask_url
 from infra.db.engine import Database
+from tests.support.cli import run_cli
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
 CONFIG = ConfigError.exit_code
@@ -43,7 +43,7 @@ FLOORS = [
 
 
 def run(words: list[str], env: dict[str, str]) -> Result:
-    return CliRunner().invoke(cli, words, env=env)
+    return run_cli(env, *words)
 
 
 @pytest.mark.parametrize(("variable", "value", "said"), FLOORS)
