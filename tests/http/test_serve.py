@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import mailbox
 import os
@@ -32,11 +31,11 @@ from domain.clients import SCOPES
 from infra.services.clients import authenticate, create_client, revoke_client
 from infra.http.serve import API_POOL_SIZE, CONNECTIONS_ALLOWED, ensure_dev_key
 from tests.console.support import csrf_of
+from tests.support.cli import Env, process_env
 from tests.support.log_reading import stream_events
 from tests.support.servers import AUTHLEDGER, free_port, start_serve
 from tests.support.waiting import wait_until
 
-KEYS = "e2e:" + base64.urlsafe_b64encode(b"e" * 32).decode().rstrip("=")
 
 
 def client_of(engine: Engine, api_key: str) -> str | None:
@@ -46,17 +45,9 @@ def client_of(engine: Engine, api_key: str) -> str | None:
 
 
 @pytest.fixture
-def env(database_url: str, tmp_path: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "AUTHLEDGER_TOKEN_KEYS": KEYS,
-        "AUTHLEDGER_DATA_DIR": str(tmp_path / "data"),
-        "AUTHLEDGER_MAILDIR": str(tmp_path / "maildir"),
-        "AUTHLEDGER_RESET_URL": "https://app.test/reset",
-        "AUTHLEDGER_LOG_FORMAT": "json",
-        "AUTHLEDGER_POLL_SECONDS": "1",
-    }
+def env(env: Env, tmp_path: Path) -> dict[str, str]:
+    """Whole, for the processes these tests start: the shared settings, a data folder and a one-second poll."""
+    return process_env({**env, "AUTHLEDGER_DATA_DIR": str(tmp_path / "data"), "AUTHLEDGER_POLL_SECONDS": "1"})
 
 
 @pytest.fixture

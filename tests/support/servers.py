@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import uvicorn
 
+from tests.support.cli import Env, process_env
 from tests.support.waiting import wait_until
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
@@ -45,7 +46,7 @@ def served(app: Any) -> Iterator[str]:
         thread.join(10)
 
 
-def start_serve(env: dict[str, str], tmp_path: Path, *options: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_serve(env: Env, tmp_path: Path, *options: str) -> tuple[subprocess.Popen[bytes], str]:
     """`authledger serve` with ``options`` on a free port, answering ``/healthz``; its process and base URL.
 
     Its output goes to ``serve.out`` and ``serve.err`` in ``tmp_path``; the caller stops the process.
@@ -53,7 +54,7 @@ def start_serve(env: dict[str, str], tmp_path: Path, *options: str) -> tuple[sub
     port = free_port()
     with (tmp_path / "serve.out").open("wb") as out, (tmp_path / "serve.err").open("wb") as err:
         process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), *options],
-                                   env=env, stdout=out, stderr=err)
+                                   env=process_env(env), stdout=out, stderr=err)
     base = f"http://127.0.0.1:{port}"
 
     def up() -> bool | None:
