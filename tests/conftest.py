@@ -26,6 +26,7 @@ from infra.services.unit_of_work import ServiceContext
 from infra.db.embedded import start_embedded, stop_embedded
 from infra.db.schema import init_schema
 from tests.support.cli import cli_env
+from tests.support.embedded import fresh_data_dir
 from tests.support.keys import TEST_KEYS, TEST_MASTER_KEY
 
 # Personal data is sealed under a master key from configuration (infra/eventlog/subject_keys.py).
@@ -150,3 +151,11 @@ def env(database_url: str, tmp_path: Path) -> dict[str, str | None]:
     a Maildir and a reset page of its own. Override it in a module to add what that module is about."""
     return cli_env(database_url, AUTHLEDGER_MAILDIR=str(tmp_path / "maildir"),
                    AUTHLEDGER_RESET_URL="https://app.test/reset", AUTHLEDGER_LOG_FORMAT="json")
+
+
+@pytest.fixture
+def embedded_data_dir() -> Iterator[Path]:
+    """An empty AUTHLEDGER_DATA_DIR for a test that runs authledger on the embedded default (tests/support/embedded.py
+    says why it is not under tmp_path)."""
+    with fresh_data_dir() as data_dir:
+        yield data_dir

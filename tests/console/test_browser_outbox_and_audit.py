@@ -84,7 +84,7 @@ def event_count(ctx: ServiceContext, event_type: str | None = None) -> int:
             "SELECT count(*) FROM events WHERE CAST(:type AS text) IS NULL OR event_type = :type"), {"type": event_type}).scalar_one()
 
 
-def wait_until(browser: Any, condition: Any, timeout: float = 30) -> None:
+def wait_for_the_page(browser: Any, condition: Any, timeout: float = 30) -> None:
     WebDriverWait(browser, timeout, ignored_exceptions=[StaleElementReferenceException]).until(condition)
 
 
@@ -122,7 +122,7 @@ def test_an_admin_re_drives_an_abandoned_message_and_a_review_keys_forged_re_dri
 
     with navigates(browser):
         browser.find_element(By.ID, f"reason-{first}").send_keys("provider recovered, ticket 7", Keys.ENTER)
-    wait_until(browser, lambda driver: driver.find_elements(By.CSS_SELECTOR, "p.notice[role=status]"))
+    wait_for_the_page(browser, lambda driver: driver.find_elements(By.CSS_SELECTOR, "p.notice[role=status]"))
     assert browser.find_element(By.CSS_SELECTOR, "p.notice").text.startswith("Re-driven")
     assert not browser.find_elements(By.CSS_SELECTOR, f'section[data-list="abandoned"] tr[data-message="{first}"]')
     shot(browser, "outbox-redriven")
@@ -222,7 +222,8 @@ def test_another_tenants_review_key_finds_nothing_by_any_id_or_address(
         field.clear()
         with navigates(browser):
             field.send_keys(query, Keys.ENTER)
-        wait_until(browser, lambda driver: driver.find_element(By.CLASS_NAME, "nothing").text == "Nothing found.")
+        wait_for_the_page(browser,
+                          lambda driver: driver.find_element(By.CLASS_NAME, "nothing").text == "Nothing found.")
         assert shows(browser, "Search")
     shot(browser, "search-other-tenant")
     for kind, value in (("user", "7"), ("request", outcome.request_id), ("message", outcome.message_id)):
@@ -254,7 +255,8 @@ def test_the_audit_page_runs_a_verification_to_intact_with_progress_from_its_scr
     assert browser.find_element(By.PARTIAL_LINK_TEXT, "Download a signed digest")
     browser.find_element(By.XPATH, "//button[text()='Verify the chain']").click()
 
-    wait_until(browser, lambda driver: driver.find_element(By.CSS_SELECTOR, "#verification .outcome").text == "intact")
+    wait_for_the_page(browser,
+                      lambda driver: driver.find_element(By.CSS_SELECTOR, "#verification .outcome").text == "intact")
     checked = browser.find_element(By.CSS_SELECTOR, "#verification .checked").text
     total = checked.split(" of ")[1]
     assert checked == f"{total} of {total}" and int(total) > 0

@@ -58,6 +58,7 @@ def deliver_in_a_worker_process(
     return drained
 
 
+@pytest.mark.slow
 def test_a_worker_process_sends_200_messages_to_a_100_ms_provider_once_each_a_window_at_a_time(
     env: dict[str, str | None], engine: Engine, provider: FakeHttpProvider
 ) -> None:
@@ -72,6 +73,7 @@ def test_a_worker_process_sends_200_messages_to_a_100_ms_provider_once_each_a_wi
     assert_projections_match_log(engine)
 
 
+@pytest.mark.slow
 def test_a_window_of_32_has_32_requests_in_flight_at_the_provider_at_once(
     env: dict[str, str | None], engine: Engine, provider: FakeHttpProvider
 ) -> None:

@@ -79,6 +79,7 @@ def http_calls(clients: Sequence[httpx.Client], send_key: str, admin_key: str) -
     return calls
 
 
+@pytest.mark.slow
 def test_over_http_an_erasure_answered_recorded_leaves_nothing_readable_or_working_from_before_it(
     racing_ctx: ServiceContext, clock: ManualClock, nonces: NonceRecorder, engine: Engine, tmp_path: Path
 ) -> None:

@@ -134,6 +134,7 @@ def test_serve_takes_requests_delivers_mail_and_stops_cleanly_on_sigterm(
     assert "development API key" not in said, "only the embedded default makes a development key"
 
 
+@pytest.mark.slow
 def test_serve_writes_the_count_of_a_flood_whose_hour_closed_before_it_started(
     env: dict[str, str], ctx: ServiceContext, engine: Engine, tmp_path: Path
 ) -> None:
@@ -158,9 +159,9 @@ def test_serve_writes_the_count_of_a_flood_whose_hour_closed_before_it_started(
 
 @pytest.mark.slow
 def test_on_the_embedded_default_serve_initialises_the_database_and_prints_a_development_key(
-    tmp_path: Path,
+    tmp_path: Path, embedded_data_dir: Path
 ) -> None:
-    port, data_dir = free_port(), tmp_path / "data"
+    port, data_dir = free_port(), embedded_data_dir
     env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "AUTHLEDGER_TOKEN_KEYS")}
     env.update({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "json"})
     with (tmp_path / "serve.out").open("wb") as out, (tmp_path / "serve.err").open("wb") as err:
@@ -325,6 +326,7 @@ def test_serve_with_two_processes_answers_from_each_delivers_from_one_and_stops_
     assert "processes: 2 API processes" in (tmp_path / "serve.out").read_text()
 
 
+@pytest.mark.slow
 def test_serve_runs_as_many_api_processes_as_the_environment_says_unless_the_command_line_says_otherwise(
     env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -25,6 +25,8 @@ from tests.http.support import log_size
 from tests.support.cli import Env
 from tests.support.servers import start_serve
 
+pytestmark = pytest.mark.slow  # each test starts `authledger serve`
+
 UNKNOWN_KEY = "alk_" + "A" * 43
 HANG_GUARD_SECONDS = 60
 

@@ -140,6 +140,7 @@ def test_the_runner_wakes_on_notify_rather_than_the_poll(engine: Engine) -> None
         thread.join()
 
 
+@pytest.mark.slow
 def test_a_burst_of_commits_is_folded_in_one_pass_not_one_per_commit(engine: Engine) -> None:
     with engine.begin() as connection:  # before the runner starts: its first pass folds it whole
         delivered_emails(connection, 1)

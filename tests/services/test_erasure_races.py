@@ -63,6 +63,7 @@ def service_calls(ctx: ServiceContext) -> Calls:
     return calls
 
 
+@pytest.mark.slow
 def test_an_erasure_racing_two_creates_leaves_nothing_readable_from_before_it(
     racing_ctx: ServiceContext, clock: ManualClock, nonces: NonceRecorder, engine: Engine, database_url: str,
     tmp_path: Path,
