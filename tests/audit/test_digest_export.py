@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from sqlalchemy import Engine
 from infra.audit import seal as sealer
 from infra.errors import KeyNotTrusted, NothingSealed
 from tests.support.audit_log import seed
-from tests.support.cli import Env, run_cli
+from tests.support.cli import Env, process_env, run_cli
 from tests.support.keys import OTHER_SIGNING_KEY, SIGNING_KEY
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
@@ -138,8 +137,8 @@ def test_a_missing_digest_file_is_named(env: Env, tmp_path: Path) -> None:
 
 def test_an_export_verifies_offline_with_no_database_at_all(export_file: Path, tmp_path: Path) -> None:
     """A separate process, pointed at a server that does not exist and an empty data directory."""
-    env = {**os.environ, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/nothing",
-           "AUTHLEDGER_DATA_DIR": str(tmp_path / "no-data"), "AUTHLEDGER_SIGNING_KEY": ""}
+    env = process_env({"DATABASE_URL": "postgresql://nobody@127.0.0.1:1/nothing",
+           "AUTHLEDGER_DATA_DIR": str(tmp_path / "no-data"), "AUTHLEDGER_SIGNING_KEY": ""})
     result = subprocess.run(
         [AUTHLEDGER, "audit", "verify", "--export", str(export_file), "--public-key", public_key_b64(SIGNING_KEY)],
         env=env, capture_output=True, text=True, timeout=60,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from infra.db.schema import SCHEMA_VERSION
-from tests.support.cli import cli_env, cli_outcome, Env, run_cli
+from tests.support.cli import Env, cli_env, cli_outcome, process_env, run_cli
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
 
@@ -120,7 +119,7 @@ def test_db_check_fails_after_a_logical_restore_into_a_fresh_cluster(env: Env, a
 )
 def test_a_bad_database_url_is_one_clear_line_without_traceback(url: str, exit_code: int, message: str) -> None:
     result = subprocess.run(
-        [AUTHLEDGER, "db", "check"], env={**os.environ, "DATABASE_URL": url}, capture_output=True, text=True
+        [AUTHLEDGER, "db", "check"], env=process_env({"DATABASE_URL": url}), capture_output=True, text=True
     )
     assert result.returncode == exit_code
     assert message in result.stderr
@@ -132,7 +131,7 @@ def test_a_bad_database_url_is_one_clear_line_without_traceback(url: str, exit_c
 def test_an_unusable_data_directory_is_one_clear_line(tmp_path: Path) -> None:
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("")
-    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env = process_env({"DATABASE_URL": None})
     result = subprocess.run(
         [AUTHLEDGER, "--data-dir", str(not_a_dir / "sub"), "db", "init"], env=env, capture_output=True, text=True
     )
@@ -265,7 +264,7 @@ def test_db_url_masks_every_form_of_password(url: str, shown: str) -> None:
 @pytest.mark.parametrize("command", [("db", "url"), ("db", "check")])
 def test_a_libpq_key_value_string_is_refused_without_repeating_its_password(command: tuple[str, ...]) -> None:
     result = subprocess.run([AUTHLEDGER, *command], capture_output=True, text=True,
-                            env={**os.environ, "DATABASE_URL": "host=db.example user=ada password=s3cret"})
+                            env=process_env({"DATABASE_URL": "host=db.example user=ada password=s3cret"}))
     assert result.returncode == 78
     assert "must start with postgresql://" in result.stderr
     assert "s3cret" not in result.stdout + result.stderr and "Traceback" not in result.stderr
@@ -273,7 +272,7 @@ def test_a_libpq_key_value_string_is_refused_without_repeating_its_password(comm
 
 def test_a_malformed_port_is_one_clear_line_without_the_password() -> None:
     result = subprocess.run([AUTHLEDGER, "db", "url"], capture_output=True, text=True,
-                            env={**os.environ, "DATABASE_URL": "postgresql://ada:s3cret@db.example:port/auth"})
+                            env=process_env({"DATABASE_URL": "postgresql://ada:s3cret@db.example:port/auth"}))
     assert (result.returncode, result.stderr) == (78, "Error: database URL 'postgresql://***@db.example:port/auth' "
                                                       "is malformed\n")
 
@@ -286,7 +285,7 @@ def test_config_show_masks_a_password_holding_url_delimiters() -> None:
 
 
 def test_db_shell_runs_psql_on_the_configured_database(database_url: str) -> None:
-    env = {**os.environ, "DATABASE_URL": database_url}
+    env = process_env({"DATABASE_URL": database_url})
     result = subprocess.run([AUTHLEDGER, "db", "shell", "-tA", "-c", "SELECT max(version) FROM schema_version"],
                             env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -296,7 +295,7 @@ def test_db_shell_runs_psql_on_the_configured_database(database_url: str) -> Non
 def test_db_shell_without_psql_on_path_uses_the_one_shipped_with_the_embedded_server(
     database_url: str, tmp_path: Path
 ) -> None:
-    env = {**os.environ, "DATABASE_URL": database_url, "PATH": str(tmp_path)}
+    env = process_env({"DATABASE_URL": database_url, "PATH": str(tmp_path)})
     result = subprocess.run([AUTHLEDGER, "db", "shell", "-tA", "-c", "SELECT 41 + 1"],
                             env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "42", result.stderr

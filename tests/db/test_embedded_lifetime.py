@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ import httpx
 import psutil
 import pytest
 
+from tests.support.cli import process_env
 from tests.support.embedded import fresh_data_dir
 from tests.support.servers import AUTHLEDGER
 from tests.support.waiting import wait_until
@@ -51,7 +51,7 @@ def data_dir() -> Iterator[Path]:
 @pytest.mark.slow
 def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(data_dir: Path) -> None:
     serve_err = data_dir.parent / "serve.err"  # beside the data, not in a basetemp another session may prune
-    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    env = process_env({"DATABASE_URL": None})
     env.update({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "json"})
     port = free_port()
     with serve_err.open("wb") as err:
@@ -79,7 +79,7 @@ def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(data_dir
 
 @pytest.mark.slow
 def test_db_url_and_db_shell_reach_the_embedded_server_which_stops_when_psql_exits(data_dir: Path) -> None:
-    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    env = process_env({"DATABASE_URL": None})
     env["AUTHLEDGER_DATA_DIR"] = str(data_dir)
     pgdata = (data_dir / "pgdata").resolve()
     url = subprocess.run([AUTHLEDGER, "db", "url"], env=env, capture_output=True, text=True, timeout=120)

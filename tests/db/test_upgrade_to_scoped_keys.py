@@ -20,7 +20,7 @@ from infra.db.schema import SCHEMA_VERSION
 from infra.services.clients import authenticate, new_api_key
 from infra.services.unit_of_work import ServiceContext
 from tests.http.support import asgi_client
-from tests.support.cli import cli_outcome, Env
+from tests.support.cli import Env, cli_outcome
 from tests.support.replay import assert_projections_match_log
 
 V3_API_CLIENTS = """

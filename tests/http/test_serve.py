@@ -162,7 +162,7 @@ def test_on_the_embedded_default_serve_initialises_the_database_and_prints_a_dev
     tmp_path: Path, embedded_data_dir: Path
 ) -> None:
     port, data_dir = free_port(), embedded_data_dir
-    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "AUTHLEDGER_TOKEN_KEYS")}
+    env = process_env({"DATABASE_URL": None, "AUTHLEDGER_TOKEN_KEYS": None})
     env.update({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "json"})
     with (tmp_path / "serve.out").open("wb") as out, (tmp_path / "serve.err").open("wb") as err:
         process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port)], env=env, stdout=out, stderr=err)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from infra.projector.catchup import CatchUpRunner, catch_up, read_checkpoint
 from infra.clock import ManualClock
 from infra.projector.registry import projection_named
 from infra.services.unit_of_work import ServiceContext
+from tests.support.cli import process_env
 from tests.support.embedded import fresh_data_dir
 from tests.support.replay import assert_projections_match_log
 from tests.support.traffic import delivered_emails, some_traffic
@@ -100,7 +100,7 @@ def test_a_runner_process_killed_with_sigkill_resumes_without_loss_or_double_cou
     with engine.begin() as connection:
         delivered_emails(connection, 1500)
     command = [AUTHLEDGER, "projections", "run", "--batch-size", "10", "--poll-seconds", "0.2"]
-    environment = {**os.environ, "DATABASE_URL": database_url, "PGAPPNAME": "runner-to-kill"}
+    environment = process_env({"DATABASE_URL": database_url, "PGAPPNAME": "runner-to-kill"})
     with (tmp_path / "runner.log").open("w+") as output:
         runner = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
         try:
@@ -193,7 +193,7 @@ def test_a_runner_asked_to_stop_says_stopped_and_logs_no_lost_connection(signum:
 
 def stop_a_runner_on_the_embedded_default(data_dir: Path, signum: int) -> None:
     runner_err = data_dir.parent / "runner.err"
-    environment = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    environment = process_env({"DATABASE_URL": None})
     environment.update({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "json"})
     subprocess.run([AUTHLEDGER, "db", "init"], env=environment, check=True, capture_output=True, timeout=120)
     with runner_err.open("w+") as errors:

@@ -11,7 +11,7 @@ from infra.errors import ReplayTargetExists
 from infra.projector.registry import all_projections
 from infra.projector.status import row_count
 from infra.services.unit_of_work import ServiceContext
-from tests.support.cli import cli_streams, Env
+from tests.support.cli import Env, cli_streams
 from tests.support.incidents import stale_link
 from tests.support.traffic import some_traffic
 

@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from tests.support.addresses import ACCEPTED, HOSTILE, assert_mentions_no_address
-from tests.support.cli import cli_outcome, Env
+from tests.support.cli import Env, cli_outcome
 from tests.support.replay import assert_projections_match_log
 
 REQUESTS = {"reset": ["reset", "request"], "otp": ["otp", "request", "--purpose", "login"]}

@@ -11,7 +11,7 @@ from domain.clients import LEGACY_SCOPES, Caller, decide_create, fold_client, ke
 from domain.tokens import hash_token
 from infra.services.clients import KeyCache, authenticate, new_api_key
 from infra.services.unit_of_work import ServiceContext, decide_events_on_stream
-from tests.support.cli import cli_outcome, Env
+from tests.support.cli import Env, cli_outcome
 from tests.support.log_reading import stream_events
 from tests.support.replay import assert_projections_match_log
 
