@@ -13,7 +13,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import text
 
 from domain.reset import RequestReset
@@ -25,6 +24,7 @@ from infra.services.unit_of_work import ServiceContext
 from tests.console.support import key_of
 from tests.console.test_outbox_and_audit_pages import abandoned_message
 from tests.support.browser import accessibility_problems, navigates, needs_browser, problems_in_console, shows
+from tests.support.keys import TEST_SIGNING_KEY
 from tests.support.servers import served
 from tests.support.browser import shot as save_shot
 from tests.support.replay import assert_projections_match_log
@@ -36,7 +36,6 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
-SIGNING_KEY = Ed25519PrivateKey.generate()
 
 
 def shot(browser: Any, name: str) -> None:
@@ -45,7 +44,7 @@ def shot(browser: Any, name: str) -> None:
 
 @pytest.fixture
 def base_url(ctx: ServiceContext) -> Iterator[str]:
-    console = Console(ctx, idle=timedelta(minutes=15), signing_key=lambda: SIGNING_KEY)
+    console = Console(ctx, idle=timedelta(minutes=15), signing_key=lambda: TEST_SIGNING_KEY)
     with served(create_app(ctx, console=console)) as base:
         yield base
 

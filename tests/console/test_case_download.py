@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from domain.reset import RequestReset
@@ -23,9 +22,9 @@ from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
 from tests.console.support import Browser, sign_in
 from tests.support.cli import run_cli
+from tests.support.keys import TEST_SIGNING_KEY
 from tests.unit.test_audit_chain import offline_check_script
 
-KEY = Ed25519PrivateKey.from_private_bytes(b"s" * 32)
 
 
 def browser_of(ctx: ServiceContext, **options: object) -> Browser:
@@ -36,7 +35,7 @@ def browser_of(ctx: ServiceContext, **options: object) -> Browser:
 
 @pytest.fixture
 def browser(ctx: ServiceContext) -> Iterator[Browser]:
-    client = browser_of(ctx, signing_key=lambda: KEY)
+    client = browser_of(ctx, signing_key=lambda: TEST_SIGNING_KEY)
     yield client
     client.close()
 
@@ -60,7 +59,7 @@ def test_a_users_case_downloads_as_an_export_that_audit_verify_accepts(
 
     assert answer.status_code == 200 and answer.headers["content-type"] == "application/x-ndjson"
     assert "attachment" in answer.headers["content-disposition"]
-    check = verify_export(path, KEY.public_key())
+    check = verify_export(path, TEST_SIGNING_KEY.public_key())
     assert check.ok and check.trusted, check.summary()
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     events = [line["event"] for line in lines if line["type"] == "event"]
@@ -81,7 +80,7 @@ def test_an_edited_elided_line_is_found_by_the_check(ctx: ServiceContext, browse
     path = tmp_path / "forged.jsonl"
     path.write_text("\n".join(lines) + "\n")
 
-    check = verify_export(path, KEY.public_key())
+    check = verify_export(path, TEST_SIGNING_KEY.public_key())
 
     assert not check.ok and check.finding is not None and check.finding.kind == "changed"
 
@@ -111,7 +110,7 @@ def test_the_documented_offline_script_accepts_a_case_download(
     script, path = tmp_path / "check.py", tmp_path / "case.jsonl"
     script.write_text(offline_check_script())
     path.write_bytes(browser.get("/console/case.jsonl?kind=user&id=42").content)
-    public = base64.b64encode(KEY.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+    public = base64.b64encode(TEST_SIGNING_KEY.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
 
     result = subprocess.run([sys.executable, str(script), str(path), public], capture_output=True, text=True)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from domain.tokens import TokenKeys
 
 
@@ -32,3 +34,4 @@ WRONG_MASTER_KEY = key_setting({"test": b"w" * 32}, padded=True)
 # Ed25519 seeds for the audit digest: the one the service signs with, and a stranger's.
 SIGNING_KEY = base64.b64encode(bytes(range(32))).decode()
 OTHER_SIGNING_KEY = base64.b64encode(bytes(range(100, 132))).decode()
+TEST_SIGNING_KEY = Ed25519PrivateKey.from_private_bytes(base64.b64decode(SIGNING_KEY))  # the same, as an object
