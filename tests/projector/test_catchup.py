@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from attrs import evolve
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.pool import NullPool
 
 from domain.log import RecordedEvent
 from infra.projector.catchup import CatchUpRunner, catch_up, read_checkpoint
@@ -193,18 +194,25 @@ def test_a_runner_asked_to_stop_says_stopped_and_logs_no_lost_connection(signum:
 
 def stop_a_runner_on_the_embedded_default(data_dir: Path, signum: int) -> None:
     runner_err = data_dir.parent / "runner.err"
-    environment = process_env({"DATABASE_URL": None})
-    environment.update({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "json"})
+    environment = process_env({"DATABASE_URL": None, "AUTHLEDGER_DATA_DIR": str(data_dir),
+                               "AUTHLEDGER_LOG_FORMAT": "json"})
     subprocess.run([AUTHLEDGER, "db", "init"], env=environment, check=True, capture_output=True, timeout=120)
     with runner_err.open("w+") as errors:
         runner = subprocess.Popen([AUTHLEDGER, "projections", "run", "--poll-seconds", "0.2"], env=environment,
                                   stdout=subprocess.PIPE, stderr=errors, text=True)
+
         def started() -> bool:
             assert runner.poll() is None, runner_err.read_text()
             return "catch-up runner started" in runner_err.read_text()
 
         wait_until(started, timeout=60, what="the runner to start")
-        time.sleep(0.5)  # listening
+        # Through the server's socket, as a visitor: joining the embedded server would keep it up past the runner.
+        socket_dir = data_dir / "pgdata"
+        server = create_engine(f"postgresql+psycopg://postgres@/postgres?host={socket_dir}", poolclass=NullPool)
+        try:
+            wait_until(lambda: listening(server, "authledger_events"), what="the runner to listen")
+        finally:
+            server.dispose()
         runner.send_signal(signum)
         out, _ = runner.communicate(timeout=30)
         errors.seek(0)
