@@ -8,7 +8,6 @@ milliseconds and leaves no state behind for the next test.
 
 from __future__ import annotations
 
-import base64
 import os
 import shutil
 import tempfile
@@ -21,17 +20,18 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from domain.send_limits import SendLimits
-from domain.tokens import TokenKeys
 from infra.clock import ManualClock
 from infra.db.engine import Database
 from infra.services.unit_of_work import ServiceContext
 from infra.db.embedded import start_embedded, stop_embedded
 from infra.db.schema import init_schema
+from tests.support.cli import cli_env
+from tests.support.embedded import fresh_data_dir
+from tests.support.keys import TEST_KEYS, TEST_MASTER_KEY
 
 # Personal data is sealed under a master key from configuration (infra/eventlog/subject_keys.py).
 # Engines nobody bound, and every CLI run and subprocess of the suite, read
 # it from the environment: the same test key everywhere, whatever the shell holds.
-TEST_MASTER_KEY = "test:" + base64.urlsafe_b64encode(b"m" * 32).decode()
 os.environ["AUTHLEDGER_MASTER_KEY"] = TEST_MASTER_KEY
 
 # Every test clones a database from the template, and on a disk each clone
@@ -126,9 +126,6 @@ def database_url(database: Database) -> str:
     return database.url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
-TEST_KEYS = TokenKeys(current_id="k2", keys={"k2": b"k" * 32, "k1": b"o" * 32})
-
-
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
@@ -146,3 +143,19 @@ def ctx(engine: Engine, clock: ManualClock) -> ServiceContext:
     """Service functions on this test's database, with a hand-moved clock, fixed keys and roomy send limits."""
     return ServiceContext(engine=engine, keys=TEST_KEYS, clock=clock, reset_url="https://app.test/reset",
                           send_limits=ROOMY_SEND_LIMITS)
+
+
+@pytest.fixture
+def env(database_url: str, tmp_path: Path) -> dict[str, str | None]:
+    """The settings a CLI run or a process of this test starts from: its database, the test keys, JSON logs,
+    a Maildir and a reset page of its own. Override it in a module to add what that module is about."""
+    return cli_env(database_url, AUTHLEDGER_MAILDIR=str(tmp_path / "maildir"),
+                   AUTHLEDGER_RESET_URL="https://app.test/reset", AUTHLEDGER_LOG_FORMAT="json")
+
+
+@pytest.fixture
+def embedded_data_dir() -> Iterator[Path]:
+    """An empty AUTHLEDGER_DATA_DIR for a test that runs authledger on the embedded default (tests/support/embedded.py
+    says why it is not under tmp_path)."""
+    with fresh_data_dir() as data_dir:
+        yield data_dir

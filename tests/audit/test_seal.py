@@ -12,26 +12,27 @@ from sqlalchemy.exc import DBAPIError
 from domain.email import EmailQueued, email_stream
 from infra.audit import verify as audit, seal as sealer
 from infra.eventlog.postgres import PostgresEventStore
-from tests.support.audit_log import NOW, invoke, queue_one, seed
+from tests.support.audit_log import NOW, queue_one, seed
+from tests.support.cli import Env, run_cli
 
 
-def test_sealing_covers_every_committed_event_once(engine: Engine, database_url: str) -> None:
+def test_sealing_covers_every_committed_event_once(engine: Engine, env: Env) -> None:
     seed(engine)
     result = sealer.seal(engine, batch_size=5)
     assert result.sealed == 12 and result.head is not None and result.head.chain_index == 11
     assert sealer.seal(engine).sealed == 0, "a second run finds nothing new"
     report = audit.verify(engine)
     assert report.ok and report.check is not None and report.check.checked == 12
-    outcome = invoke(database_url, "audit", "verify")
+    outcome = run_cli(env, "audit", "verify")
     assert outcome.exit_code == 0 and "ok: 12 events match their seals" in outcome.output
 
 
-def test_the_cli_seals_and_says_where_the_chain_head_is(engine: Engine, database_url: str) -> None:
+def test_the_cli_seals_and_says_where_the_chain_head_is(engine: Engine, env: Env) -> None:
     seed(engine, 2)
-    outcome = invoke(database_url, "audit", "seal", "--json")
+    outcome = run_cli(env, "audit", "seal", "--json")
     assert outcome.exit_code == 0, outcome.output
     assert '"sealed": 6' in outcome.stdout and '"chain_index": 5' in outcome.stdout
-    assert "sealed 0 events" in invoke(database_url, "audit", "seal").stdout
+    assert "sealed 0 events" in run_cli(env, "audit", "seal").stdout
 
 
 def test_an_event_that_commits_late_is_sealed_in_its_place_not_skipped(engine: Engine) -> None:

@@ -7,7 +7,6 @@ skip and say why. Screenshots of each page land in test-artifacts/console/.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from datetime import timedelta
@@ -24,9 +23,9 @@ from infra.clock import ManualClock
 from infra.services.reset import verify_token
 from infra.services.unit_of_work import ServiceContext
 from tests.console.support import key_of
-from tests.http.test_serve import KEYS
 from tests.support.browser import accessibility_problems, navigates, needs_browser, problems_in_console, shows
 from tests.support.browser import shot as save_shot
+from tests.support.cli import Env, process_env
 from tests.support.incidents import START, WEB, duplicate_emails
 from tests.support.secrets import reset_token_of
 from tests.support.servers import AUTHLEDGER, start_serve
@@ -56,10 +55,8 @@ def review_key(ctx: ServiceContext) -> str:
 
 
 @pytest.fixture
-def base_url(database_url: str, tmp_path: Path, case: dict[str, UUID]) -> Iterator[str]:
-    env = {**os.environ, "DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS,
-           "AUTHLEDGER_DATA_DIR": str(tmp_path / "data"), "AUTHLEDGER_LOG_FORMAT": "json",
-           "AUTHLEDGER_POLL_SECONDS": "1"}
+def base_url(env: Env, tmp_path: Path, case: dict[str, UUID]) -> Iterator[str]:
+    env = {**env, "AUTHLEDGER_DATA_DIR": str(tmp_path / "data"), "AUTHLEDGER_POLL_SECONDS": "1"}
     process, base = start_serve(env, tmp_path, "--inflight", "0")
     try:
         yield base
@@ -149,7 +146,7 @@ def test_a_reviewer_signs_in_searches_reads_a_case_and_signs_out_with_the_keyboa
 def explained(database_url: str, option: str, value: UUID) -> list[str]:
     """The sentences as `authledger explain` prints them: the indented lines under "What happened to"."""
     printed = subprocess.run([AUTHLEDGER, "explain", option, str(value)], check=True, capture_output=True,
-                             text=True, env={**os.environ, "DATABASE_URL": database_url}).stdout
+                             text=True, env=process_env({"DATABASE_URL": database_url})).stdout
     told = printed.split("\n\n")[0].splitlines()
     assert told[0].startswith("What happened to ")
     return [line.removeprefix("  ") for line in told[1:]]

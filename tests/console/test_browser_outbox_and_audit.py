@@ -13,7 +13,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import text
 
 from domain.reset import RequestReset
@@ -25,6 +24,7 @@ from infra.services.unit_of_work import ServiceContext
 from tests.console.support import key_of
 from tests.console.test_outbox_and_audit_pages import abandoned_message
 from tests.support.browser import accessibility_problems, navigates, needs_browser, problems_in_console, shows
+from tests.support.keys import TEST_SIGNING_KEY
 from tests.support.servers import served
 from tests.support.browser import shot as save_shot
 from tests.support.replay import assert_projections_match_log
@@ -36,7 +36,6 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
-SIGNING_KEY = Ed25519PrivateKey.generate()
 
 
 def shot(browser: Any, name: str) -> None:
@@ -45,7 +44,7 @@ def shot(browser: Any, name: str) -> None:
 
 @pytest.fixture
 def base_url(ctx: ServiceContext) -> Iterator[str]:
-    console = Console(ctx, idle=timedelta(minutes=15), signing_key=lambda: SIGNING_KEY)
+    console = Console(ctx, idle=timedelta(minutes=15), signing_key=lambda: TEST_SIGNING_KEY)
     with served(create_app(ctx, console=console)) as base:
         yield base
 
@@ -85,7 +84,7 @@ def event_count(ctx: ServiceContext, event_type: str | None = None) -> int:
             {"type": event_type}).scalar_one()
 
 
-def wait_until(browser: Any, condition: Any, timeout: float = 30) -> None:
+def wait_for_the_page(browser: Any, condition: Any, timeout: float = 30) -> None:
     WebDriverWait(browser, timeout, ignored_exceptions=[StaleElementReferenceException]).until(condition)
 
 
@@ -123,7 +122,7 @@ def test_an_admin_re_drives_an_abandoned_message_and_a_review_keys_forged_re_dri
 
     with navigates(browser):
         browser.find_element(By.ID, f"reason-{first}").send_keys("provider recovered, ticket 7", Keys.ENTER)
-    wait_until(browser, lambda driver: driver.find_elements(By.CSS_SELECTOR, "p.notice[role=status]"))
+    wait_for_the_page(browser, lambda driver: driver.find_elements(By.CSS_SELECTOR, "p.notice[role=status]"))
     assert browser.find_element(By.CSS_SELECTOR, "p.notice").text.startswith("Re-driven")
     assert not browser.find_elements(By.CSS_SELECTOR, f'section[data-list="abandoned"] tr[data-message="{first}"]')
     shot(browser, "outbox-redriven")
@@ -224,7 +223,8 @@ def test_another_tenants_review_key_finds_nothing_by_any_id_or_address(
         field.clear()
         with navigates(browser):
             field.send_keys(query, Keys.ENTER)
-        wait_until(browser, lambda driver: driver.find_element(By.CLASS_NAME, "nothing").text == "Nothing found.")
+        wait_for_the_page(browser,
+                          lambda driver: driver.find_element(By.CLASS_NAME, "nothing").text == "Nothing found.")
         assert shows(browser, "Search")
     shot(browser, "search-other-tenant")
     for kind, value in (("user", "7"), ("request", outcome.request_id), ("message", outcome.message_id)):
@@ -256,7 +256,8 @@ def test_the_audit_page_runs_a_verification_to_intact_with_progress_from_its_scr
     assert browser.find_element(By.PARTIAL_LINK_TEXT, "Download a signed digest")
     browser.find_element(By.XPATH, "//button[text()='Verify the chain']").click()
 
-    wait_until(browser, lambda driver: driver.find_element(By.CSS_SELECTOR, "#verification .outcome").text == "intact")
+    wait_for_the_page(browser,
+                      lambda driver: driver.find_element(By.CSS_SELECTOR, "#verification .outcome").text == "intact")
     checked = browser.find_element(By.CSS_SELECTOR, "#verification .checked").text
     total = checked.split(" of ")[1]
     assert checked == f"{total} of {total}" and int(total) > 0

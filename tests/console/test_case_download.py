@@ -10,11 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from cli import cli
 from domain.reset import RequestReset
 from infra.audit.export import verify_export
 from infra.audit.seal import seal
@@ -24,9 +21,10 @@ from infra.services.clients import create_client
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
 from tests.console.support import Browser, sign_in
+from tests.support.cli import run_cli
+from tests.support.keys import TEST_SIGNING_KEY
 from tests.unit.test_audit_chain import offline_check_script
 
-KEY = Ed25519PrivateKey.from_private_bytes(b"s" * 32)
 
 
 def browser_of(ctx: ServiceContext, **options: object) -> Browser:
@@ -37,7 +35,7 @@ def browser_of(ctx: ServiceContext, **options: object) -> Browser:
 
 @pytest.fixture
 def browser(ctx: ServiceContext) -> Iterator[Browser]:
-    client = browser_of(ctx, signing_key=lambda: KEY)
+    client = browser_of(ctx, signing_key=lambda: TEST_SIGNING_KEY)
     yield client
     client.close()
 
@@ -61,14 +59,14 @@ def test_a_users_case_downloads_as_an_export_that_audit_verify_accepts(
 
     assert answer.status_code == 200 and answer.headers["content-type"] == "application/x-ndjson"
     assert "attachment" in answer.headers["content-disposition"]
-    check = verify_export(path, KEY.public_key())
+    check = verify_export(path, TEST_SIGNING_KEY.public_key())
     assert check.ok and check.trusted, check.summary()
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     events = [line["event"] for line in lines if line["type"] == "event"]
     assert events and all("reset-user:7" != e["stream_id"] and "7" != e.get("user_id") for e in events)
     assert any(line["type"] == "elided" for line in lines), "user 7's events stand in as hashes"
     assert "bo@example" not in path.read_text() and "ada@example" not in path.read_text()
-    verified = CliRunner().invoke(cli, ["audit", "verify", "--export", str(path), "--trust-embedded-key"])
+    verified = run_cli({}, "audit", "verify", "--export", str(path), "--trust-embedded-key")
     assert verified.exit_code == 0, verified.output
 
 
@@ -82,7 +80,7 @@ def test_an_edited_elided_line_is_found_by_the_check(ctx: ServiceContext, browse
     path = tmp_path / "forged.jsonl"
     path.write_text("\n".join(lines) + "\n")
 
-    check = verify_export(path, KEY.public_key())
+    check = verify_export(path, TEST_SIGNING_KEY.public_key())
 
     assert not check.ok and check.finding is not None and check.finding.kind == "changed"
 
@@ -112,7 +110,7 @@ def test_the_documented_offline_script_accepts_a_case_download(
     script, path = tmp_path / "check.py", tmp_path / "case.jsonl"
     script.write_text(offline_check_script())
     path.write_bytes(browser.get("/console/case.jsonl?kind=user&id=42").content)
-    public = base64.b64encode(KEY.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+    public = base64.b64encode(TEST_SIGNING_KEY.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
 
     result = subprocess.run([sys.executable, str(script), str(path), public], capture_output=True, text=True)
 

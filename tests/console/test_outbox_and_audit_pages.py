@@ -9,7 +9,6 @@ from datetime import timedelta
 import attrs
 import httpx
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import text
 
 from domain.delivery import DeliveryPolicy
@@ -24,6 +23,7 @@ from infra.services.privacy import forget
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
 from tests.console.support import Browser, csrf_of, key_of, sign_in
+from tests.support.keys import TEST_SIGNING_KEY
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
 
@@ -32,12 +32,11 @@ CLIENTS = {"support": ("default", ("review",)), "operator": ("default", ("review
            "acme": ("acme", ("review", "admin"))}
 ADA = "ada@example.test"
 SENDER = "authledger <no-reply@app.test>"
-SIGNING_KEY = Ed25519PrivateKey.generate()
 
 
 @pytest.fixture
 def console(ctx: ServiceContext) -> Console:
-    return Console(ctx, idle=timedelta(minutes=15), signing_key=lambda: SIGNING_KEY)
+    return Console(ctx, idle=timedelta(minutes=15), signing_key=lambda: TEST_SIGNING_KEY)
 
 
 @pytest.fixture

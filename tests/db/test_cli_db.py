@@ -3,35 +3,28 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import Engine, text
 
-from cli import cli
 from infra.db.schema import SCHEMA_VERSION
+from tests.support.cli import Env, cli_env, cli_outcome, process_env, run_cli
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
 
 
-def run(database_url: str, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, list(args), env={"DATABASE_URL": database_url})
-    return result.exit_code, result.output
-
-
-def test_db_init_twice_is_safe_and_says_so(database_url: str) -> None:
-    code, output = run(database_url, "db", "init")
+def test_db_init_twice_is_safe_and_says_so(env: Env) -> None:
+    code, output = cli_outcome(env, "db", "init")
     assert code == 0 and "already initialised" in output
-    code, output = run(database_url, "db", "init", "--json")
+    code, output = cli_outcome(env, "db", "init", "--json")
     assert code == 0 and json.loads(output)["already_initialised"] is True
 
 
-def test_db_check_reports_the_schema_and_the_guards_of_the_log_and_its_seals(database_url: str) -> None:
-    code, output = run(database_url, "db", "check", "--json")
+def test_db_check_reports_the_schema_and_the_guards_of_the_log_and_its_seals(env: Env) -> None:
+    code, output = cli_outcome(env, "db", "check", "--json")
     report = json.loads(output)
     assert code == 0, output
     assert report["ok"] and report["schema_version"] == SCHEMA_VERSION and report["problems"] == []
@@ -41,16 +34,16 @@ def test_db_check_reports_the_schema_and_the_guards_of_the_log_and_its_seals(dat
     }
     read_and_append = {"SELECT": True, "INSERT": True, "UPDATE": False, "DELETE": False, "TRUNCATE": False}
     assert report["app_role_privileges"] == {"events": read_and_append, "seals": read_and_append}
-    code, output = run(database_url, "db", "check")
+    code, output = cli_outcome(env, "db", "check")
     assert code == 0, output
     assert "append-only      seals: seals_no_truncate on, seals_no_update_or_delete on" in output
     assert "app role         seals: SELECT yes, INSERT yes, UPDATE no, DELETE no, TRUNCATE no" in output
 
 
-def test_db_check_fails_when_a_guard_is_disabled(database_url: str, admin_engine: Engine) -> None:
+def test_db_check_fails_when_a_guard_is_disabled(env: Env, admin_engine: Engine) -> None:
     with admin_engine.begin() as connection:
         connection.execute(text("ALTER TABLE events DISABLE TRIGGER events_no_truncate"))
-    code, output = run(database_url, "db", "check")
+    code, output = cli_outcome(env, "db", "check")
     assert code == 1
     assert "events_no_truncate is missing or disabled" in output
 
@@ -65,18 +58,18 @@ def test_db_check_fails_when_a_guard_is_disabled(database_url: str, admin_engine
     ],
 )
 def test_db_check_fails_and_says_why_when_a_guard_of_the_seals_is_gone(
-    database_url: str, admin_engine: Engine, sabotage: str, trigger: str, rejects: str
+    env: Env, admin_engine: Engine, sabotage: str, trigger: str, rejects: str
 ) -> None:
     with admin_engine.begin() as connection:
         connection.execute(text(sabotage))
-    code, output = run(database_url, "db", "check")
+    code, output = cli_outcome(env, "db", "check")
     assert code == 1
     assert f"{trigger} MISSING" in output
     assert (f"problem: append-only trigger {trigger} is missing or disabled: seals no longer rejects {rejects} "
             "from its owner or a superuser, so the hash-chain seals can be rewritten") in output
     assert "`authledger db init` puts the trigger back" in output
     assert output.rstrip().endswith("NOT OK")
-    code, output = run(database_url, "db", "check", "--json")
+    code, output = cli_outcome(env, "db", "check", "--json")
     report = json.loads(output)
     assert code == 1 and report["ok"] is False
     assert report["guards"]["seals"][trigger] is False
@@ -84,28 +77,28 @@ def test_db_check_fails_and_says_why_when_a_guard_of_the_seals_is_gone(
     assert len(report["problems"]) == 1
 
 
-def test_db_init_puts_a_dropped_guard_of_the_seals_back(database_url: str, admin_engine: Engine) -> None:
+def test_db_init_puts_a_dropped_guard_of_the_seals_back(env: Env, admin_engine: Engine) -> None:
     with admin_engine.begin() as connection:
         connection.execute(text("DROP TRIGGER seals_no_truncate ON seals"))
-    assert run(database_url, "db", "check")[0] == 1
-    assert run(database_url, "db", "init")[0] == 0
-    code, output = run(database_url, "db", "check")
+    assert cli_outcome(env, "db", "check")[0] == 1
+    assert cli_outcome(env, "db", "init")[0] == 0
+    code, output = cli_outcome(env, "db", "check")
     assert code == 0, output
 
 
-def test_db_check_fails_when_the_app_role_may_change_the_seals(database_url: str, admin_engine: Engine) -> None:
+def test_db_check_fails_when_the_app_role_may_change_the_seals(env: Env, admin_engine: Engine) -> None:
     with admin_engine.begin() as connection:
         connection.execute(text("GRANT UPDATE ON seals TO authledger_app"))
-    code, output = run(database_url, "db", "check")
+    code, output = cli_outcome(env, "db", "check")
     assert code == 1
     assert "app role         seals: SELECT yes, INSERT yes, UPDATE yes, DELETE no, TRUNCATE no" in output
     assert "problem: authledger_app must not have UPDATE on seals: REVOKE UPDATE ON seals FROM authledger_app" \
         in output
-    assert run(database_url, "db", "init")[0] == 0
-    assert run(database_url, "db", "check")[0] == 0, "db init took the grant back"
+    assert cli_outcome(env, "db", "init")[0] == 0
+    assert cli_outcome(env, "db", "check")[0] == 0, "db init took the grant back"
 
 
-def test_db_check_fails_after_a_logical_restore_into_a_fresh_cluster(database_url: str, admin_engine: Engine) -> None:
+def test_db_check_fails_after_a_logical_restore_into_a_fresh_cluster(env: Env, admin_engine: Engine) -> None:
     """A log whose transaction ids run ahead of the server's is what a restore into a new cluster looks like."""
     with admin_engine.begin() as connection:
         connection.execute(text("""
@@ -113,7 +106,7 @@ def test_db_check_fails_after_a_logical_restore_into_a_fresh_cluster(database_ur
                 (stream_id, stream_version, event_id, event_type, schema_version, payload, transaction_id)
             VALUES ('email:restored', 1, gen_random_uuid(), 'DeliverySkipped', 1, '{}', '900000000000'::xid8)
         """))
-    code, output = run(database_url, "db", "check")
+    code, output = cli_outcome(env, "db", "check")
     assert code == 1
     assert "logical restore" in output
 
@@ -127,7 +120,7 @@ def test_db_check_fails_after_a_logical_restore_into_a_fresh_cluster(database_ur
 )
 def test_a_bad_database_url_is_one_clear_line_without_traceback(url: str, exit_code: int, message: str) -> None:
     result = subprocess.run(
-        [AUTHLEDGER, "db", "check"], env={**os.environ, "DATABASE_URL": url}, capture_output=True, text=True
+        [AUTHLEDGER, "db", "check"], env=process_env({"DATABASE_URL": url}), capture_output=True, text=True
     )
     assert result.returncode == exit_code
     assert message in result.stderr
@@ -139,7 +132,7 @@ def test_a_bad_database_url_is_one_clear_line_without_traceback(url: str, exit_c
 def test_an_unusable_data_directory_is_one_clear_line(tmp_path: Path) -> None:
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("")
-    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env = process_env({"DATABASE_URL": None})
     result = subprocess.run(
         [AUTHLEDGER, "--data-dir", str(not_a_dir / "sub"), "db", "init"], env=env, capture_output=True, text=True
     )
@@ -153,40 +146,37 @@ def test_an_uninitialised_database_says_to_run_db_init(pg_server: Engine) -> Non
         connection.execute(text("DROP DATABASE IF EXISTS empty_for_cli_test"))
         connection.execute(text("CREATE DATABASE empty_for_cli_test"))
     url = pg_server.url.set(database="empty_for_cli_test").render_as_string(hide_password=False)
-    code, output = run(url.replace("+psycopg", ""), "db", "check")
+    code, output = cli_outcome(cli_env(url.replace("+psycopg", "")), "db", "check")
     assert code == 69
     assert "authledger db init" in output
 
 
-def test_bad_configuration_lists_every_bad_value(database_url: str) -> None:
-    result = CliRunner().invoke(
-        cli, ["config", "show"],
-        env={"DATABASE_URL": database_url, "AUTHLEDGER_LEASE_SECONDS": "soon", "AUTHLEDGER_PROVIDER": "pigeon"},
-    )
+def test_bad_configuration_lists_every_bad_value(env: Env) -> None:
+    result = run_cli({**env, "AUTHLEDGER_LEASE_SECONDS": "soon", "AUTHLEDGER_PROVIDER": "pigeon"}, "config", "show")
     assert result.exit_code == 78
     assert "AUTHLEDGER_LEASE_SECONDS must be a whole number" in result.output
     assert "AUTHLEDGER_PROVIDER must be one of" in result.output
 
 
-def test_config_show_masks_secrets(database_url: str) -> None:
-    result = CliRunner().invoke(cli, ["config", "show", "--json"], env={"DATABASE_URL": "postgresql://u:hunter2@h/db"})
+def test_config_show_masks_secrets(env: Env) -> None:
+    result = run_cli({"DATABASE_URL": "postgresql://u:hunter2@h/db"}, "config", "show", "--json")
     assert result.exit_code == 0
     shown = json.loads(result.output)
     assert shown["DATABASE_URL"] == {"value": "postgresql://***@h/db", "source": "environment"}
     assert "hunter2" not in result.output
 
 
-def test_a_schema_older_than_the_code_says_to_run_db_init(database_url: str, admin_engine: Engine) -> None:
+def test_a_schema_older_than_the_code_says_to_run_db_init(env: Env, admin_engine: Engine) -> None:
     with admin_engine.begin() as connection:
         connection.execute(text("DROP TABLE email_outbox"))
-    code, output = run(database_url, "outbox", "status")
+    code, output = cli_outcome(env, "outbox", "status")
     assert code == 69
     assert "run `authledger db init`" in output
     assert "Traceback" not in output
 
 
 def test_a_database_at_an_older_schema_version_is_told_to_upgrade_and_db_init_upgrades_it(
-    database_url: str, admin_engine: Engine
+    env: Env, admin_engine: Engine
 ) -> None:
     with admin_engine.begin() as connection:  # what a version-1 schema.sql left behind
         connection.execute(text("DELETE FROM schema_version WHERE version >= 2"))
@@ -194,12 +184,12 @@ def test_a_database_at_an_older_schema_version_is_told_to_upgrade_and_db_init_up
         connection.execute(text("DROP TABLE address_index, console_sessions"))  # version 4's
         connection.execute(text("DROP INDEX delivery_messages_by_queued, delivery_messages_by_finished, "
                                 "email_outbox_given_up"))
-    code, output = run(database_url, "db", "check")
+    code, output = cli_outcome(env, "db", "check")
     assert code == 1 and f"schema version is 1, this authledger expects {SCHEMA_VERSION}" in output
 
-    code, output = run(database_url, "db", "init")
+    code, output = cli_outcome(env, "db", "init")
     assert code == 0 and f"upgraded from schema version 1 (schema version {SCHEMA_VERSION})" in output
-    assert run(database_url, "db", "check")[0] == 0
+    assert cli_outcome(env, "db", "check")[0] == 0
     with admin_engine.connect() as connection:
         may_rewrap = connection.execute(text(
             "SELECT has_column_privilege('authledger_app', 'subject_keys', 'wrapped_key', 'UPDATE')"
@@ -219,16 +209,16 @@ def test_a_database_at_an_older_schema_version_is_told_to_upgrade_and_db_init_up
 
 
 def test_db_init_lets_a_version_3_database_count_rejected_presentations_and_is_idempotent(
-    database_url: str, admin_engine: Engine
+    env: Env, admin_engine: Engine
 ) -> None:
     with admin_engine.begin() as connection:  # what schema.sql version 3 left behind
         connection.execute(text("DELETE FROM schema_version WHERE version >= 4"))
         connection.execute(text("ALTER TABLE request_counts DROP CONSTRAINT request_counts_answer_check"))
         connection.execute(text("ALTER TABLE request_counts ADD CONSTRAINT request_counts_answer_check "
                                 "CHECK (answer IN ('refused', 'reused'))"))
-    code, output = run(database_url, "db", "init")
+    code, output = cli_outcome(env, "db", "init")
     assert code == 0 and f"upgraded from schema version 3 (schema version {SCHEMA_VERSION})" in output
-    assert run(database_url, "db", "init")[0] == 0, "a second init changes nothing"
+    assert cli_outcome(env, "db", "init")[0] == 0, "a second init changes nothing"
     with admin_engine.begin() as connection:
         checks = connection.execute(text(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'request_counts'::regclass "
@@ -241,18 +231,18 @@ def test_db_init_lets_a_version_3_database_count_rejected_presentations_and_is_i
         """))
 
 
-def test_db_check_accepts_a_schema_a_newer_release_applied(database_url: str, admin_engine: Engine) -> None:
+def test_db_check_accepts_a_schema_a_newer_release_applied(env: Env, admin_engine: Engine) -> None:
     with admin_engine.begin() as connection:
         connection.execute(text("INSERT INTO schema_version (version) VALUES (:newer)"), {"newer": SCHEMA_VERSION + 1})
-    code, output = run(database_url, "db", "check")
+    code, output = cli_outcome(env, "db", "check")
     assert code == 0, output
 
 
 def test_db_url_masks_the_password_unless_asked_to_show_it() -> None:
     url = "postgresql://ada:s3cret@db.example:5432/auth"
-    code, output = run(url, "db", "url")
+    code, output = cli_outcome(cli_env(url), "db", "url")
     assert code == 0 and output == "postgresql://ada:***@db.example:5432/auth\n"
-    code, output = run(url, "db", "url", "--show-password")
+    code, output = cli_outcome(cli_env(url), "db", "url", "--show-password")
     assert code == 0 and output == url + "\n"
 
 
@@ -267,16 +257,16 @@ def test_db_url_masks_the_password_unless_asked_to_show_it() -> None:
     ],
 )  # fmt: skip
 def test_db_url_masks_every_form_of_password(url: str, shown: str) -> None:
-    code, output = run(url, "db", "url")
+    code, output = cli_outcome(cli_env(url), "db", "url")
     assert (code, output) == (0, shown + "\n")
-    code, output = run(url, "db", "url", "--show-password")
+    code, output = cli_outcome(cli_env(url), "db", "url", "--show-password")
     assert (code, output) == (0, url + "\n")
 
 
 @pytest.mark.parametrize("command", [("db", "url"), ("db", "check")])
 def test_a_libpq_key_value_string_is_refused_without_repeating_its_password(command: tuple[str, ...]) -> None:
     result = subprocess.run([AUTHLEDGER, *command], capture_output=True, text=True,
-                            env={**os.environ, "DATABASE_URL": "host=db.example user=ada password=s3cret"})
+                            env=process_env({"DATABASE_URL": "host=db.example user=ada password=s3cret"}))
     assert result.returncode == 78
     assert "must start with postgresql://" in result.stderr
     assert "s3cret" not in result.stdout + result.stderr and "Traceback" not in result.stderr
@@ -284,21 +274,20 @@ def test_a_libpq_key_value_string_is_refused_without_repeating_its_password(comm
 
 def test_a_malformed_port_is_one_clear_line_without_the_password() -> None:
     result = subprocess.run([AUTHLEDGER, "db", "url"], capture_output=True, text=True,
-                            env={**os.environ, "DATABASE_URL": "postgresql://ada:s3cret@db.example:port/auth"})
+                            env=process_env({"DATABASE_URL": "postgresql://ada:s3cret@db.example:port/auth"}))
     assert (result.returncode, result.stderr) == (78, "Error: database URL 'postgresql://***@db.example:port/auth' "
                                                       "is malformed\n")
 
 
 def test_config_show_masks_a_password_holding_url_delimiters() -> None:
-    result = CliRunner().invoke(cli, ["config", "show", "--json"],
-                                env={"DATABASE_URL": "postgresql://u:hun/ter?2#x@h/db?password=hunter2"})
+    result = run_cli({"DATABASE_URL": "postgresql://u:hun/ter?2#x@h/db?password=hunter2"}, "config", "show", "--json")
     assert result.exit_code == 0
     assert json.loads(result.output)["DATABASE_URL"]["value"] == "postgresql://***@h/db?***"
     assert "hun" not in result.output
 
 
 def test_db_shell_runs_psql_on_the_configured_database(database_url: str) -> None:
-    env = {**os.environ, "DATABASE_URL": database_url}
+    env = process_env({"DATABASE_URL": database_url})
     result = subprocess.run([AUTHLEDGER, "db", "shell", "-tA", "-c", "SELECT max(version) FROM schema_version"],
                             env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -308,23 +297,23 @@ def test_db_shell_runs_psql_on_the_configured_database(database_url: str) -> Non
 def test_db_shell_without_psql_on_path_uses_the_one_shipped_with_the_embedded_server(
     database_url: str, tmp_path: Path
 ) -> None:
-    env = {**os.environ, "DATABASE_URL": database_url, "PATH": str(tmp_path)}
+    env = process_env({"DATABASE_URL": database_url, "PATH": str(tmp_path)})
     result = subprocess.run([AUTHLEDGER, "db", "shell", "-tA", "-c", "SELECT 41 + 1"],
                             env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "42", result.stderr
 
 
-def test_db_shell_says_clearly_when_no_psql_exists(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_db_shell_says_clearly_when_no_psql_exists(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("commands.db.psql_program", lambda: None)
-    code, output = run(database_url, "db", "shell")
+    code, output = cli_outcome(env, "db", "shell")
     assert code == 1 and output.startswith("Error: psql is not installed: install the PostgreSQL client")
 
 
 def test_config_show_names_the_source_of_every_value_and_what_stands_in_for_unset_ones(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    result = CliRunner().invoke(cli, ["--data-dir", str(data_dir), "config", "show", "--json"],
-                                env={"DATABASE_URL": None, "AUTHLEDGER_OTP_TTL": "300", "AUTHLEDGER_TOKEN_KEYS": None,
-                                     "AUTHLEDGER_MASTER_KEY": None, "AUTHLEDGER_SMTP_URL": None})
+    unset = {"DATABASE_URL": None, "AUTHLEDGER_OTP_TTL": "300", "AUTHLEDGER_TOKEN_KEYS": None,
+             "AUTHLEDGER_MASTER_KEY": None, "AUTHLEDGER_SMTP_URL": None}
+    result = run_cli(unset, "--data-dir", str(data_dir), "config", "show", "--json")
     assert result.exit_code == 0, result.output
     shown = json.loads(result.output)
     assert shown["AUTHLEDGER_DATA_DIR"] == {"value": str(data_dir), "source": "command line"}
@@ -338,7 +327,7 @@ def test_config_show_names_the_source_of_every_value_and_what_stands_in_for_unse
     assert shown["AUTHLEDGER_SMTP_URL"] == {"value": None, "source": "default"}
     assert not (data_dir / "pgdata").exists(), "showing the configuration starts no database"
 
-    text = CliRunner().invoke(cli, ["--data-dir", str(data_dir), "config", "show"], env={"DATABASE_URL": None})
+    text = run_cli({"DATABASE_URL": None}, "--data-dir", str(data_dir), "config", "show")
     assert "None" not in text.output
     assert any(line.startswith("DATABASE_URL=embedded PostgreSQL in") and line.endswith("# embedded database: "
                "`authledger db url`") for line in text.output.splitlines())

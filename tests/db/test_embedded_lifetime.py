@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -12,8 +11,10 @@ import httpx
 import psutil
 import pytest
 
+from tests.support.cli import process_env
 from tests.support.embedded import fresh_data_dir
-from tests.support.servers import AUTHLEDGER, wait_for
+from tests.support.servers import AUTHLEDGER
+from tests.support.waiting import wait_until
 
 def postgres_serving(pgdata: Path) -> list[psutil.Process]:
     """The postmaster processes whose data directory is ``pgdata``."""
@@ -50,7 +51,7 @@ def data_dir() -> Iterator[Path]:
 @pytest.mark.slow
 def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(data_dir: Path) -> None:
     serve_err = data_dir.parent / "serve.err"  # beside the data, not in a basetemp another session may prune
-    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    env = process_env({"DATABASE_URL": None})
     env.update({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "json"})
     port = free_port()
     with serve_err.open("wb") as err:
@@ -64,21 +65,21 @@ def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(data_dir
             except httpx.TransportError:
                 return None
 
-        wait_for("serve to answer", healthy, timeout=90)
+        wait_until(healthy, what="serve to answer", timeout=90)
         pgdata = (data_dir / "pgdata").resolve()
         assert postgres_serving(pgdata), "serve runs on the embedded server"
     finally:
         serve.send_signal(signal.SIGKILL)
         serve.wait()  # reaped: the pid is really gone, as it is under a shell or a supervisor
 
-    wait_for(f"the embedded server to stop ({state_of(pgdata)})", lambda: None if postgres_serving(pgdata) else True,
-             timeout=10)
+    wait_until(lambda: not postgres_serving(pgdata), what=f"the embedded server to stop ({state_of(pgdata)})",
+               timeout=10)
     assert not (pgdata / "postmaster.pid").exists(), "stopped cleanly, not left for the next start to recover"
 
 
 @pytest.mark.slow
 def test_db_url_and_db_shell_reach_the_embedded_server_which_stops_when_psql_exits(data_dir: Path) -> None:
-    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    env = process_env({"DATABASE_URL": None})
     env["AUTHLEDGER_DATA_DIR"] = str(data_dir)
     pgdata = (data_dir / "pgdata").resolve()
     url = subprocess.run([AUTHLEDGER, "db", "url"], env=env, capture_output=True, text=True, timeout=120)
@@ -89,5 +90,4 @@ def test_db_url_and_db_shell_reach_the_embedded_server_which_stops_when_psql_exi
     shell = subprocess.run([AUTHLEDGER, "db", "shell", "-tA", "-c", "SELECT current_database()"], env=env,
                            capture_output=True, text=True, timeout=120)
     assert shell.returncode == 0 and shell.stdout.strip() == "postgres", shell.stderr
-    wait_for("the embedded server to stop after psql", lambda: None if postgres_serving(pgdata) else True,
-             timeout=10)
+    wait_until(lambda: not postgres_serving(pgdata), what="the embedded server to stop after psql", timeout=10)

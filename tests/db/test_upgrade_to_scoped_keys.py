@@ -12,16 +12,15 @@ import json
 from datetime import UTC, datetime
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import Engine, text
 
-from cli import cli
 from domain.clients import LEGACY_SCOPES, Caller
 from domain.tokens import hash_token
 from infra.db.schema import SCHEMA_VERSION
 from infra.services.clients import authenticate, new_api_key
 from infra.services.unit_of_work import ServiceContext
 from tests.http.support import asgi_client
+from tests.support.cli import Env, cli_outcome
 from tests.support.replay import assert_projections_match_log
 
 V3_API_CLIENTS = """
@@ -45,11 +44,6 @@ KEEP = text("""
                                      created_at = EXCLUDED.created_at, revoked_at = EXCLUDED.revoked_at
 """)
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
-
-
-def run(database_url: str, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, list(args), env={"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": ""})
-    return result.exit_code, result.output
 
 
 def make_version_3(admin_engine: Engine) -> dict[str, str]:
@@ -83,28 +77,28 @@ def make_version_3(admin_engine: Engine) -> dict[str, str]:
 
 
 def test_db_init_upgrades_a_version_3_database_and_its_keys_keep_working(
-    database_url: str, engine: Engine, admin_engine: Engine
+    env: Env, engine: Engine, admin_engine: Engine
 ) -> None:
     keys = make_version_3(admin_engine)
-    assert f"expects {SCHEMA_VERSION}" in run(database_url, "db", "check")[1]
+    assert f"expects {SCHEMA_VERSION}" in cli_outcome(env, "db", "check")[1]
 
-    code, output = run(database_url, "db", "init")
+    code, output = cli_outcome(env, "db", "init")
 
     assert code == 0 and f"upgraded from schema version 3 (schema version {SCHEMA_VERSION})" in output, output
     legacy = frozenset(LEGACY_SCOPES)
     assert authenticate(engine, keys["shop"]) == Caller("shop", "default", legacy, "legacy:shop")
     assert authenticate(engine, keys["old"]) == Caller("old", "default", legacy, "legacy:old")
     assert authenticate(engine, keys["gone"]) is None and authenticate(engine, keys["old-before"]) is None
-    listed = json.loads(run(database_url, "clients", "list", "--json")[1])
+    listed = json.loads(cli_outcome(env, "clients", "list", "--json")[1])
     assert [(k["client"], k["key_id"], k["status"], k["scopes"]) for k in listed] == [
         ("gone", "legacy:gone", "revoked", ["send", "verify", "review"]),
         ("old", "legacy:old", "active", ["send", "verify", "review"]),
         ("shop", "legacy:shop", "active", ["send", "verify", "review"]),
     ]
     assert_projections_match_log(engine)
-    assert run(database_url, "projections", "verify")[0] == 0
-    assert run(database_url, "db", "check")[0] == 0
-    code, output = run(database_url, "projections", "rebuild", "api_keys")
+    assert cli_outcome(env, "projections", "verify")[0] == 0
+    assert cli_outcome(env, "db", "check")[0] == 0
+    code, output = cli_outcome(env, "projections", "rebuild", "api_keys")
     assert code == 0, output
     assert authenticate(engine, keys["shop"]) is not None
     assert_projections_match_log(engine)
@@ -112,37 +106,37 @@ def test_db_init_upgrades_a_version_3_database_and_its_keys_keep_working(
         assert connection.execute(text("SELECT to_regclass('api_clients')")).scalar() is None
 
 
-def test_the_upgrade_is_idempotent(database_url: str, engine: Engine, admin_engine: Engine) -> None:
+def test_the_upgrade_is_idempotent(env: Env, engine: Engine, admin_engine: Engine) -> None:
     keys = make_version_3(admin_engine)
-    run(database_url, "db", "init")
-    code, output = run(database_url, "db", "init")
+    cli_outcome(env, "db", "init")
+    code, output = cli_outcome(env, "db", "init")
     assert code == 0 and "already initialised" in output
     assert authenticate(engine, keys["shop"]) is not None
     assert_projections_match_log(engine)
 
 
 def test_a_legacy_client_can_be_rotated_and_its_old_key_revoked_by_id(
-    database_url: str, engine: Engine, admin_engine: Engine
+    env: Env, engine: Engine, admin_engine: Engine
 ) -> None:
     keys = make_version_3(admin_engine)
-    run(database_url, "db", "init")
+    cli_outcome(env, "db", "init")
 
-    code, output = run(database_url, "clients", "rotate", "shop", "--json")
+    code, output = cli_outcome(env, "clients", "rotate", "shop", "--json")
     assert code == 0, output
     new_key, new_id = json.loads(output)["api_key"], json.loads(output)["key_id"]
     assert authenticate(engine, new_key) == Caller("shop", "default", frozenset(LEGACY_SCOPES), new_id)
     assert authenticate(engine, keys["shop"]) == Caller("shop", "default", frozenset(LEGACY_SCOPES), "legacy:shop")
-    assert run(database_url, "clients", "revoke", "shop", "--key", "legacy:shop")[0] == 0
+    assert cli_outcome(env, "clients", "revoke", "shop", "--key", "legacy:shop")[0] == 0
     assert authenticate(engine, keys["shop"]) is None and authenticate(engine, new_key) is not None
     assert_projections_match_log(engine)
 
 
 @pytest.mark.anyio
 async def test_an_upgraded_key_keeps_what_the_api_offered_it_and_no_more(
-    database_url: str, ctx: ServiceContext, admin_engine: Engine
+    env: Env, ctx: ServiceContext, admin_engine: Engine
 ) -> None:
     keys = make_version_3(admin_engine)
-    run(database_url, "db", "init")
+    cli_outcome(env, "db", "init")
     async with asgi_client(ctx, keys["shop"]) as api:
         sent = await api.post("/v1/password-resets", json={"user_id": "42", "email": "ada@example.com"},
                               headers={"Idempotency-Key": "k1"})

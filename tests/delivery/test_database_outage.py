@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
@@ -18,6 +17,7 @@ from infra.services.unit_of_work import ServiceContext
 from tests.support.log_reading import stream_events
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
+from tests.support.waiting import wait_until
 
 
 def _refuse_connections(server: Engine, name: str, refuse: bool) -> None:
@@ -62,9 +62,7 @@ def test_a_batch_claimed_just_before_the_database_went_away_is_sent_once_it_is_b
     try:
         assert worker.outage_began.wait(timeout=30)
         _refuse_connections(pg_server, name, refuse=False)
-        deadline = time.monotonic() + 30
-        while not mailer.emails and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: mailer.emails, what="the email to be sent once the database is back")
     finally:
         _refuse_connections(pg_server, name, refuse=False)
         worker.stop()

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import base64
 import mailbox
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from cli import cli
 from domain import templates
 from domain.errors import ConfigError
 from infra.emails.templates import default_templates, load_templates
+from tests.support.cli import Env, run_cli
 
 EXPIRES = datetime(2030, 5, 1, 10, 30, tzinfo=UTC)
-KEYS = "k1:" + base64.urlsafe_b64encode(b"t" * 32).decode().rstrip("=")
 
 
 @pytest.mark.parametrize(("code_name", "subject"), [
@@ -82,13 +79,13 @@ def test_a_template_folder_with_a_bad_file_is_refused_in_one_line_naming_it(
     assert "\n" not in refused.value.message
 
 
-def test_start_up_refuses_a_template_folder_that_leaves_out_the_code(tmp_path: Path, database_url: str) -> None:
+def test_start_up_refuses_a_template_folder_that_leaves_out_the_code(tmp_path: Path, env: Env) -> None:
     folder = tmp_path / "templates"
     folder.mkdir()
     (folder / "otp_code.txt").write_text("Your code is on its way.\n")
-    env = {"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS, "AUTHLEDGER_TEMPLATES_DIR": str(folder)}
+    env = {**env, "AUTHLEDGER_TEMPLATES_DIR": str(folder)}
 
-    result = CliRunner().invoke(cli, ["worker", "--once"], env=env)
+    result = run_cli(env, "worker", "--once")
 
     assert result.exit_code == 78
     assert result.output.strip().splitlines() == [f"Error: email template {folder / 'otp_code.txt'} lacks $code, "
@@ -96,17 +93,15 @@ def test_start_up_refuses_a_template_folder_that_leaves_out_the_code(tmp_path: P
 
 
 def test_a_delivered_email_uses_the_operator_template_and_says_it_was_auto_generated(
-    tmp_path: Path, database_url: str
+    tmp_path: Path, env: Env
 ) -> None:
     folder = tmp_path / "templates"
     folder.mkdir()
     (folder / "otp_code.subject").write_text("Example Shop: your $code_name\n")
-    env = {"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS, "AUTHLEDGER_TEMPLATES_DIR": str(folder),
-           "AUTHLEDGER_MAILDIR": str(tmp_path / "maildir"), "AUTHLEDGER_LOG_FORMAT": "json"}
-    runner = CliRunner()
+    env = {**env, "AUTHLEDGER_TEMPLATES_DIR": str(folder), "AUTHLEDGER_MAILDIR": str(tmp_path / "maildir")}
 
-    requested = runner.invoke(cli, ["otp", "request", "--user-id", "7", "--email", "ada@example.test"], env=env)
-    delivered = runner.invoke(cli, ["worker", "--once"], env=env)
+    requested = run_cli(env, "otp", "request", "--user-id", "7", "--email", "ada@example.test")
+    delivered = run_cli(env, "worker", "--once")
 
     assert requested.exit_code == 0 and delivered.exit_code == 0, requested.output + delivered.output
     [message] = mailbox.Maildir(tmp_path / "maildir", create=False)

@@ -8,10 +8,8 @@ from uuid import UUID, uuid4
 
 import attrs
 import pytest
-from click.testing import CliRunner, Result
 from sqlalchemy import Engine, text
 
-from cli import cli
 from domain.delivery import DeliveryPolicy
 from domain.reset import RequestReset
 from infra.clock import ManualClock
@@ -21,9 +19,15 @@ from infra.delivery.worker import Worker
 from infra.eventlog.postgres import PostgresEventStore
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
+from tests.support.cli import Env, run_cli
 from tests.support.mailers import RecordingMailer, RefusingMailer
 
 SENDER = "authledger <no-reply@app.test>"
+
+
+@pytest.fixture
+def env(env: Env) -> Env:
+    return {**env, "USER": "alice"}
 
 
 @pytest.fixture
@@ -35,10 +39,6 @@ def past_clock() -> ManualClock:
 @pytest.fixture
 def past(ctx: ServiceContext, past_clock: ManualClock) -> ServiceContext:
     return attrs.evolve(ctx, clock=past_clock)
-
-
-def authledger(database_url: str, *args: str) -> Result:
-    return CliRunner().invoke(cli, ["outbox", *args], env={"DATABASE_URL": database_url, "USER": "alice"})
 
 
 def events(engine: Engine) -> list[tuple[str, object, dict[str, str]]]:
@@ -66,19 +66,19 @@ def abandoned(ctx: ServiceContext, user_id: str) -> UUID:
 
 
 def test_retry_without_yes_shows_the_message_and_writes_nothing_then_yes_redrives_it(
-    past: ServiceContext, past_clock: ManualClock, engine: Engine, database_url: str
+    past: ServiceContext, past_clock: ManualClock, engine: Engine, env: Env
 ) -> None:
     message_id = abandoned(past, "1")
     before = events(engine)
 
-    preview = authledger(database_url, "retry", "--message-id", str(message_id), "--reason", "outage over")
+    preview = run_cli(env, "outbox", "retry", "--message-id", str(message_id), "--reason", "outage over")
 
     assert preview.exit_code == 0, preview.output
     assert f"{message_id}  abandoned at" in preview.output and "last error: provider busy (421)" in preview.output
     assert "would re-drive 1 message(s); nothing was changed: add --yes" in preview.output
     assert events(engine) == before
 
-    acted = authledger(database_url, "retry", "--abandoned", "--reason", "outage over", "--yes", "--json")
+    acted = run_cli(env, "outbox", "retry", "--abandoned", "--reason", "outage over", "--yes", "--json")
 
     assert acted.exit_code == 0, acted.output
     answer = json.loads(acted.stdout)
@@ -88,12 +88,12 @@ def test_retry_without_yes_shows_the_message_and_writes_nothing_then_yes_redrive
     assert metadata["command"] == "outbox retry"
     past_clock.advance(timedelta(minutes=11))  # to the real time of the re-drive
     assert deliver(past) == {"sent": 1}
-    verify = CliRunner().invoke(cli, ["projections", "verify"], env={"DATABASE_URL": database_url})
+    verify = run_cli(env, "projections", "verify")
     assert verify.exit_code == 0, verify.output
 
 
 def test_every_bad_retry_is_a_clear_error_that_writes_nothing(
-    past: ServiceContext, engine: Engine, database_url: str
+    past: ServiceContext, engine: Engine, env: Env
 ) -> None:
     lost, sent = abandoned(past, "1"), request(past, "2")
     assert deliver(past) == {"sent": 1}
@@ -111,20 +111,20 @@ def test_every_bad_retry_is_a_clear_error_that_writes_nothing(
     ]
     for args, exit_code, said in cases:
         for yes in ([], ["--yes"]):
-            result = authledger(database_url, "retry", *args, *yes)
+            result = run_cli(env, "outbox", "retry", *args, *yes)
             assert (result.exit_code, "Traceback" in result.output) == (exit_code, False), (args, result.output)
             assert said in result.output, (args, result.output)
     assert events(engine) == before
 
 
-def test_retry_of_abandoned_says_so_when_there_are_none(engine: Engine, database_url: str) -> None:
-    result = authledger(database_url, "retry", "--abandoned", "--since", "2024-01-01", "--reason", "x", "--yes")
+def test_retry_of_abandoned_says_so_when_there_are_none(engine: Engine, env: Env) -> None:
+    result = run_cli(env, "outbox", "retry", "--abandoned", "--since", "2024-01-01", "--reason", "x", "--yes")
     assert result.exit_code == 0 and "no abandoned message to re-drive" in result.output
     assert events(engine) == []
 
 
 def test_stuck_lists_retries_dead_leases_unclaimed_and_given_up_mail(
-    past: ServiceContext, past_clock: ManualClock, engine: Engine, database_url: str
+    past: ServiceContext, past_clock: ManualClock, engine: Engine, env: Env
 ) -> None:
     clock = past_clock
     failed = request(past, "1")
@@ -153,20 +153,20 @@ def test_stuck_lists_retries_dead_leases_unclaimed_and_given_up_mail(
     assert (kinds[str(failed)]["state"], kinds[str(failed)]["last_error"]) == ("failed", "550 no such user")
     assert kinds[str(lost)]["state"] == "abandoned" and kinds[str(lost)]["finished_at"]
 
-    shown = authledger(database_url, "stuck")
+    shown = run_cli(env, "outbox", "stuck")
     assert shown.exit_code == 0, shown.output
     for heading in ("Waiting for a retry (1):", "Leases held past their expiry (1):", "Due, never claimed (1):",
                     "Abandoned or failed (`outbox retry` sends them again) (2):"):
         assert heading in shown.output
-    as_json = json.loads(authledger(database_url, "stuck", "--json").stdout)
+    as_json = json.loads(run_cli(env, "outbox", "stuck", "--json").stdout)
     assert sorted(m["kind"] for m in as_json) == ["expired_lease", "given_up", "given_up", "retrying", "unclaimed"]
 
 
 def test_status_gives_the_oldest_due_message_its_real_age_and_says_when_nothing_is_due(
-    past: ServiceContext, past_clock: ManualClock, engine: Engine, database_url: str
+    past: ServiceContext, past_clock: ManualClock, engine: Engine, env: Env
 ) -> None:
     ctx, clock = past, past_clock
-    nothing = authledger(database_url, "status")
+    nothing = run_cli(env, "outbox", "status")
     assert nothing.exit_code == 0 and "due now    0 (nothing is waiting for a worker)" in nothing.output
     assert "None" not in nothing.output
 
@@ -180,6 +180,6 @@ def test_status_gives_the_oldest_due_message_its_real_age_and_says_when_nothing_
     assert status["due_now"] == 2 and status["oldest_due_message_id"] == str(retried)
     assert status["oldest_due_queued_seconds"] == 120.0, "its age counts from when it was queued"
     assert 118.0 <= status["oldest_due_seconds"] < 120.0, "and it has been due since its retry time"
-    shown = authledger(database_url, "status").output  # ten minutes later, by the real clock
+    shown = run_cli(env, "outbox", "status").output  # ten minutes later, by the real clock
     assert f"due now    2 (the oldest, {retried}, was queued 10 min " in shown
     assert " ago and has been due for " in shown

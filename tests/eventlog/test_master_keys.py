@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import base64
 import os
 import stat
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 from sqlalchemy import Engine, text
 
-from cli import cli
 from domain.errors import ConfigError
 from domain.reset import RequestReset
 from infra.config.settings import Settings
@@ -23,21 +21,14 @@ from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
 from infra.eventlog.subject_keys import (
     MASTER_KEY_VARIABLE, SAMPLE_UNDER_MASTER, MasterKeys, PostgresKeyring, bind_master_keys)
+from tests.support.cli import Env, run_cli
+from tests.support.keys import NEW_MASTER_KEY, TEST_MASTER_KEY, WRONG_MASTER_KEY
 from tests.support.statements import statements_sent
 
-TOKEN_KEYS = "k1:" + base64.urlsafe_b64encode(b"s" * 32).decode()
-NEW_MASTER_KEY = "m2:" + base64.urlsafe_b64encode(b"n" * 32).decode()
-WRONG_MASTER_KEY = "test:" + base64.urlsafe_b64encode(b"w" * 32).decode()  # the test key's id, other bytes
-TEST_MASTER_KEY = os.environ[MASTER_KEY_VARIABLE]  # set for the whole suite by tests/conftest.py
 
-
-def invoke(database_url: str, master_key: str, *args: str) -> Result:
-    env = {"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": TOKEN_KEYS, MASTER_KEY_VARIABLE: master_key}
-    return CliRunner().invoke(cli, list(args), env=env)
-
-
-def request(database_url: str, master_key: str, user_id: str) -> Result:
-    return invoke(database_url, master_key, "reset", "request", "--user-id", user_id, "--email", "a@example.test")
+def request(env: Env, master_key: str, user_id: str) -> Result:
+    return run_cli({**env, MASTER_KEY_VARIABLE: master_key}, "reset", "request", "--user-id", user_id, "--email",
+                   "a@example.test")
 
 
 def snapshot(engine: Engine) -> tuple[int, list[tuple[object, ...]]]:
@@ -53,21 +44,21 @@ def master_key_ids(engine: Engine) -> dict[str, str]:
 
 
 def test_without_a_master_key_a_request_is_refused_clearly_and_writes_nothing(
-    engine: Engine, database_url: str
+    engine: Engine, env: Env
 ) -> None:
-    result = request(database_url, "", "1")
+    result = request(env, "", "1")
     assert result.exit_code == 78, result.output
     assert "AUTHLEDGER_MASTER_KEY is required when DATABASE_URL is set" in result.output
     assert snapshot(engine) == (0, [])
 
 
 def test_a_wrong_master_key_is_refused_before_it_wraps_or_reads_anything(
-    ctx: ServiceContext, engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
     request_reset(ctx, RequestReset("1", "ada@example.test"))
     before = snapshot(engine)
     for user_id in ("1", "2"):  # a user with a key, and one who would get a new key
-        result = request(database_url, WRONG_MASTER_KEY, user_id)
+        result = request(env, WRONG_MASTER_KEY, user_id)
         assert result.exit_code == 78, result.output
         assert "master key 'test' does not unwrap the data key of user '1'" in result.output
         assert "Traceback" not in result.output
@@ -75,20 +66,20 @@ def test_a_wrong_master_key_is_refused_before_it_wraps_or_reads_anything(
     assert snapshot(engine) == before
 
 
-def test_a_malformed_master_key_is_refused_at_start(database_url: str) -> None:
-    result = request(database_url, "test:dG9vIHNob3J0", "1")
+def test_a_malformed_master_key_is_refused_at_start(env: Env) -> None:
+    result = request(env, "test:dG9vIHNob3J0", "1")
     assert result.exit_code == 78
     assert "AUTHLEDGER_MASTER_KEY key 'test' is 9 bytes; a master key is exactly 32" in result.output
 
 
 def test_rotation_wraps_new_keys_under_the_new_id_and_old_ids_still_unwrap(
-    ctx: ServiceContext, engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
     request_reset(ctx, RequestReset("1", "ada@example.test"))
     rotated = f"{NEW_MASTER_KEY},{TEST_MASTER_KEY}"
-    assert request(database_url, rotated, "2").exit_code == 0
+    assert request(env, rotated, "2").exit_code == 0
     assert master_key_ids(engine) == {"1": "test", "2": "m2"}
-    assert request(database_url, rotated, "1").exit_code == 0, "user 1's key, wrapped by the old id, still opens"
+    assert request(env, rotated, "1").exit_code == 0, "user 1's key, wrapped by the old id, still opens"
     with bind_master_keys(engine, lambda: MasterKeys.parse(rotated)).connect() as connection:
         store = PostgresEventStore(connection)
         recipients = {user_id: {r.event.recipient for r in store.load(f"reset-user:{user_id}")
@@ -97,20 +88,21 @@ def test_rotation_wraps_new_keys_under_the_new_id_and_old_ids_still_unwrap(
 
 
 def test_a_master_key_id_dropped_too_early_is_named_in_the_error(
-    ctx: ServiceContext, engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
     request_reset(ctx, RequestReset("1", "ada@example.test"))
-    result = request(database_url, NEW_MASTER_KEY, "1")
+    result = request(env, NEW_MASTER_KEY, "1")
     assert result.exit_code == 78
     assert "wrapped by master key 'test', which AUTHLEDGER_MASTER_KEY does not hold (it holds m2)" in result.output
     assert "keep the older ids listed" in result.output
 
 
 def test_forget_needs_no_master_key_so_a_lost_one_never_blocks_an_erasure(
-    ctx: ServiceContext, engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
     request_reset(ctx, RequestReset("1", "ada@example.test"))
-    result = invoke(database_url, "", "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7")
+    result = run_cli({**env, MASTER_KEY_VARIABLE: ""}, "privacy", "forget", "--user-id", "1", "--yes", "--reason",
+                     "ticket 7")
     assert result.exit_code == 0, result.output
     assert snapshot(engine)[1] == []
 
@@ -163,12 +155,12 @@ def test_a_master_key_proven_on_a_database_is_not_checked_again_for_the_next_new
 
 
 def test_a_wrong_key_under_a_proven_id_is_still_refused_before_it_wraps_anything(
-    ctx: ServiceContext, engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
     request_reset(ctx, RequestReset("1", "ada@example.test"))
     request_reset(ctx, RequestReset("2", "bea@example.test"))  # the right key is proven in this process
     before = snapshot(engine)
-    result = request(database_url, WRONG_MASTER_KEY, "3")
+    result = request(env, WRONG_MASTER_KEY, "3")
     assert result.exit_code == 78, result.output
     assert "master key 'test' does not unwrap the data key of user" in result.output
     assert snapshot(engine) == before

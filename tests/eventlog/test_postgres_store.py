@@ -61,6 +61,7 @@ def test_eight_writers_on_one_stream_win_each_version_exactly_once(engine: Engin
     assert conflicts > 0, "the writers never actually raced"
 
 
+@pytest.mark.slow
 def test_a_whole_log_reader_never_skips_a_late_commit(engine: Engine) -> None:
     """Writers hold transactions open for random times, some for a second, while a reader follows."""
     committed: list[int] = []

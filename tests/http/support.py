@@ -9,7 +9,7 @@ from sqlalchemy import Engine, text
 
 from infra.http.app import create_app
 from infra.services.unit_of_work import ServiceContext
-from tests.conftest import TEST_KEYS
+from tests.support.keys import TEST_KEYS
 from tests.support.secrets import otp_code_of, reset_token_of
 
 BASE_URL = "http://authledger.test"

@@ -37,7 +37,8 @@ from infra.http.problems import problem_response
 from infra.services.clients import create_client
 from infra.services.unit_of_work import ServiceContext
 from projections.timeline import event_times
-from tests.conftest import ROOMY_SEND_LIMITS, TEST_KEYS
+from tests.conftest import ROOMY_SEND_LIMITS
+from tests.support.keys import TEST_KEYS
 from tests.http.support import asgi_client, code_for, token_for, wrong_code
 from tests.support.replay import assert_projections_match_log
 

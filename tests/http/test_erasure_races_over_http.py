@@ -26,7 +26,7 @@ from infra.delivery.worker import Worker
 from infra.http.app import create_app
 from infra.services.clients import create_client
 from infra.services.unit_of_work import ServiceContext
-from tests.conftest import TEST_KEYS
+from tests.support.keys import TEST_KEYS
 from tests.support.erasure_races import (
     REASON, Calls, NonceRecorder, erase_before, judge, maildir_recipients, play,
 )
@@ -79,6 +79,7 @@ def http_calls(clients: Sequence[httpx.Client], send_key: str, admin_key: str) -
     return calls
 
 
+@pytest.mark.slow
 def test_over_http_an_erasure_answered_recorded_leaves_nothing_readable_or_working_from_before_it(
     racing_ctx: ServiceContext, clock: ManualClock, nonces: NonceRecorder, engine: Engine, tmp_path: Path
 ) -> None:

@@ -10,10 +10,8 @@ predates the user-id rule can still be erased.
 from __future__ import annotations
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import Engine
 
-from cli import cli
 from domain.errors import InvalidInput
 from domain.privacy import erasure_reason
 from domain.reset import RequestReset
@@ -21,6 +19,7 @@ from infra.services.clients import create_client
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
 from tests.http.support import asgi_client, assert_problem, log_size
+from tests.support.cli import Env, run_cli
 
 pytestmark = pytest.mark.anyio
 ADA = "ada@example.test"
@@ -49,15 +48,14 @@ def said_by_the_domain(reason: str) -> str:
 
 @pytest.mark.parametrize("reason", REASONS.values(), ids=REASONS.keys())
 async def test_the_api_and_the_cli_refuse_a_reason_hiding_an_address_or_bidi_in_the_same_words(
-    ctx: ServiceContext, engine: Engine, database_url: str, admin: str, reason: str
+    ctx: ServiceContext, engine: Engine, env: Env, admin: str, reason: str
 ) -> None:
     said = said_by_the_domain(reason)
     before = log_size(engine)
 
     async with asgi_client(ctx, admin) as api:
         response = await api.post("/v1/users/42/erasure", json={"reason": reason})
-    cli_said = CliRunner().invoke(cli, ["privacy", "forget", "--user-id", "42", "--reason", reason, "--yes"],
-                                  env={"DATABASE_URL": database_url})
+    cli_said = run_cli(env, "privacy", "forget", "--user-id", "42", "--reason", reason, "--yes")
 
     assert assert_problem(response, 400, "invalid-input")["detail"] == said
     assert (cli_said.exit_code, cli_said.output) == (2, f"Error: {said}\n")
@@ -66,12 +64,12 @@ async def test_the_api_and_the_cli_refuse_a_reason_hiding_an_address_or_bidi_in_
 
 
 async def test_an_actor_holding_an_address_is_refused_before_anything_is_written(
-    engine: Engine, database_url: str, admin: str
+    engine: Engine, env: Env, admin: str
 ) -> None:
     before = log_size(engine)
 
-    result = CliRunner().invoke(cli, ["privacy", "forget", "--user-id", "42", "--reason", "GDPR 2024-117", "--yes",
-                                      "--actor", "ada%40example.com"], env={"DATABASE_URL": database_url})
+    result = run_cli(env, "privacy", "forget", "--user-id", "42", "--reason", "GDPR 2024-117", "--yes", "--actor",
+                     "ada%40example.com")
 
     assert result.exit_code == 2 and "the actor holds an email address" in result.output
     assert log_size(engine) == before

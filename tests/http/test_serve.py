@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import mailbox
 import os
@@ -32,10 +31,11 @@ from domain.clients import SCOPES
 from infra.services.clients import authenticate, create_client, revoke_client
 from infra.http.serve import API_POOL_SIZE, CONNECTIONS_ALLOWED, ensure_dev_key
 from tests.console.support import csrf_of
+from tests.support.cli import Env, process_env
 from tests.support.log_reading import stream_events
-from tests.support.servers import AUTHLEDGER, free_port, start_serve, wait_for
+from tests.support.servers import AUTHLEDGER, free_port, start_serve
+from tests.support.waiting import wait_until
 
-KEYS = "e2e:" + base64.urlsafe_b64encode(b"e" * 32).decode().rstrip("=")
 
 
 def client_of(engine: Engine, api_key: str) -> str | None:
@@ -45,17 +45,9 @@ def client_of(engine: Engine, api_key: str) -> str | None:
 
 
 @pytest.fixture
-def env(database_url: str, tmp_path: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "AUTHLEDGER_TOKEN_KEYS": KEYS,
-        "AUTHLEDGER_DATA_DIR": str(tmp_path / "data"),
-        "AUTHLEDGER_MAILDIR": str(tmp_path / "maildir"),
-        "AUTHLEDGER_RESET_URL": "https://app.test/reset",
-        "AUTHLEDGER_LOG_FORMAT": "json",
-        "AUTHLEDGER_POLL_SECONDS": "1",
-    }
+def env(env: Env, tmp_path: Path) -> dict[str, str]:
+    """Whole, for the processes these tests start: the shared settings, a data folder and a one-second poll."""
+    return process_env({**env, "AUTHLEDGER_DATA_DIR": str(tmp_path / "data"), "AUTHLEDGER_POLL_SECONDS": "1"})
 
 
 @pytest.fixture
@@ -99,7 +91,7 @@ def test_serve_takes_requests_delivers_mail_and_stops_cleanly_on_sigterm(
                              headers={"Idempotency-Key": "e2e-otp"})
         assert (reset.status_code, challenge.status_code) == (202, 202), reset.text + challenge.text
 
-        by_id = {m["Message-ID"]: m for m in wait_for("two emails", lambda: emails(env, 2))}
+        by_id = {m["Message-ID"]: m for m in wait_until(lambda: emails(env, 2), what="two emails")}
         link_mail = by_id[f"<{reset.json()['message_id']}@authledger>"]
         code_mail = by_id[f"<{challenge.json()['message_id']}@authledger>"]
         assert link_mail["To"] == code_mail["To"] == "ada@example.com"
@@ -115,20 +107,20 @@ def test_serve_takes_requests_delivers_mail_and_stops_cleanly_on_sigterm(
                             json={"code": code, "user_id": "42"})
         assert verified.status_code == 200 and verified.json()["verified"] is True
 
-        wait_for("the password-changed notice", lambda: emails(env, 3))
+        wait_until(lambda: emails(env, 3), what="the password-changed notice")
 
         # The Maildir file lands before the worker records ProviderAccepted, so "sent" trails the mail.
         def all_three_sent() -> bool | None:
             return True if 'authledger_outbox_messages{state="sent"} 3' in scrape.get("/metrics").text else None
 
-        wait_for("the three deliveries to be recorded as sent", all_three_sent)
+        wait_until(all_three_sent, what="the three deliveries to be recorded as sent")
 
         def caught_up() -> bool | None:  # serve runs the catch-up runner beside the API and the worker
             lags = [line for line in scrape.get("/metrics").text.splitlines()
                     if line.startswith("authledger_projection_lag_events{")]
             return True if lags and all(line.endswith(" 0") for line in lags) else None
 
-        wait_for("the catch-up projections to follow the log", caught_up)
+        wait_until(caught_up, what="the catch-up projections to follow the log")
         scrape.close()
 
     process.send_signal(signal.SIGTERM)
@@ -142,6 +134,7 @@ def test_serve_takes_requests_delivers_mail_and_stops_cleanly_on_sigterm(
     assert "development API key" not in said, "only the embedded default makes a development key"
 
 
+@pytest.mark.slow
 def test_serve_writes_the_count_of_a_flood_whose_hour_closed_before_it_started(
     env: dict[str, str], ctx: ServiceContext, engine: Engine, tmp_path: Path
 ) -> None:
@@ -155,7 +148,7 @@ def test_serve_writes_the_count_of_a_flood_whose_hour_closed_before_it_started(
             last = stream_events(engine, reset_stream("flooded"))[-1]
             return last if isinstance(last, RequestsCounted) else None
 
-        assert wait_for("serve to write the flood's count", counted).count == 14
+        assert wait_until(counted, what="serve to write the flood's count").count == 14
         with engine.connect() as connection:
             assert connection.execute(text("SELECT count(*) FROM request_counts")).scalar_one() == 0
     finally:
@@ -166,10 +159,10 @@ def test_serve_writes_the_count_of_a_flood_whose_hour_closed_before_it_started(
 
 @pytest.mark.slow
 def test_on_the_embedded_default_serve_initialises_the_database_and_prints_a_development_key(
-    tmp_path: Path,
+    tmp_path: Path, embedded_data_dir: Path
 ) -> None:
-    port, data_dir = free_port(), tmp_path / "data"
-    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "AUTHLEDGER_TOKEN_KEYS")}
+    port, data_dir = free_port(), embedded_data_dir
+    env = process_env({"DATABASE_URL": None, "AUTHLEDGER_TOKEN_KEYS": None})
     env.update({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "json"})
     with (tmp_path / "serve.out").open("wb") as out, (tmp_path / "serve.err").open("wb") as err:
         process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port)], env=env, stdout=out, stderr=err)
@@ -183,7 +176,7 @@ def test_on_the_embedded_default_serve_initialises_the_database_and_prints_a_dev
             except httpx.TransportError:
                 return None
 
-        wait_for("the embedded server", up, timeout=90)
+        wait_until(up, what="the embedded server", timeout=90)
         key_file = data_dir / "dev-api-key"
         key = key_file.read_text().strip()
         assert key_file.stat().st_mode & 0o777 == 0o600
@@ -197,7 +190,7 @@ def test_on_the_embedded_default_serve_initialises_the_database_and_prints_a_dev
         answer = httpx.post(f"{base}/v1/otp/challenges", json={"user_id": "1", "email": "dev@example.com"},
                             headers={"Authorization": f"Bearer {key}", "Idempotency-Key": "dev-1"})
         assert answer.status_code == 202, answer.text
-        wait_for("the code's email", lambda: list((data_dir / "maildir" / "new").glob("*")) or None)
+        wait_until(lambda: list((data_dir / "maildir" / "new").glob("*")) or None, what="the code's email")
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
@@ -298,7 +291,7 @@ def test_serve_with_two_processes_answers_from_each_delivers_from_one_and_stops_
 ) -> None:
     process, base = start_processes(env, tmp_path, 2)
     try:
-        first, second = wait_for("both API processes", lambda: api_processes(tmp_path, 2))
+        first, second = wait_until(lambda: api_processes(tmp_path, 2), what="both API processes")
         created = subprocess.run([AUTHLEDGER, "clients", "create", "e2e", "--scope", "send", "--json"],
                                  env=env, capture_output=True, text=True, check=True)
         headers = {"Authorization": f"Bearer {json.loads(created.stdout)['api_key']}"}
@@ -308,7 +301,7 @@ def test_serve_with_two_processes_answers_from_each_delivers_from_one_and_stops_
                 answer = api.post("/v1/password-resets", json={"user_id": str(answering), "email": "ada@example.com"},
                                   headers={"Idempotency-Key": f"from-{answering}"})
             assert answer.status_code == 202, answer.text
-        wait_for("both emails, sent by the first process's worker", lambda: emails(env, 2))
+        wait_until(lambda: emails(env, 2), what="both emails, sent by the first process's worker")
         # A reviewer signed in by the first process stays signed in when the second answers.
         reviewer = subprocess.run([AUTHLEDGER, "clients", "create", "reviewer", "--scope", "review", "--json"],
                                   env=env, capture_output=True, text=True, check=True)
@@ -333,6 +326,7 @@ def test_serve_with_two_processes_answers_from_each_delivers_from_one_and_stops_
     assert "processes: 2 API processes" in (tmp_path / "serve.out").read_text()
 
 
+@pytest.mark.slow
 def test_serve_runs_as_many_api_processes_as_the_environment_says_unless_the_command_line_says_otherwise(
     env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -341,7 +335,7 @@ def test_serve_runs_as_many_api_processes_as_the_environment_says_unless_the_com
         process, _ = start_serve(env, tmp_path, "--inflight", "0", *told)
         try:
             if expected:
-                wait_for("both API processes", lambda: api_processes(tmp_path, expected))
+                wait_until(lambda: api_processes(tmp_path, expected), what="both API processes")
         finally:
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=90) == 0
@@ -379,7 +373,7 @@ def test_when_one_api_process_dies_serve_stops_the_others_and_exits_with_an_erro
 ) -> None:
     process, _ = start_processes(env, tmp_path, 2)
     try:
-        first, second = wait_for("both API processes", lambda: api_processes(tmp_path, 2))
+        first, second = wait_until(lambda: api_processes(tmp_path, 2), what="both API processes")
         os.kill(second, signal.SIGKILL)
         code = process.wait(timeout=90)
     finally:

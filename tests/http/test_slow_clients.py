@@ -9,7 +9,6 @@ long it took. A socket timeout only keeps a broken server from hanging the test.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -23,21 +22,19 @@ from sqlalchemy import Engine
 from infra.services.clients import create_client
 from infra.services.unit_of_work import ServiceContext
 from tests.http.support import log_size
-from tests.http.test_serve import KEYS
+from tests.support.cli import Env
 from tests.support.servers import start_serve
+
+pytestmark = pytest.mark.slow  # each test starts `authledger serve`
 
 UNKNOWN_KEY = "alk_" + "A" * 43
 HANG_GUARD_SECONDS = 60
 
 
 @pytest.fixture
-def server(database_url: str, tmp_path: Path) -> Iterator[str]:
-    env = {
-        **os.environ, "DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS,
-        "AUTHLEDGER_DATA_DIR": str(tmp_path / "data"), "AUTHLEDGER_MAILDIR": str(tmp_path / "maildir"),
-        "AUTHLEDGER_RESET_URL": "https://app.test/reset", "AUTHLEDGER_LOG_FORMAT": "json",
-        "AUTHLEDGER_HTTP_HEADER_TIMEOUT": "0.5", "AUTHLEDGER_HTTP_BODY_TIMEOUT": "0.5",
-    }
+def server(env: Env, tmp_path: Path) -> Iterator[str]:
+    env = {**env, "AUTHLEDGER_DATA_DIR": str(tmp_path / "data"),
+           "AUTHLEDGER_HTTP_HEADER_TIMEOUT": "0.5", "AUTHLEDGER_HTTP_BODY_TIMEOUT": "0.5"}
     process, base = start_serve(env, tmp_path, "--inflight", "0")
     yield base
     process.terminate()

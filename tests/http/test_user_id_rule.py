@@ -7,20 +7,16 @@ any form, and writes nothing; ids already in the log can still be looked up.
 
 from __future__ import annotations
 
-import base64
-
 import httpx
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import Engine
 
-from cli import cli
 from domain.input_checks import user_id_problem
 from tests.http.support import assert_problem, log_size
+from tests.support.cli import Env, run_cli
 
 pytestmark = pytest.mark.anyio
 ADA = "ada@example.test"
-KEYS = "k1:" + base64.urlsafe_b64encode(b"u" * 32).decode().rstrip("=")
 REFUSED = {
     "address": "ada@example.com",
     "fullwidth-at": "ada＠example.com",
@@ -32,15 +28,20 @@ REFUSED = {
 CREATES = {"/v1/password-resets": ["reset", "request"], "/v1/otp/challenges": ["otp", "request"]}
 
 
-def cli_create(database_url: str, words: list[str], user_id: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, [*words, "--user-id", user_id, "--email", ADA],
-                                env={"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS})
+@pytest.fixture
+def env(env: Env) -> Env:
+    # The API's context allows many emails to one address, and the CLI shares its keys, so its count too.
+    return {**env, "AUTHLEDGER_LIMIT_PER_ADDRESS": "100"}
+
+
+def cli_create(env: Env, words: list[str], user_id: str) -> tuple[int, str]:
+    result = run_cli(env, *words, "--user-id", user_id, "--email", ADA)
     return result.exit_code, result.output
 
 
 @pytest.mark.parametrize("user_id", REFUSED.values(), ids=REFUSED.keys())
 async def test_the_api_and_the_cli_refuse_an_id_holding_an_at_in_any_form_and_write_nothing(
-    api: httpx.AsyncClient, engine: Engine, database_url: str, user_id: str
+    api: httpx.AsyncClient, engine: Engine, env: Env, user_id: str
 ) -> None:
     said = user_id_problem(user_id)
     assert said is not None
@@ -53,20 +54,20 @@ async def test_the_api_and_the_cli_refuse_an_id_holding_an_at_in_any_form_and_wr
         assert problem["errors"] == [{"pointer": "/user_id", "detail": problem["detail"]}]
         assert user_id not in response.text and "example.com" not in response.text
 
-        exit_code, output = cli_create(database_url, words, user_id)
+        exit_code, output = cli_create(env, words, user_id)
         assert (exit_code, output) == (2, f"Error: {said}\n")
 
     assert log_size(engine) == before
 
 
 async def test_ids_without_an_at_are_still_accepted_by_both(
-    api: httpx.AsyncClient, engine: Engine, database_url: str
+    api: httpx.AsyncClient, engine: Engine, env: Env
 ) -> None:
     for n, user_id in enumerate(["42", "auth0|5f7c8ec7", "100%", "a&b"]):
         response = await api.post("/v1/otp/challenges", json={"user_id": user_id, "email": ADA},
                                   headers={"Idempotency-Key": f"k{n}"})
         assert response.status_code == 202, response.text
-        assert cli_create(database_url, CREATES["/v1/password-resets"], user_id)[0] == 0
+        assert cli_create(env, CREATES["/v1/password-resets"], user_id)[0] == 0
 
 
 async def test_the_document_tells_integrators_the_rule_where_creates_take_a_user_id(api: httpx.AsyncClient) -> None:

@@ -3,27 +3,29 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from attrs import evolve
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.pool import NullPool
 
 from domain.log import RecordedEvent
 from infra.projector.catchup import CatchUpRunner, catch_up, read_checkpoint
 from infra.clock import ManualClock
 from infra.projector.registry import projection_named
 from infra.services.unit_of_work import ServiceContext
+from tests.support.cli import process_env
 from tests.support.embedded import fresh_data_dir
 from tests.support.replay import assert_projections_match_log
 from tests.support.traffic import delivered_emails, some_traffic
+from tests.support.waiting import listening, wait_until
 from tests.support.wire import at_the_wire
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
@@ -35,15 +37,10 @@ def checkpoint_of(engine: Engine, name: str = "delivery_stats") -> tuple[int, in
     return stored.checkpoint.global_position, stored.events_applied
 
 
-def wait_until_gone(engine: Engine, application_name: str) -> None:
+def sessions_of(engine: Engine, application_name: str) -> int:
     query = text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with engine.connect() as connection:
-            if not connection.execute(query, {"name": application_name}).scalar_one():
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"the sessions of {application_name} outlived it")
+    with engine.connect() as connection:
+        return connection.execute(query, {"name": application_name}).scalar_one()
 
 
 class FailsOnThirdBatch:
@@ -104,19 +101,19 @@ def test_a_runner_process_killed_with_sigkill_resumes_without_loss_or_double_cou
     with engine.begin() as connection:
         delivered_emails(connection, 1500)
     command = [AUTHLEDGER, "projections", "run", "--batch-size", "10", "--poll-seconds", "0.2"]
-    environment = {**os.environ, "DATABASE_URL": database_url, "PGAPPNAME": "runner-to-kill"}
+    environment = process_env({"DATABASE_URL": database_url, "PGAPPNAME": "runner-to-kill"})
     with (tmp_path / "runner.log").open("w+") as output:
         runner = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 60
-            while checkpoint_of(engine)[1] < 500 and time.monotonic() < deadline and runner.poll() is None:
-                time.sleep(0.05)
+            wait_until(lambda: checkpoint_of(engine)[1] >= 500 or runner.poll() is not None, timeout=60,
+                       what="the runner to fold 500 events")
         finally:
             runner.send_signal(signal.SIGKILL)
             runner.wait()
         output.seek(0)
         said = output.read()
-    wait_until_gone(engine, "runner-to-kill")  # a COMMIT it sent before dying may still be landing
+    # A COMMIT it sent before dying may still be landing.
+    wait_until(lambda: not sessions_of(engine, "runner-to-kill"), what="the killed runner's sessions to end")
     killed_at = checkpoint_of(engine)
     assert 500 <= killed_at[1] < 4500, f"killed part of the way through; the runner said:\n{said}"
     assert_projections_match_log(engine, run_catch_up=False)  # what it committed is whole
@@ -134,18 +131,17 @@ def test_the_runner_wakes_on_notify_rather_than_the_poll(engine: Engine) -> None
     thread = threading.Thread(target=runner.run)
     thread.start()
     try:
-        time.sleep(0.5)  # listening, caught up, asleep for a minute
+        wait_until(lambda: listening(engine, "authledger_events"), what="the runner to listen")
         with engine.begin() as connection:
             delivered_emails(connection, 3)
-        deadline = time.monotonic() + 5
-        while checkpoint_of(engine)[1] < 9 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert checkpoint_of(engine)[1] == 9
+        # Well within the minute's poll: only the notification can have woken it.
+        wait_until(lambda: checkpoint_of(engine)[1] == 9, what="the notified runner to fold the three emails")
     finally:
         runner.stop()
         thread.join()
 
 
+@pytest.mark.slow
 def test_a_burst_of_commits_is_folded_in_one_pass_not_one_per_commit(engine: Engine) -> None:
     with engine.begin() as connection:  # before the runner starts: its first pass folds it whole
         delivered_emails(connection, 1)
@@ -153,24 +149,17 @@ def test_a_burst_of_commits_is_folded_in_one_pass_not_one_per_commit(engine: Eng
     thread = threading.Thread(target=runner.run)
     thread.start()
     try:
-        wait_until(lambda: runner.passes == 1, lambda: f"first pass: checkpoint {checkpoint_of(engine)}")
+        wait_until(lambda: runner.passes == 1, what=lambda: f"the first pass: checkpoint {checkpoint_of(engine)}")
         for _ in range(3):  # three requests' commits, each notifying, apart but well within the gathering
             with engine.begin() as connection:
                 delivered_emails(connection, 1)
             time.sleep(0.2)  # long enough for a runner without gathering to fold each alone
         wait_until(lambda: checkpoint_of(engine)[1] == 12,
-                   lambda: f"burst: checkpoint {checkpoint_of(engine)}, passes {runner.passes}")
+                   what=lambda: f"the burst to be folded: checkpoint {checkpoint_of(engine)}, passes {runner.passes}")
     finally:
         runner.stop()
         thread.join()  # every pass that folded is counted by now
     assert runner.passes == 2
-
-
-def wait_until(condition: Callable[[], bool], state: Callable[[], str]) -> None:
-    deadline = time.monotonic() + 10
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert condition(), state()
 
 
 def test_an_event_that_commits_late_is_folded_in_its_place_not_skipped(
@@ -205,17 +194,25 @@ def test_a_runner_asked_to_stop_says_stopped_and_logs_no_lost_connection(signum:
 
 def stop_a_runner_on_the_embedded_default(data_dir: Path, signum: int) -> None:
     runner_err = data_dir.parent / "runner.err"
-    environment = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
-    environment.update({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "json"})
+    environment = process_env({"DATABASE_URL": None, "AUTHLEDGER_DATA_DIR": str(data_dir),
+                               "AUTHLEDGER_LOG_FORMAT": "json"})
     subprocess.run([AUTHLEDGER, "db", "init"], env=environment, check=True, capture_output=True, timeout=120)
     with runner_err.open("w+") as errors:
         runner = subprocess.Popen([AUTHLEDGER, "projections", "run", "--poll-seconds", "0.2"], env=environment,
                                   stdout=subprocess.PIPE, stderr=errors, text=True)
-        deadline = time.monotonic() + 60
-        while "catch-up runner started" not in runner_err.read_text():
-            assert time.monotonic() < deadline and runner.poll() is None, runner_err.read_text()
-            time.sleep(0.05)
-        time.sleep(0.5)  # listening
+
+        def started() -> bool:
+            assert runner.poll() is None, runner_err.read_text()
+            return "catch-up runner started" in runner_err.read_text()
+
+        wait_until(started, timeout=60, what="the runner to start")
+        # Through the server's socket, as a visitor: joining the embedded server would keep it up past the runner.
+        socket_dir = data_dir / "pgdata"
+        server = create_engine(f"postgresql+psycopg://postgres@/postgres?host={socket_dir}", poolclass=NullPool)
+        try:
+            wait_until(lambda: listening(server, "authledger_events"), what="the runner to listen")
+        finally:
+            server.dispose()
         runner.send_signal(signum)
         out, _ = runner.communicate(timeout=30)
         errors.seek(0)

@@ -20,6 +20,7 @@ from infra.delivery.worker import Worker
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
 from tests.support.traffic import SENDER, no_cooldown
+from tests.support.waiting import wait_until
 
 WRITERS = 4
 # stream_snapshots and reset_tokens are read by a decision before it writes them (the swap's lock order).
@@ -123,7 +124,8 @@ def test_rebuilding_every_projection_under_load_loses_and_doubles_nothing_and_wr
     runner_thread.start()
     results: list[tuple[float, float, RebuildResult]] = []
     with Writers(ctx, mailer) as writers:
-        time.sleep(2)  # writers alone: how long a write takes when nothing is rebuilt
+        # Writers alone first: how long a write takes when nothing is rebuilt, printed below.
+        wait_until(lambda: len(writers.queued) >= 20, what="twenty writes before any rebuild")
         baseline = writers.longest_stall(0, time.monotonic())
         for name in NAMES:
             probe = WriteDuringCopy(ctx, name)
@@ -131,7 +133,8 @@ def test_rebuilding_every_projection_under_load_loses_and_doubles_nothing_and_wr
             result = rebuild(admin_engine, projection_named(name), batch_size=50, progress=probe)
             results.append((started, time.monotonic(), result))
             assert probe.finished, f"a write finished while {name} was still being copied: writers are not held"
-        time.sleep(0.3)
+        after = len(writers.queued)
+        wait_until(lambda: len(writers.queued) > after, what="a write after the last rebuild")
     runner.stop()
     runner_thread.join()
 

@@ -27,7 +27,7 @@ from infra.review.timeline import message_timeline, request_timeline
 from infra.services.otp import request_otp, verify_code
 from infra.services.reset import request_reset, verify_token
 from infra.services.unit_of_work import ServiceContext
-from tests.conftest import TEST_KEYS
+from tests.support.keys import TEST_KEYS
 from tests.support.secrets import otp_code_of, reset_token_of
 from tests.support.statements import statements_sent
 from tests.support.wire import at_the_wire

@@ -14,27 +14,26 @@ from typing import Any
 from uuid import UUID
 
 import anyio
-from click.testing import CliRunner
 from sqlalchemy import Engine, text
 
-from cli import cli
 from domain.reset import RequestReset
 from infra.services.clients import create_client
 from infra.services.privacy import forget
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
 from tests.http.support import asgi_client
+from tests.support.cli import Env, run_cli
 from tests.support.incidents import WEB, SmtpMailer, at, deliver_due, duplicate_emails, incident_context
 
 
-def cli_json(database_url: str, *args: str) -> dict[str, Any]:
-    result = CliRunner().invoke(cli, [*args, "--json"], env={"DATABASE_URL": database_url})
+def cli_json(env: Env, *args: str) -> dict[str, Any]:
+    result = run_cli(env, *args, "--json")
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)
 
 
-def cli_positions(database_url: str, *args: str) -> list[int]:
-    return [entry["global_position"] for entry in cli_json(database_url, *args)["timeline"]]
+def cli_positions(env: Env, *args: str) -> list[int]:
+    return [entry["global_position"] for entry in cli_json(env, *args)["timeline"]]
 
 
 def http_positions(ctx: ServiceContext, api_key: str, **query: str) -> list[int]:
@@ -61,10 +60,10 @@ def event_types(engine: Engine, positions: list[int]) -> list[str]:
     return [types[position] for position in positions]
 
 
-def superseded_killed_and_erased(ctx: ServiceContext, engine: Engine, database_url: str) -> dict[str, UUID]:
+def superseded_killed_and_erased(ctx: ServiceContext, engine: Engine, env: Env) -> dict[str, UUID]:
     """User 42 asks twice while a worker dies mid-send, asks a third time, and is forgotten before that email goes."""
     ids = duplicate_emails(ctx, engine)
-    cli_json(database_url, "projections", "run", "--once")  # the index is current up to here
+    cli_json(env, "projections", "run", "--once")  # the index is current up to here
     ctx, clock = incident_context(ctx, 0xE00)
     at(clock, "10:03:30")
     third = request_reset(ctx, RequestReset("42", "ada@example.test"), WEB)
@@ -76,13 +75,13 @@ def superseded_killed_and_erased(ctx: ServiceContext, engine: Engine, database_u
 
 
 def test_history_explain_and_the_http_timeline_name_the_same_events_in_the_same_order(
-    ctx: ServiceContext, engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
-    ids = superseded_killed_and_erased(ctx, engine, database_url)
+    ids = superseded_killed_and_erased(ctx, engine, env)
     api_key = create_client(ctx, "support").api_key
-    assert cli_json(database_url, "history", "--user-id", "42")["unindexed_events"] > 0, "half read from the log"
+    assert cli_json(env, "history", "--user-id", "42")["unindexed_events"] > 0, "half read from the log"
 
-    user = cli_positions(database_url, "history", "--user-id", "42")
+    user = cli_positions(env, "history", "--user-id", "42")
     assert user == http_positions(ctx, api_key, user_id="42")
     assert event_ids(engine, user) == event_ids(engine, http_positions(ctx, api_key, user_id="42"))
     types = event_types(engine, user)
@@ -90,12 +89,12 @@ def test_history_explain_and_the_http_timeline_name_the_same_events_in_the_same_
     assert types[-2:] == ["LeaseClaimed", "DeliverySkipped"], "the erasure stopped the third email"
 
     for name in ("first_request", "second_request", "third_request"):
-        request = cli_positions(database_url, "explain", "--request-id", str(ids[name]))
+        request = cli_positions(env, "explain", "--request-id", str(ids[name]))
         assert request, name
         assert request == http_positions(ctx, api_key, request_id=str(ids[name])), name
         assert set(request) <= set(user), name
     for name in ("first_message", "second_message", "third_message"):
-        message = cli_positions(database_url, "explain", "--message-id", str(ids[name]))
+        message = cli_positions(env, "explain", "--message-id", str(ids[name]))
         assert message, name
         assert message == http_positions(ctx, api_key, message_id=str(ids[name])), name
         assert set(message) <= set(user), name
@@ -104,17 +103,17 @@ def test_history_explain_and_the_http_timeline_name_the_same_events_in_the_same_
 
 
 def test_the_answers_stay_the_same_once_the_index_has_caught_up(
-    ctx: ServiceContext, engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
-    ids = superseded_killed_and_erased(ctx, engine, database_url)
+    ids = superseded_killed_and_erased(ctx, engine, env)
     api_key = create_client(ctx, "support").api_key
     before = {name: http_positions(ctx, api_key, **{name.split("_")[1] + "_id": str(ids[name])})
               for name in ("first_request", "second_message", "third_message")}
     user_before = http_positions(ctx, api_key, user_id="42")
 
-    cli_json(database_url, "projections", "run", "--once")
+    cli_json(env, "projections", "run", "--once")
 
-    assert cli_json(database_url, "history", "--user-id", "42")["unindexed_events"] == 0
+    assert cli_json(env, "history", "--user-id", "42")["unindexed_events"] == 0
     assert http_positions(ctx, api_key, user_id="42") == user_before
     for name, positions in before.items():
         assert http_positions(ctx, api_key, **{name.split("_")[1] + "_id": str(ids[name])}) == positions

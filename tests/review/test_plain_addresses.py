@@ -12,7 +12,6 @@ from uuid import UUID
 
 import httpx
 import pytest
-from click.testing import CliRunner, Result
 from sqlalchemy import Engine, text
 
 from domain.otp import RequestOtp
@@ -26,6 +25,7 @@ from infra.services.otp import request_otp
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
 from tests.http.support import asgi_client
+from tests.support.cli import Env, run_cli
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
 
@@ -37,12 +37,6 @@ ENVELOPE = "enc:v1:"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def cli(database_url: str, *args: str) -> Result:
-    result = CliRunner().invoke(__import__("cli").cli, list(args), env={"DATABASE_URL": database_url})
-    assert result.exit_code == 0, result.output
-    return result
 
 
 def two_users(ctx: ServiceContext) -> dict[str, UUID]:
@@ -64,11 +58,11 @@ async def http_answers(ctx: ServiceContext, ids: dict[str, UUID], client: str) -
     return "\n".join(a.text for a in answers)
 
 
-def cli_answers(database_url: str, ids: dict[str, UUID]) -> str:
+def cli_answers(env: Env, ids: dict[str, UUID]) -> str:
     """`history` and `explain` of Ada, her request and its email, as text and as JSON, as one text."""
     runs = [("history", "--user-id", "1"), ("explain", "--request-id", str(ids["request"])),
             ("explain", "--message-id", str(ids["message"])), ("explain", "--request-id", str(ids["challenge"]))]
-    return "\n".join(cli(database_url, *run, *json_flag).output for run in runs for json_flag in ((), ("--json",)))
+    return "\n".join(run_cli(env, *run, *json_flag).output for run in runs for json_flag in ((), ("--json",)))
 
 
 def recipients(timeline: httpx.Response) -> set[str]:
@@ -77,20 +71,20 @@ def recipients(timeline: httpx.Response) -> set[str]:
 
 @pytest.mark.anyio
 async def test_timeline_history_and_explain_read_the_address_before_the_erasure_and_erased_after(
-    ctx: ServiceContext, engine: Engine, database_url: str, clock: ManualClock, caplog: pytest.LogCaptureFixture
+    ctx: ServiceContext, engine: Engine, clock: ManualClock, caplog: pytest.LogCaptureFixture, env: Env
 ) -> None:
     ids = two_users(ctx)
     caplog.set_level(logging.DEBUG)
 
-    before = await http_answers(ctx, ids, "support-1") + cli_answers(database_url, ids)
+    before = await http_answers(ctx, ids, "support-1") + cli_answers(env, ids)
     assert ADA in before and ENVELOPE not in before and ERASED not in before
     assert BOB not in before, "only the user asked about"
     assert f"reset link requested for {ADA}" in before and f"email queued (reset_link) to {ADA}" in before
     assert f"one-time code requested (login) for {ADA}" in before
 
-    cli(database_url, "privacy", "forget", "--user-id", "1", "--reason", "ticket 4711", "--yes")
+    run_cli(env, "privacy", "forget", "--user-id", "1", "--reason", "ticket 4711", "--yes")
 
-    after = await http_answers(ctx, ids, "support-2") + cli_answers(database_url, ids)
+    after = await http_answers(ctx, ids, "support-2") + cli_answers(env, ids)
     assert ERASED in after and ADA not in after and ENVELOPE not in after
     assert f"reset link requested for {ERASED}" in after and f"email queued (reset_link) to {ERASED}" in after
     key = create_client(ctx, "support-bob").api_key

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, text
 
-from cli import cli
+from tests.support.cli import Env, run_cli
 
-KEYS = "k1:" + base64.urlsafe_b64encode(b"h" * 32).decode().rstrip("=")
 EXPECTED_EXIT_CODES = {0, 2, 4, 5, 6}
 
 nasty_text = st.one_of(
@@ -38,13 +34,13 @@ def assert_clean_output(output: str) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(user_id=nasty_text, email=nasty_text, key=st.one_of(st.none(), nasty_text))
 def test_reset_request_rejects_or_accepts_cleanly(
-    database_url: str, engine: Engine, user_id: str, email: str, key: str | None
+    env: Env, engine: Engine, user_id: str, email: str, key: str | None
 ) -> None:
     args = ["reset", "request", "--user-id", user_id, "--email", email]
     if key is not None:
         args += ["--idempotency-key", key]
     before = event_count(engine)
-    result = CliRunner().invoke(cli, args, env={"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS})
+    result = run_cli(env, *args)
     assert result.exit_code in EXPECTED_EXIT_CODES, result.output
     assert_clean_output(result.output)
     if result.exit_code != 0:
@@ -54,11 +50,9 @@ def test_reset_request_rejects_or_accepts_cleanly(
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(token=nasty_text)
 @pytest.mark.parametrize("command", ["verify", "consume"])
-def test_token_commands_refuse_garbage_cleanly(database_url: str, engine: Engine, command: str, token: str) -> None:
+def test_token_commands_refuse_garbage_cleanly(env: Env, engine: Engine, command: str, token: str) -> None:
     before = event_count(engine)
-    result = CliRunner().invoke(
-        cli, ["reset", command, "--", token], env={"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS}
-    )
+    result = run_cli(env, "reset", command, "--", token)
     assert result.exit_code in {2, 4}, result.output
     assert_clean_output(result.output)
     assert event_count(engine) == before
@@ -67,13 +61,10 @@ def test_token_commands_refuse_garbage_cleanly(database_url: str, engine: Engine
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(user_id=nasty_text, email=nasty_text, purpose=nasty_text)
 def test_otp_request_rejects_or_accepts_cleanly(
-    database_url: str, engine: Engine, user_id: str, email: str, purpose: str
+    env: Env, engine: Engine, user_id: str, email: str, purpose: str
 ) -> None:
     before = event_count(engine)
-    result = CliRunner().invoke(
-        cli, ["otp", "request", "--user-id", user_id, "--email", email, "--purpose", purpose],
-        env={"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS},
-    )
+    result = run_cli(env, "otp", "request", "--user-id", user_id, "--email", email, "--purpose", purpose)
     assert result.exit_code in EXPECTED_EXIT_CODES, result.output
     assert_clean_output(result.output)
     if result.exit_code != 0:
@@ -82,12 +73,9 @@ def test_otp_request_rejects_or_accepts_cleanly(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(challenge_id=nasty_text, code=nasty_text)
-def test_otp_verify_refuses_garbage_cleanly(database_url: str, engine: Engine, challenge_id: str, code: str) -> None:
+def test_otp_verify_refuses_garbage_cleanly(env: Env, engine: Engine, challenge_id: str, code: str) -> None:
     before = event_count(engine)
-    result = CliRunner().invoke(
-        cli, ["otp", "verify", "--user-id", "42", "--", challenge_id, code],
-        env={"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS},
-    )
+    result = run_cli(env, "otp", "verify", "--user-id", "42", "--", challenge_id, code)
     assert result.exit_code in {2, 4}, result.output
     assert_clean_output(result.output)
     assert event_count(engine) == before

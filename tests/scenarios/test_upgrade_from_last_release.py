@@ -12,7 +12,6 @@ checks the old release's hash chain extended by today's seals.
 
 from __future__ import annotations
 
-import base64
 import json
 import mailbox
 import os
@@ -31,12 +30,12 @@ from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
 from domain.clients import LEGACY_SCOPES
-from domain.tokens import TokenKeys
 from infra.clock import ManualClock
 from infra.db.engine import Database
 from infra.db.schema import SCHEMA_VERSION
 from infra.services.clients import authenticate
 from infra.services.unit_of_work import ServiceContext
+from tests.support.keys import TEST_KEYS, TOKEN_KEYS_SETTING
 from tests.support.replay import assert_projections_match_log
 from infra.http.app import create_app
 from tests.support.servers import served
@@ -44,8 +43,6 @@ from tests.support.servers import served
 TODAY = Path(__file__).resolve().parents[2]  # this checkout's code
 # The last release before tenants and scoped keys (065974c, schema version 3).
 LAST_RELEASE_CODE = Path(__file__).resolve().parents[1] / "fixtures" / "release-065974c.tar.gz"
-TOKEN_KEY = b"o" * 32
-TOKEN_KEYS = "old:" + base64.urlsafe_b64encode(TOKEN_KEY).decode().rstrip("=")
 RESET_URL = "https://app.test/reset"
 pytestmark = pytest.mark.slow
 OLD_REQUESTS = text("""
@@ -87,7 +84,7 @@ def env(empty_database: str, tmp_path: Path) -> dict[str, str]:
         **{name: value for name, value in os.environ.items() if not name.startswith("AUTHLEDGER_")},
         "AUTHLEDGER_MASTER_KEY": os.environ["AUTHLEDGER_MASTER_KEY"],
         "DATABASE_URL": empty_database,
-        "AUTHLEDGER_TOKEN_KEYS": TOKEN_KEYS,
+        "AUTHLEDGER_TOKEN_KEYS": TOKEN_KEYS_SETTING,
         "AUTHLEDGER_DATA_DIR": str(tmp_path / "data"),
         "AUTHLEDGER_MAILDIR": str(tmp_path / "maildir"),
         "AUTHLEDGER_RESET_URL": RESET_URL,
@@ -142,7 +139,7 @@ def test_a_database_of_the_last_release_is_upgraded_by_db_init_and_its_key_link_
         caller = authenticate(engine, api_key)
         assert caller is not None and caller.client == "legacy-app" and caller.tenant == "default"
         assert caller.scopes == LEGACY_SCOPES
-        ctx = ServiceContext(engine=engine, keys=TokenKeys(current_id="old", keys={"old": TOKEN_KEY}),
+        ctx = ServiceContext(engine=engine, keys=TEST_KEYS,
                              clock=ManualClock(), reset_url=RESET_URL)
         with served(create_app(ctx)) as base, httpx.Client(base_url=base, timeout=30,
                                                headers={"Authorization": f"Bearer {api_key}"}) as api:

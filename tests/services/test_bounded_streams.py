@@ -78,6 +78,7 @@ def refuse(ctx: ServiceContext, user: str, times: int, client: str | None = None
             request_reset(ctx, RequestReset(user, ADA, idempotency_key=f"k-{n}", client=client))
 
 
+@pytest.mark.slow
 def test_thousands_of_refusals_write_two_events_and_the_next_request_decodes_none_of_them(
     ctx: ServiceContext, engine: Engine, clock: ManualClock, decoded: list[int]
 ) -> None:

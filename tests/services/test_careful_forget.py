@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner, Result
 from sqlalchemy import Engine, text
 
 import commands.privacy
@@ -26,14 +25,11 @@ from infra.services.otp import request_otp
 from infra.services.privacy import forget, preview
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
+from tests.support.cli import Env, run_cli
 from tests.support.replay import assert_projections_match_log
 
 ADA = "ada.lovelace@example.test"
 REASON = "GDPR request 2024-117"
-
-
-def invoke(database_url: str, *args: str, stdin: str | None = None) -> Result:
-    return CliRunner().invoke(__import__("cli").cli, list(args), input=stdin, env={"DATABASE_URL": database_url})
 
 
 def forget_args(*more: str) -> list[str]:
@@ -63,11 +59,11 @@ def ada(ctx: ServiceContext, clock: ManualClock) -> None:
 
 
 def test_a_dry_run_says_what_would_be_destroyed_and_writes_nothing(
-    ada: None, ctx: ServiceContext, engine: Engine, database_url: str
+    ada: None, ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
     before = everything(engine)
 
-    result = invoke(database_url, *forget_args("--reason", REASON, "--dry-run", "--json"))
+    result = run_cli(env, *forget_args("--reason", REASON, "--dry-run", "--json"))
 
     assert result.exit_code == 0, result.output
     said = json.loads(result.stdout)
@@ -76,7 +72,7 @@ def test_a_dry_run_says_what_would_be_destroyed_and_writes_nothing(
                     "sealed_events": 6, "open_links": 1, "open_codes": 1, "erased_at": None}, \
         "3 requests and the 3 emails they queued hold an address"
     assert everything(engine) == before
-    told = invoke(database_url, *forget_args("--reason", REASON, "--dry-run"))
+    told = run_cli(env, *forget_args("--reason", REASON, "--dry-run"))
     assert told.exit_code == 0 and told.output.startswith("dry run, nothing changed: erasing user 1 would destroy")
     assert "6 event(s) would read [erased]; 1 reset link(s) and 1 code(s)" in told.output
     assert ADA not in told.output + result.output
@@ -84,11 +80,11 @@ def test_a_dry_run_says_what_would_be_destroyed_and_writes_nothing(
 
 
 def test_off_a_terminal_it_refuses_without_yes_and_writes_nothing(
-    ada: None, engine: Engine, database_url: str
+    ada: None, engine: Engine, env: Env
 ) -> None:
     before = everything(engine)
 
-    result = invoke(database_url, *forget_args("--reason", REASON))
+    result = run_cli(env, *forget_args("--reason", REASON))
 
     assert result.exit_code == 2
     assert "cannot be undone" in result.output and "--yes" in result.output and "Traceback" not in result.output
@@ -96,33 +92,33 @@ def test_off_a_terminal_it_refuses_without_yes_and_writes_nothing(
 
 
 def test_on_a_terminal_it_asks_and_a_no_writes_nothing(
-    ada: None, engine: Engine, database_url: str, monkeypatch: pytest.MonkeyPatch
+    ada: None, engine: Engine, env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(commands.privacy, "on_terminal", lambda: True)
     before = everything(engine)
 
-    declined = invoke(database_url, *forget_args("--reason", REASON), stdin="n\n")
+    declined = run_cli(env, *forget_args("--reason", REASON), input="n\n")
 
     assert declined.exit_code == 1 and "Erase user 1 for good?" in declined.output
     assert "would destroy data key" in declined.output and "Aborted" in declined.output
     assert everything(engine) == before
 
-    confirmed = invoke(database_url, *forget_args("--reason", REASON), stdin="y\n")
+    confirmed = run_cli(env, *forget_args("--reason", REASON), input="y\n")
     assert confirmed.exit_code == 0, confirmed.output
     assert "user 1 erased" in confirmed.output
     assert [e.reason for e in erasures(engine)] == [REASON]
 
 
 def test_the_reason_is_recorded_in_the_erasure_and_told_by_history(
-    ada: None, engine: Engine, database_url: str
+    ada: None, engine: Engine, env: Env
 ) -> None:
-    result = invoke(database_url, *forget_args("--reason", f"  {REASON} ", "--yes", "--json"))
+    result = run_cli(env, *forget_args("--reason", f"  {REASON} ", "--yes", "--json"))
 
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["reason"] == REASON
     [erased] = erasures(engine)
     assert erased.reason == REASON, "trimmed"
-    told = invoke(database_url, "history", "--user-id", "1")
+    told = run_cli(env, "history", "--user-id", "1")
     assert f"(reason: {REASON})" in told.output and f"personal data erased ({REASON})" in told.output
     assert_projections_match_log(engine)
 
@@ -134,30 +130,30 @@ def test_the_reason_is_recorded_in_the_erasure_and_told_by_history(
     ("x" * 501, "keep it to 500"),
 ])
 def test_a_bad_reason_is_refused_before_anything_is_written(
-    ada: None, engine: Engine, database_url: str, reason: str, said: str
+    ada: None, engine: Engine, env: Env, reason: str, said: str
 ) -> None:
     before = everything(engine)
     for extra in (("--yes",), ("--dry-run",)):
-        result = invoke(database_url, *forget_args("--reason", reason, *extra))
+        result = run_cli(env, *forget_args("--reason", reason, *extra))
         assert result.exit_code == 2 and said in result.output, result.output
         assert ADA not in result.output
-    missing = invoke(database_url, *forget_args("--yes"))
+    missing = run_cli(env, *forget_args("--yes"))
     assert missing.exit_code == 2 and "--reason" in missing.output
     assert everything(engine) == before
 
 
-def test_the_user_is_looked_for_in_the_tenant_given(ada: None, engine: Engine, database_url: str) -> None:
+def test_the_user_is_looked_for_in_the_tenant_given(ada: None, engine: Engine, env: Env) -> None:
     before = everything(engine)
 
-    elsewhere = invoke(database_url, *forget_args("--tenant", "acme", "--reason", REASON, "--yes"))
+    elsewhere = run_cli(env, *forget_args("--tenant", "acme", "--reason", REASON, "--yes"))
     assert elsewhere.exit_code == 3 and "no user '1' of tenant 'acme'" in elsewhere.output
-    dry = invoke(database_url, *forget_args("--tenant", "acme", "--reason", REASON, "--dry-run"))
+    dry = run_cli(env, *forget_args("--tenant", "acme", "--reason", REASON, "--dry-run"))
     assert dry.exit_code == 3 and "no user '1' of tenant 'acme'" in dry.output
-    bad = invoke(database_url, *forget_args("--tenant", "Not A Tenant", "--reason", REASON, "--yes"))
+    bad = run_cli(env, *forget_args("--tenant", "Not A Tenant", "--reason", REASON, "--yes"))
     assert bad.exit_code == 2 and "a tenant name is" in bad.output
     assert everything(engine) == before
 
-    here = invoke(database_url, *forget_args("--tenant", "default", "--reason", REASON, "--yes", "--json"))
+    here = run_cli(env, *forget_args("--tenant", "default", "--reason", REASON, "--yes", "--json"))
     assert here.exit_code == 0 and json.loads(here.stdout)["tenant"] == "default"
 
 

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import Engine, text
 
-from cli import cli
 from tests.support.addresses import ACCEPTED, HOSTILE, assert_mentions_no_address
+from tests.support.cli import Env, cli_outcome
 from tests.support.replay import assert_projections_match_log
 
-KEYS = "k1:" + base64.urlsafe_b64encode(b"s" * 32).decode().rstrip("=")
 REQUESTS = {"reset": ["reset", "request"], "otp": ["otp", "request", "--purpose", "login"]}
 
 
@@ -21,19 +17,14 @@ def log_size(engine: Engine) -> int:
         return connection.execute(text("SELECT count(*) FROM events")).scalar_one()
 
 
-def run(database_url: str, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, list(args), env={"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS})
-    return result.exit_code, result.output
-
-
 @pytest.mark.parametrize("command", list(REQUESTS))
 @pytest.mark.parametrize("address", HOSTILE)
 def test_a_hostile_address_exits_2_naming_the_rule_and_writes_nothing(
-    database_url: str, engine: Engine, command: str, address: str
+    env: Env, engine: Engine, command: str, address: str
 ) -> None:
     before = log_size(engine)
 
-    code, output = run(database_url, *REQUESTS[command], "--user-id", "42", "--email", address)
+    code, output = cli_outcome(env, *REQUESTS[command], "--user-id", "42", "--email", address)
 
     assert code == 2, output
     [line] = output.splitlines()
@@ -45,8 +36,8 @@ def test_a_hostile_address_exits_2_naming_the_rule_and_writes_nothing(
 
 @pytest.mark.parametrize("command", list(REQUESTS))
 @pytest.mark.parametrize("address", ACCEPTED[:3])
-def test_an_accepted_address_queues_an_email(database_url: str, engine: Engine, command: str, address: str) -> None:
-    code, output = run(database_url, *REQUESTS[command], "--user-id", "42", "--email", address)
+def test_an_accepted_address_queues_an_email(env: Env, engine: Engine, command: str, address: str) -> None:
+    code, output = cli_outcome(env, *REQUESTS[command], "--user-id", "42", "--email", address)
 
     assert code == 0, output
     assert_projections_match_log(engine)

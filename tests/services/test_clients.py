@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 
-from click.testing import CliRunner
 from sqlalchemy import Engine, text
 
-from cli import cli
 from domain.clients import LEGACY_SCOPES, Caller, decide_create, fold_client, key_id_of
 from domain.tokens import hash_token
 from infra.services.clients import KeyCache, authenticate, new_api_key
 from infra.services.unit_of_work import ServiceContext, decide_events_on_stream
+from tests.support.cli import Env, cli_outcome
 from tests.support.log_reading import stream_events
 from tests.support.replay import assert_projections_match_log
 
@@ -22,14 +21,8 @@ def client_of(engine: Engine, api_key: str) -> str | None:
     return caller and caller.client
 
 
-def run(database_url: str, *args: str) -> tuple[int, str]:
-    # No token keys: managing clients must not need the service's secrets.
-    result = CliRunner().invoke(cli, list(args), env={"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": ""})
-    return result.exit_code, result.stdout if result.exit_code == 0 else result.output
-
-
-def create(database_url: str, name: str, *options: str) -> dict[str, object]:
-    code, output = run(database_url, "clients", "create", name, *(options or ("--scope", "send")), "--json")
+def create(env: Env, name: str, *options: str) -> dict[str, object]:
+    code, output = cli_outcome(env, "clients", "create", name, *(options or ("--scope", "send")), "--json")
     assert code == 0, output
     return json.loads(output)
 
@@ -46,8 +39,8 @@ def log_size(engine: Engine) -> int:
         return connection.execute(text("SELECT count(*) FROM events")).scalar_one()
 
 
-def test_a_client_is_created_with_a_key_shown_once_and_stored_hashed(database_url: str, engine: Engine) -> None:
-    created = create(database_url, "shop", "--scope", "send", "--scope", "verify")
+def test_a_client_is_created_with_a_key_shown_once_and_stored_hashed(env: Env, engine: Engine) -> None:
+    created = create(env, "shop", "--scope", "send", "--scope", "verify")
     assert set(created) == {"name", "tenant", "scopes", "key_id", "api_key"}
     assert (created["name"], created["tenant"], created["scopes"]) == ("shop", "default", ["send", "verify"])
 
@@ -61,18 +54,18 @@ def test_a_client_is_created_with_a_key_shown_once_and_stored_hashed(database_ur
     assert_projections_match_log(engine)
 
 
-def test_the_plain_output_says_the_key_is_shown_once(database_url: str) -> None:
-    code, output = run(database_url, "clients", "create", "shop", "--scope", "send")
+def test_the_plain_output_says_the_key_is_shown_once(env: Env) -> None:
+    code, output = cli_outcome(env, "clients", "create", "shop", "--scope", "send")
     assert code == 0 and "shown this once" in output and "alk_" in output
 
 
-def test_a_client_belongs_to_a_tenant_that_was_created(database_url: str, engine: Engine) -> None:
-    code, output = run(database_url, "clients", "create", "shop", "--tenant", "acme", "--scope", "send")
+def test_a_client_belongs_to_a_tenant_that_was_created(engine: Engine, env: Env) -> None:
+    code, output = cli_outcome(env, "clients", "create", "shop", "--tenant", "acme", "--scope", "send")
     assert code == 2 and "no tenant named 'acme'" in output and log_size(engine) == 0
 
-    code, output = run(database_url, "tenants", "create", "acme", "--json")
+    code, output = cli_outcome(env, "tenants", "create", "acme", "--json")
     assert code == 0 and json.loads(output)["name"] == "acme"
-    created = create(database_url, "shop", "--tenant", "acme", "--scope", "review", "--scope", "admin")
+    created = create(env, "shop", "--tenant", "acme", "--scope", "review", "--scope", "admin")
 
     assert authenticate(engine, created["api_key"]) == Caller("shop", "acme", frozenset({"review", "admin"}),
                                                               created["key_id"])
@@ -81,59 +74,59 @@ def test_a_client_belongs_to_a_tenant_that_was_created(database_url: str, engine
     assert_projections_match_log(engine)
 
 
-def test_tenants_are_listed_with_the_default_first(database_url: str) -> None:
-    run(database_url, "tenants", "create", "shop")
-    run(database_url, "tenants", "create", "acme")
-    code, output = run(database_url, "tenants", "list", "--json")
+def test_tenants_are_listed_with_the_default_first(env: Env) -> None:
+    cli_outcome(env, "tenants", "create", "shop")
+    cli_outcome(env, "tenants", "create", "acme")
+    code, output = cli_outcome(env, "tenants", "list", "--json")
     listed = json.loads(output)
     assert code == 0 and [t["name"] for t in listed] == ["default", "acme", "shop"]
     assert listed[0]["created_at"] is None and listed[1]["created_at"]
-    assert "default" in run(database_url, "tenants", "list")[1]
+    assert "default" in cli_outcome(env, "tenants", "list")[1]
 
 
-def test_tenant_mistakes_are_one_line_errors_that_write_nothing(database_url: str, engine: Engine) -> None:
+def test_tenant_mistakes_are_one_line_errors_that_write_nothing(env: Env, engine: Engine) -> None:
     for name in ("default", "Bad Name", ""):
-        code, output = run(database_url, "tenants", "create", name)
+        code, output = cli_outcome(env, "tenants", "create", name)
         assert code == 2 and "Traceback" not in output
-    run(database_url, "tenants", "create", "acme")
-    code, output = run(database_url, "tenants", "create", "acme")
+    cli_outcome(env, "tenants", "create", "acme")
+    code, output = cli_outcome(env, "tenants", "create", "acme")
     assert code == 2 and "already exists" in output
     assert log_size(engine) == 1
 
 
-def test_scopes_are_required_and_checked(database_url: str, engine: Engine) -> None:
-    code, output = run(database_url, "clients", "create", "shop")
+def test_scopes_are_required_and_checked(env: Env, engine: Engine) -> None:
+    code, output = cli_outcome(env, "clients", "create", "shop")
     assert code == 2 and "--scope" in output
-    code, output = run(database_url, "clients", "create", "shop", "--scope", "everything")
+    code, output = cli_outcome(env, "clients", "create", "shop", "--scope", "everything")
     assert code == 2 and "unknown scope 'everything'" in output and "send, verify, review, admin, metrics" in output
     assert log_size(engine) == 0
 
 
-def test_a_rotated_client_has_two_live_keys_until_the_old_one_is_revoked(database_url: str, engine: Engine) -> None:
-    old = create(database_url, "shop", "--scope", "send", "--scope", "metrics")
+def test_a_rotated_client_has_two_live_keys_until_the_old_one_is_revoked(engine: Engine, env: Env) -> None:
+    old = create(env, "shop", "--scope", "send", "--scope", "metrics")
 
-    code, output = run(database_url, "clients", "rotate", "shop", "--json")
+    code, output = cli_outcome(env, "clients", "rotate", "shop", "--json")
 
     assert code == 0, output
     new = json.loads(output)
     assert new["key_id"] != old["key_id"] and new["scopes"] == ["send", "metrics"] and new["tenant"] == "default"
     assert client_of(engine, old["api_key"]) == client_of(engine, new["api_key"]) == "shop"
 
-    code, output = run(database_url, "clients", "revoke", "shop", "--key", old["key_id"], "--json")
+    code, output = cli_outcome(env, "clients", "revoke", "shop", "--key", old["key_id"], "--json")
     assert code == 0 and json.loads(output)["key_ids"] == [old["key_id"]]
     assert client_of(engine, old["api_key"]) is None and client_of(engine, new["api_key"]) == "shop"
-    assert "already revoked" in run(database_url, "clients", "revoke", "shop", "--key", old["key_id"])[1]
+    assert "already revoked" in cli_outcome(env, "clients", "revoke", "shop", "--key", old["key_id"])[1]
     assert_projections_match_log(engine)
 
 
-def test_every_key_is_listed_with_its_revocation_time_but_never_the_key(database_url: str, engine: Engine) -> None:
-    first = create(database_url, "shop")
-    second = json.loads(run(database_url, "clients", "rotate", "shop", "--json")[1])
-    run(database_url, "clients", "revoke", "shop", "--key", first["key_id"])
-    create(database_url, "billing", "--scope", "review")
-    run(database_url, "clients", "revoke", "billing")
+def test_every_key_is_listed_with_its_revocation_time_but_never_the_key(engine: Engine, env: Env) -> None:
+    first = create(env, "shop")
+    second = json.loads(cli_outcome(env, "clients", "rotate", "shop", "--json")[1])
+    cli_outcome(env, "clients", "revoke", "shop", "--key", first["key_id"])
+    create(env, "billing", "--scope", "review")
+    cli_outcome(env, "clients", "revoke", "billing")
 
-    code, output = run(database_url, "clients", "list", "--json")
+    code, output = cli_outcome(env, "clients", "list", "--json")
 
     assert code == 0
     listed = json.loads(output)
@@ -141,61 +134,61 @@ def test_every_key_is_listed_with_its_revocation_time_but_never_the_key(database
         ("billing", "revoked"), ("shop", "revoked"), ("shop", "active")]
     assert set(listed[0]) == {"key_id", "client", "tenant", "scopes", "status", "created_at", "revoked_at"}
     assert listed[0]["revoked_at"] and listed[1]["revoked_at"] and listed[2]["revoked_at"] is None
-    plain = run(database_url, "clients", "list")[1]
+    plain = cli_outcome(env, "clients", "list")[1]
     for key in (first, second):
         for secret in (key["api_key"], hash_token(key["api_key"])):
             assert secret not in output and secret not in plain
     assert first["key_id"] in plain and "revoked" in plain
 
 
-def test_revoking_a_client_revokes_every_key_and_each_is_an_event(database_url: str, engine: Engine) -> None:
-    first = create(database_url, "shop")
-    second = json.loads(run(database_url, "clients", "rotate", "shop", "--json")[1])
+def test_revoking_a_client_revokes_every_key_and_each_is_an_event(engine: Engine, env: Env) -> None:
+    first = create(env, "shop")
+    second = json.loads(cli_outcome(env, "clients", "rotate", "shop", "--json")[1])
 
-    code, output = run(database_url, "clients", "revoke", "shop", "--json")
+    code, output = cli_outcome(env, "clients", "revoke", "shop", "--json")
 
     assert code == 0 and json.loads(output)["revoked"] is True
     assert client_of(engine, first["api_key"]) is None and client_of(engine, second["api_key"]) is None
     assert [type(e).__name__ for e in stream_events(engine, "client:shop")] == [
         "ClientKeyIssued", "ClientKeyIssued", "ClientKeyRevoked", "ClientKeyRevoked"]
-    assert "already revoked" in run(database_url, "clients", "revoke", "shop")[1]
-    code, output = run(database_url, "clients", "rotate", "shop")
+    assert "already revoked" in cli_outcome(env, "clients", "revoke", "shop")[1]
+    code, output = cli_outcome(env, "clients", "rotate", "shop")
     assert code == 2 and "no live key" in output
 
 
-def test_a_revoked_name_can_be_created_again_with_a_new_key(database_url: str, engine: Engine) -> None:
-    old = create(database_url, "shop")["api_key"]
-    run(database_url, "clients", "revoke", "shop")
-    new = create(database_url, "shop", "--scope", "review")["api_key"]
+def test_a_revoked_name_can_be_created_again_with_a_new_key(engine: Engine, env: Env) -> None:
+    old = create(env, "shop")["api_key"]
+    cli_outcome(env, "clients", "revoke", "shop")
+    new = create(env, "shop", "--scope", "review")["api_key"]
     assert client_of(engine, new) == "shop" and client_of(engine, old) is None
     assert_projections_match_log(engine)
 
 
-def test_client_mistakes_are_one_line_errors_that_write_nothing(database_url: str, engine: Engine) -> None:
-    create(database_url, "shop")
+def test_client_mistakes_are_one_line_errors_that_write_nothing(engine: Engine, env: Env) -> None:
+    create(env, "shop")
     before = log_size(engine)
-    code, output = run(database_url, "clients", "create", "shop", "--scope", "send")
+    code, output = cli_outcome(env, "clients", "create", "shop", "--scope", "send")
     assert code == 2 and "already exists" in output and "clients rotate shop" in output
-    code, output = run(database_url, "clients", "create", "Bad Name", "--scope", "send")
+    code, output = cli_outcome(env, "clients", "create", "Bad Name", "--scope", "send")
     assert code == 2 and "a client name is" in output
-    code, output = run(database_url, "clients", "revoke", "nobody")
+    code, output = cli_outcome(env, "clients", "revoke", "nobody")
     assert code == 3 and "no client named 'nobody'" in output
-    code, output = run(database_url, "clients", "rotate", "nobody")
+    code, output = cli_outcome(env, "clients", "rotate", "nobody")
     assert code == 3 and "no client named 'nobody'" in output
-    code, output = run(database_url, "clients", "revoke", "shop", "--key", "alk_pasted-where-the-id-belongs")
+    code, output = cli_outcome(env, "clients", "revoke", "shop", "--key", "alk_pasted-where-the-id-belongs")
     assert code == 3 and "has no key of that id" in output and "alk_pasted" not in output
     assert log_size(engine) == before and "Traceback" not in output
 
 
-def test_a_revocation_reaches_another_process_within_the_cache_second(database_url: str, engine: Engine) -> None:
+def test_a_revocation_reaches_another_process_within_the_cache_second(engine: Engine, env: Env) -> None:
     # Another API process: its own cache, on a clock the test moves. The
     # revoking process clears its own cache; this one learns within a second.
     now = [100.0]
     other_process = KeyCache(seconds=1.0, clock=lambda: now[0])
-    key = create(database_url, "shop")["api_key"]
+    key = create(env, "shop")["api_key"]
     assert other_process.authenticate(engine, key) is not None
 
-    run(database_url, "clients", "revoke", "shop")
+    cli_outcome(env, "clients", "revoke", "shop")
 
     assert client_of(engine, key) is None  # this process: at once
     now[0] += 0.999
@@ -205,11 +198,11 @@ def test_a_revocation_reaches_another_process_within_the_cache_second(database_u
 
 
 def test_the_cache_serves_a_known_key_without_reading_the_database(
-    database_url: str, engine: Engine, admin_engine: Engine
+    env: Env, engine: Engine, admin_engine: Engine
 ) -> None:
     now = [0.0]
     cache = KeyCache(seconds=1.0, clock=lambda: now[0])
-    key = create(database_url, "shop")["api_key"]
+    key = create(env, "shop")["api_key"]
     caller = cache.authenticate(engine, key)
     with admin_engine.connect() as connection:
         connection.execute(text("ALTER TABLE api_keys RENAME TO api_keys_away"))
@@ -234,53 +227,53 @@ def test_legacy_registrations_fold_into_the_default_tenant_with_legacy_scopes() 
     assert state.live == ("legacy:shop",) and state.active
 
 
-def test_two_tenants_each_have_a_client_web_managed_and_listed_per_tenant(database_url: str, engine: Engine) -> None:
+def test_two_tenants_each_have_a_client_web_managed_and_listed_per_tenant(engine: Engine, env: Env) -> None:
     for tenant in ("acme", "shop"):
-        assert run(database_url, "tenants", "create", tenant)[0] == 0
-    default = create(database_url, "web")
-    acme = create(database_url, "web", "--tenant", "acme", "--scope", "send")
-    shop = create(database_url, "web", "--tenant", "shop", "--scope", "review")
-    code, output = run(database_url, "clients", "create", "web", "--tenant", "acme", "--scope", "send")
+        assert cli_outcome(env, "tenants", "create", tenant)[0] == 0
+    default = create(env, "web")
+    acme = create(env, "web", "--tenant", "acme", "--scope", "send")
+    shop = create(env, "web", "--tenant", "shop", "--scope", "review")
+    code, output = cli_outcome(env, "clients", "create", "web", "--tenant", "acme", "--scope", "send")
     assert code == 2 and "already exists" in output, "still unique within the tenant"
 
     callers = [authenticate(engine, key["api_key"]) for key in (default, acme, shop)]
     assert [(c.client, c.tenant) for c in callers if c] == [("web", "default"), ("web", "acme"), ("web", "shop")]
-    rotated = json.loads(run(database_url, "clients", "rotate", "web", "--tenant", "acme", "--json")[1])
+    rotated = json.loads(cli_outcome(env, "clients", "rotate", "web", "--tenant", "acme", "--json")[1])
     assert rotated["tenant"] == "acme" and rotated["scopes"] == ["send"]
-    code, output = run(database_url, "clients", "revoke", "web", "--tenant", "shop", "--json")
+    code, output = cli_outcome(env, "clients", "revoke", "web", "--tenant", "shop", "--json")
     assert code == 0 and json.loads(output)["key_ids"] == [shop["key_id"]]
     assert authenticate(engine, shop["api_key"]) is None
     assert authenticate(engine, default["api_key"]) and authenticate(engine, acme["api_key"])
 
-    listed = {tenant: json.loads(run(database_url, "clients", "list", "--tenant", tenant, "--json")[1])
+    listed = {tenant: json.loads(cli_outcome(env, "clients", "list", "--tenant", tenant, "--json")[1])
               for tenant in ("default", "acme", "shop")}
     assert [(k["key_id"], k["status"]) for k in listed["acme"]] == [
         (acme["key_id"], "active"), (rotated["key_id"], "active")]
     assert [(k["key_id"], k["status"]) for k in listed["shop"]] == [(shop["key_id"], "revoked")]
     assert [k["key_id"] for k in listed["default"]] == [default["key_id"]]
-    assert len(json.loads(run(database_url, "clients", "list", "--json")[1])) == 4
+    assert len(json.loads(cli_outcome(env, "clients", "list", "--json")[1])) == 4
     assert stream_events(engine, "client:web") and stream_events(engine, "client:acme/web")
     assert stream_events(engine, "client:shop/web")
     assert_projections_match_log(engine)
 
 
 def test_a_client_another_tenant_created_before_names_were_per_tenant_keeps_working_where_it_is(
-    ctx: ServiceContext, database_url: str, engine: Engine
+    ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
-    assert run(database_url, "tenants", "create", "acme")[0] == 0
+    assert cli_outcome(env, "tenants", "create", "acme")[0] == 0
     # What the release before wrote for `clients create web --tenant acme`: the global client:web stream.
     old_key = new_api_key()
     decide_events_on_stream(ctx, "client:web", fold_client, lambda state, now: decide_create(
         state, "web", tenant="acme", scopes=("send",), key_hash=hash_token(old_key), now=now))
 
-    rotated = json.loads(run(database_url, "clients", "rotate", "web", "--tenant", "acme", "--json")[1])
-    default = create(database_url, "web")  # the name squatted before is free for the default tenant now
+    rotated = json.loads(cli_outcome(env, "clients", "rotate", "web", "--tenant", "acme", "--json")[1])
+    default = create(env, "web")  # the name squatted before is free for the default tenant now
 
     assert [type(e).__name__ for e in stream_events(engine, "client:web")] == ["ClientKeyIssued"] * 2
     assert [e.tenant for e in stream_events(engine, "client:default/web")] == ["default"]
     assert (authenticate(engine, old_key).tenant, authenticate(engine, rotated["api_key"]).tenant) == ("acme", "acme")
     assert authenticate(engine, default["api_key"]).tenant == "default"
-    code, output = run(database_url, "clients", "revoke", "web", "--tenant", "acme", "--json")
+    code, output = cli_outcome(env, "clients", "revoke", "web", "--tenant", "acme", "--json")
     assert code == 0 and len(json.loads(output)["key_ids"]) == 2
     assert authenticate(engine, default["api_key"]) is not None
     assert_projections_match_log(engine)

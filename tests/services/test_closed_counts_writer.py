@@ -11,8 +11,9 @@ from sqlalchemy import create_engine
 from infra.logs import FIELDS
 from infra.services.closed_counts import ClosedCountsWriter
 from infra.services.unit_of_work import ServiceContext
-from tests.conftest import TEST_KEYS
-from tests.support.servers import free_port, wait_for
+from tests.support.keys import TEST_KEYS
+from tests.support.servers import free_port
+from tests.support.waiting import wait_until
 
 
 def test_the_writer_logs_a_database_it_cannot_reach_keeps_trying_and_stops_when_told(
@@ -25,9 +26,9 @@ def test_the_writer_logs_a_database_it_cannot_reach_keeps_trying_and_stops_when_
     thread = threading.Thread(target=writer.run)
     thread.start()
     try:
-        failures = wait_for("two failed passes", lambda: (
+        failures = wait_until(lambda: (
             found if len(found := [r for r in caplog.records if r.message.startswith("writing closed counts failed")])
-            >= 2 else None))
+            >= 2 else None), what="two failed passes")
     finally:
         writer.stop()
         thread.join(timeout=10)

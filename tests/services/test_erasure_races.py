@@ -34,19 +34,16 @@ from infra.services.otp import request_otp
 from infra.services.privacy import Erasure, forget
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
-from tests.conftest import TEST_KEYS
+from tests.support.keys import TEST_KEYS
 from tests.support.dumps import dump
 from tests.support.erasure_races import (
     REASON, Calls, NonceRecorder, addresses, erase_before, judge, maildir_recipients, play, race,
 )
 from tests.support.replay import assert_projections_match_log
-from tests.support.servers import wait_for
+from tests.support.waiting import lock_waiters, wait_until
 
 ROUNDS = 200
 SENDER = "authledger <no-reply@app.test>"
-WAITERS = text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-
-
 @pytest.fixture
 def nonces() -> NonceRecorder:
     return NonceRecorder()
@@ -66,6 +63,7 @@ def service_calls(ctx: ServiceContext) -> Calls:
     return calls
 
 
+@pytest.mark.slow
 def test_an_erasure_racing_two_creates_leaves_nothing_readable_from_before_it(
     racing_ctx: ServiceContext, clock: ManualClock, nonces: NonceRecorder, engine: Engine, database_url: str,
     tmp_path: Path,
@@ -116,11 +114,6 @@ class CreateInFlight:
         return self.key_id
 
 
-def waiting_for_a_lock(engine: Engine) -> bool | None:
-    with engine.connect() as connection:
-        return connection.execute(WAITERS).scalar_one() > 0 or None
-
-
 @pytest.mark.parametrize("stream_of", [reset_stream, otp_stream], ids=["reset", "otp"])
 def test_an_erasure_waits_for_a_create_in_flight_and_destroys_the_key_it_inserted(
     ctx: ServiceContext, engine: Engine, stream_of: Callable[[str], str]
@@ -130,7 +123,7 @@ def test_an_erasure_waits_for_a_create_in_flight_and_destroys_the_key_it_inserte
     erasing = threading.Thread(target=lambda: answers.append(forget(ctx, "1", reason=REASON)))
     erasing.start()
 
-    wait_for("the erasure to wait for the create's lock", lambda: waiting_for_a_lock(engine))
+    wait_until(lambda: lock_waiters(engine), what="the erasure to wait for the create's lock")
     assert answers == [], "nothing decided while the create is in flight"
     key_id = create.commit()
     erasing.join(10)

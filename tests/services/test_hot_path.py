@@ -27,7 +27,8 @@ from infra.services.closed_counts import write_all_closed_counts
 from infra.services.otp import request_otp, verify_code
 from infra.services.reset import consume_token, request_reset, verify_token
 from infra.services.unit_of_work import ServiceContext
-from tests.conftest import ROOMY_SEND_LIMITS, TEST_KEYS
+from tests.conftest import ROOMY_SEND_LIMITS
+from tests.support.keys import TEST_KEYS
 from tests.support.replay import assert_projections_match_log
 from tests.support.secrets import otp_code_of, reset_token_of
 from tests.support.wire import at_the_wire

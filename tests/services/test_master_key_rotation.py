@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import threading
 from datetime import UTC, datetime
 
 import attrs
 import pytest
-from click.testing import CliRunner, Result
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import ProgrammingError
 
-from cli import cli
 from domain.errors import ConfigError
 from domain.log import Checkpoint
 from domain.privacy import MASTER_KEYS_STREAM, DataKeysRewrapped, decide_rewrap
@@ -39,22 +36,18 @@ from infra.audit.seal import seal
 from infra.services.unit_of_work import ServiceContext
 from infra.eventlog.subject_keys import MASTER_KEY_VARIABLE, MasterKeys, bind_master_keys
 from infra.delivery.worker import Worker
+from tests.support.cli import Env, run_cli
+from tests.support.keys import NEW_MASTER_KEY, TEST_MASTER_KEY, WRONG_MASTER_KEY
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
 
-TOKEN_KEYS = "k1:" + base64.urlsafe_b64encode(b"s" * 32).decode()
-OLD = os.environ[MASTER_KEY_VARIABLE]  # A: "test", set for the whole suite by tests/conftest.py
-NEW = "m2:" + base64.urlsafe_b64encode(b"n" * 32).decode()  # B
+OLD = TEST_MASTER_KEY  # A: "test", set for the whole suite by tests/conftest.py
+NEW = NEW_MASTER_KEY  # B
 ROTATED = f"{NEW},{OLD}"
-WRONG_OLD = "test:" + base64.urlsafe_b64encode(b"w" * 32).decode()  # A's id, other bytes
+WRONG_OLD = WRONG_MASTER_KEY  # A's id, other bytes
 SENDER = "authledger <no-reply@app.test>"
 ADDRESSES = {"1": "ada.lovelace@example.test", "2": "bob.babbage@example.test", "3": "cy.gone@example.test"}
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
-
-
-def invoke(database_url: str, master_key: str, *args: str) -> Result:
-    env = {"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": TOKEN_KEYS, MASTER_KEY_VARIABLE: master_key}
-    return CliRunner().invoke(cli, ["privacy", "rewrap", *args], env=env)
 
 
 def users_under_the_old_key(ctx: ServiceContext, engine: Engine) -> None:
@@ -202,18 +195,18 @@ def test_a_key_altered_after_the_check_stops_the_run_and_only_its_batch_is_rolle
 
 
 def test_a_database_whose_schema_predates_rotation_is_told_to_run_db_init(
-    ctx: ServiceContext, engine: Engine, admin_engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, admin_engine: Engine, env: Env
 ) -> None:
     users_under_the_old_key(ctx, engine)
     with admin_engine.begin() as connection:
         connection.execute(text("REVOKE UPDATE ON subject_keys FROM authledger_app"))
     before = snapshot(engine)
-    result = invoke(database_url, ROTATED)
+    result = run_cli({**env, MASTER_KEY_VARIABLE: ROTATED}, "privacy", "rewrap")
     assert result.exit_code == 69, result.output
     assert "may not update subject_keys: run `authledger db init`" in result.output
     assert snapshot(engine) == before
     init_schema(admin_engine)
-    assert invoke(database_url, ROTATED).exit_code == 0
+    assert run_cli({**env, MASTER_KEY_VARIABLE: ROTATED}, "privacy", "rewrap").exit_code == 0
 
 
 def test_the_rotation_event_records_ids_and_counts_only() -> None:
@@ -228,14 +221,14 @@ def test_the_rotation_event_records_ids_and_counts_only() -> None:
 
 
 def test_the_cli_rewraps_prints_counts_and_records_who_ran_it(
-    ctx: ServiceContext, engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
     users_under_the_old_key(ctx, engine)
-    dry = invoke(database_url, ROTATED, "--dry-run", "--json")
+    dry = run_cli({**env, MASTER_KEY_VARIABLE: ROTATED}, "privacy", "rewrap", "--dry-run", "--json")
     assert dry.exit_code == 0, dry.output
     assert json.loads(dry.stdout) == {"master_key_id": "m2", "dry_run": True, "rewrapped": 0, "remaining": 2,
                                       "by_master_key_id": {"test": {"rewrapped": 0, "remaining": 2}}}
-    done = invoke(database_url, ROTATED, "--batch-size", "1")
+    done = run_cli({**env, MASTER_KEY_VARIABLE: ROTATED}, "privacy", "rewrap", "--batch-size", "1")
     assert done.exit_code == 0, done.output
     assert "re-wrapped 2 data keys under master key m2" in done.stdout
     assert "test: 2 re-wrapped, 0 remain" in done.stdout
@@ -243,18 +236,18 @@ def test_the_cli_rewraps_prints_counts_and_records_who_ran_it(
     with engine.connect() as connection:
         recorded = PostgresEventStore(connection).load(MASTER_KEYS_STREAM)
     assert [r.metadata["command"] for r in recorded] == ["privacy rewrap", "privacy rewrap"]
-    again = invoke(database_url, NEW, "--json")
+    again = run_cli({**env, MASTER_KEY_VARIABLE: NEW}, "privacy", "rewrap", "--json")
     assert again.exit_code == 0, again.output
     assert json.loads(again.stdout)["rewrapped"] == 0 and json.loads(again.stdout)["by_master_key_id"] == {}
 
 
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_a_master_key_id_that_is_not_configured_is_one_clear_line_and_changes_nothing(
-    ctx: ServiceContext, engine: Engine, database_url: str, dry_run: bool
+    ctx: ServiceContext, engine: Engine, env: Env, dry_run: bool
 ) -> None:
     users_under_the_old_key(ctx, engine)
     before = snapshot(engine)
-    result = invoke(database_url, NEW, *(["--dry-run"] if dry_run else []))
+    result = run_cli({**env, MASTER_KEY_VARIABLE: NEW}, "privacy", "rewrap", *(["--dry-run"] if dry_run else []))
     assert result.exit_code == 78, result.output
     assert result.output.strip().splitlines() == [(
         "Error: data keys are wrapped by master keys that AUTHLEDGER_MASTER_KEY does not hold (2 by 'test'; it "
@@ -263,11 +256,11 @@ def test_a_master_key_id_that_is_not_configured_is_one_clear_line_and_changes_no
 
 
 def test_a_different_key_under_a_known_id_is_refused_before_anything_is_written(
-    ctx: ServiceContext, engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
     users_under_the_old_key(ctx, engine)
     before = snapshot(engine)
-    result = invoke(database_url, f"{NEW},{WRONG_OLD}")
+    result = run_cli({**env, MASTER_KEY_VARIABLE: f"{NEW},{WRONG_OLD}"}, "privacy", "rewrap")
     assert result.exit_code == 78, result.output
     assert "master key 'test' does not unwrap the data key of user" in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
@@ -277,10 +270,10 @@ def test_a_different_key_under_a_known_id_is_refused_before_anything_is_written(
 
 
 def test_no_key_material_reaches_the_output_or_the_log(
-    ctx: ServiceContext, engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
     users_under_the_old_key(ctx, engine)
-    result = invoke(database_url, ROTATED, "--json")
+    result = run_cli({**env, MASTER_KEY_VARIABLE: ROTATED}, "privacy", "rewrap", "--json")
     assert result.exit_code == 0, result.output
     with engine.connect() as connection:
         payloads = " ".join(connection.execute(

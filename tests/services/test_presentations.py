@@ -16,7 +16,6 @@ from uuid import uuid4
 
 import attrs
 import pytest
-from click.testing import CliRunner, Result
 from sqlalchemy import Engine, text
 
 from domain.counting import REJECTIONS_PER_WINDOW, RequestsCounted
@@ -36,6 +35,7 @@ from infra.services.otp import request_otp, verify_code
 from infra.services.privacy import forget
 from infra.services.reset import consume_token, request_reset, verify_token
 from infra.services.unit_of_work import ServiceContext
+from tests.support.cli import Env, run_cli
 from tests.support.log_reading import stream_events
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
@@ -61,11 +61,6 @@ def stream_length(engine: Engine, stream_id: str) -> int:
 def to_the_next_hour(clock: ManualClock) -> None:
     now = clock.now()
     clock.advance(now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1) - now)
-
-
-def invoke(database_url: str, *args: str) -> Result:
-    return CliRunner().invoke(__import__("cli").cli, list(args),
-                              env={"DATABASE_URL": database_url, "AUTHLEDGER_SIGNING_KEY": ""})
 
 
 # -- the nonce --------------------------------------------------------------------------------------
@@ -317,7 +312,7 @@ def test_history_tells_a_code_presented_for_a_superseded_challenge(
 
 
 def test_requests_made_before_nonces_still_verify_and_the_projections_and_audit_agree(
-    ctx: ServiceContext, engine: Engine, admin_engine: Engine, clock: ManualClock, database_url: str
+    ctx: ServiceContext, engine: Engine, admin_engine: Engine, clock: ManualClock, env: Env
 ) -> None:
     now, reset_id, challenge_id = clock.now(), uuid4(), uuid4()
     v1_token = derive_reset_token(ctx.keys.current, reset_id)
@@ -349,5 +344,5 @@ def test_requests_made_before_nonces_still_verify_and_the_projections_and_audit_
         consume_token(ctx, v1_token)
     assert_projections_match_log(engine)
     for args in (("projections", "verify"), ("audit", "seal"), ("audit", "verify")):
-        result = invoke(database_url, *args)
+        result = run_cli(env, *args)
         assert result.exit_code == 0, (args, result.output)

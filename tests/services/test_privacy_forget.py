@@ -16,7 +16,6 @@ import pwd
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from click.testing import CliRunner, Result
 from sqlalchemy import Engine, text
 
 from domain.email import EmailQueued
@@ -35,6 +34,7 @@ from infra.services.reset import consume_token, request_reset
 from infra.services.unit_of_work import ServiceContext
 from infra.delivery.worker import Worker
 from projections.timeline import format_time
+from tests.support.cli import Env, run_cli
 from tests.support.dumps import dump
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
@@ -42,12 +42,6 @@ from tests.support.replay import assert_projections_match_log
 SENDER = "authledger <no-reply@app.test>"
 ADA, BOB = "ada.lovelace@example.test", "bob.babbage@example.test"
 ADDRESSES = {"1": ADA, "2": BOB}
-
-
-def invoke(database_url: str, *args: str, **env: str | None) -> Result:
-    return CliRunner().invoke(
-        __import__("cli").cli, list(args), env={"DATABASE_URL": database_url, "AUTHLEDGER_SIGNING_KEY": "", **env}
-    )
 
 
 def whole_flows(ctx: ServiceContext, clock: ManualClock, mailer: RecordingMailer) -> None:
@@ -85,7 +79,7 @@ def key_rows(engine: Engine) -> list[tuple[object, ...]]:
 
 
 def test_forgetting_a_user_erases_their_addresses_and_leaves_the_log_sealed_and_the_other_user_readable(
-    ctx: ServiceContext, clock: ManualClock, engine: Engine, database_url: str
+    ctx: ServiceContext, clock: ManualClock, engine: Engine, database_url: str, env: Env
 ) -> None:
     mailer = RecordingMailer()
     whole_flows(ctx, clock, mailer)
@@ -95,10 +89,10 @@ def test_forgetting_a_user_erases_their_addresses_and_leaves_the_log_sealed_and_
     assert "enc:v1:" in dump(database_url, table="events"), "the events hold ciphertext"
     assert ADA not in before and BOB not in before, "no address in clear anywhere, even before the erasure"
     assert recipients_of(engine, "1") == {ADA} and recipients_of(engine, "2") == {BOB}
-    assert invoke(database_url, "audit", "seal").exit_code == 0
+    assert run_cli(env, "audit", "seal").exit_code == 0
     log_before = stored_payloads(engine)
 
-    forgotten = invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7", "--json")
+    forgotten = run_cli(env, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7", "--json")
     assert forgotten.exit_code == 0, forgotten.output
     assert json.loads(forgotten.stdout)["recorded"] is True and len(json.loads(forgotten.stdout)["key_ids"]) == 1
 
@@ -118,19 +112,19 @@ def test_forgetting_a_user_erases_their_addresses_and_leaves_the_log_sealed_and_
     told = history(engine, "1", now=clock.now()).render()
     assert "skipped (erased)" in told and ADA not in told
     assert_projections_match_log(engine)
-    sealed = invoke(database_url, "audit", "seal")
+    sealed = run_cli(env, "audit", "seal")
     assert sealed.exit_code == 0, sealed.output
-    verified = invoke(database_url, "audit", "verify")
+    verified = run_cli(env, "audit", "verify")
     assert verified.exit_code == 0 and "ok:" in verified.output, verified.output
 
 
 def test_forget_records_the_erasure_once_and_a_repeat_changes_nothing(
-    ctx: ServiceContext, engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
     request_reset(ctx, RequestReset("1", ADA))
-    first = invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7")
+    first = run_cli(env, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7")
     assert first.exit_code == 0 and "data key" in first.output and "destroyed" in first.output
-    again = invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7", "--json")
+    again = run_cli(env, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7", "--json")
     assert again.exit_code == 0 and json.loads(again.stdout)["recorded"] is False
     with engine.connect() as connection:
         erased = PostgresEventStore(connection).load(subject_stream("1"))
@@ -141,31 +135,31 @@ def test_forget_records_the_erasure_once_and_a_repeat_changes_nothing(
 
 
 def test_a_user_who_comes_back_after_being_forgotten_gets_a_new_key_and_the_old_data_stays_erased(
-    ctx: ServiceContext, clock: ManualClock, engine: Engine, database_url: str
+    ctx: ServiceContext, clock: ManualClock, engine: Engine, env: Env
 ) -> None:
     request_reset(ctx, RequestReset("1", ADA))
-    assert invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7").exit_code == 0
+    assert run_cli(env, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7").exit_code == 0
     clock.advance(120)
     request_reset(ctx, RequestReset("1", "ada.new@example.test"))
     assert recipients_of(engine, "1") == {ERASED, "ada.new@example.test"}
 
 
 def test_forgetting_an_unknown_user_is_a_clear_error_and_changes_nothing(
-    ctx: ServiceContext, engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
     request_reset(ctx, RequestReset("1", ADA))
     log_before, keys_before = stored_payloads(engine), key_rows(engine)
-    result = invoke(database_url, "privacy", "forget", "--user-id", "nobody", "--yes", "--reason", "ticket 7")
+    result = run_cli(env, "privacy", "forget", "--user-id", "nobody", "--yes", "--reason", "ticket 7")
     assert result.exit_code == 3
     assert "no user 'nobody'" in result.output and "nothing was changed" in result.output
     assert "Traceback" not in result.output
     assert stored_payloads(engine) == log_before and key_rows(engine) == keys_before
-    bad = invoke(database_url, "privacy", "forget", "--user-id", "a b", "--yes", "--reason", "ticket 7")
+    bad = run_cli(env, "privacy", "forget", "--user-id", "a b", "--yes", "--reason", "ticket 7")
     assert bad.exit_code == 2 and "user_id must not contain whitespace" in bad.output
 
 
 def test_a_ciphertext_copied_into_another_users_event_fails_to_decrypt_clearly(
-    ctx: ServiceContext, engine: Engine, admin_engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, admin_engine: Engine, env: Env
 ) -> None:
     from tests.support.audit_log import tampering
 
@@ -177,8 +171,8 @@ def test_a_ciphertext_copied_into_another_users_event_fails_to_decrypt_clearly(
                    (SELECT payload->'recipient' FROM events WHERE stream_id = 'reset-user:1'))
              WHERE stream_id = 'reset-user:2'
         """))
-    result = invoke(database_url, "reset", "request", "--user-id", "2", "--email", BOB,
-                    AUTHLEDGER_TOKEN_KEYS="k1:" + "a" * 43)
+    result = run_cli({**env, "AUTHLEDGER_TOKEN_KEYS": "k1:" + "a" * 43}, "reset", "request", "--user-id", "2",
+                     "--email", BOB)
     assert result.exit_code == 65, result.output
     assert "ResetRequested.recipient of user '2' does not decrypt" in result.output
     assert "copied from another event, field or user" in result.output
@@ -187,13 +181,13 @@ def test_a_ciphertext_copied_into_another_users_event_fails_to_decrypt_clearly(
 
 @pytest.mark.parametrize("flow", ["reset", "otp"])
 def test_an_email_queued_before_the_erasure_is_skipped_not_sent(
-    ctx: ServiceContext, engine: Engine, database_url: str, flow: str
+    ctx: ServiceContext, engine: Engine, env: Env, flow: str
 ) -> None:
     if flow == "reset":
         outcome = request_reset(ctx, RequestReset("1", ADA))
     else:
         outcome = request_otp(ctx, RequestOtp("1", ADA, purpose="login"))
-    assert invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7").exit_code == 0
+    assert run_cli(env, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7").exit_code == 0
     mailer = RecordingMailer()
     assert Worker(ctx, mailer, sender=SENDER).drain() == {"skipped": 1}
     assert mailer.emails == []
@@ -205,20 +199,20 @@ def test_an_email_queued_before_the_erasure_is_skipped_not_sent(
 
 
 def test_replaying_an_idempotency_key_of_an_erased_user_is_refused_as_different_parameters(
-    ctx: ServiceContext, database_url: str
+    ctx: ServiceContext, env: Env
 ) -> None:
     request_reset(ctx, RequestReset("1", ADA, idempotency_key="r-1", client="app"))
-    assert invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7").exit_code == 0
+    assert run_cli(env, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7").exit_code == 0
     with pytest.raises(IdempotencyMismatch):
         request_reset(ctx, RequestReset("1", ADA, idempotency_key="r-1", client="app"))
 
 
 def test_history_tells_who_erased_the_user_and_when_without_their_address(
-    ctx: ServiceContext, engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
     request_reset(ctx, RequestReset("1", ADA))
-    assert invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7",
-                  "--actor", "dana").exit_code == 0
+    assert run_cli(env, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7", "--actor",
+                   "dana").exit_code == 0
     with engine.connect() as connection:
         erased = PostgresEventStore(connection).load(subject_stream("1"))[0]
     key_id, = erased.event.key_ids
@@ -226,27 +220,27 @@ def test_history_tells_who_erased_the_user_and_when_without_their_address(
             "(reason: ticket 7): data key "
             f"{key_id} destroyed. From then on their email addresses in the log read [erased]")
 
-    told = invoke(database_url, "history", "--user-id", "1")
+    told = run_cli(env, "history", "--user-id", "1")
     assert told.exit_code == 0, told.output
     assert said in told.output
     erasure_line = next(line for line in told.output.splitlines() if "SubjectErased" in line)
     assert "subject:1" in erasure_line and "cli:dana" in erasure_line
     assert erasure_line.endswith(f"personal data erased (ticket 7): data key {key_id} destroyed")
-    as_json = invoke(database_url, "history", "--user-id", "1", "--flow", "reset", "--json")
+    as_json = run_cli(env, "history", "--user-id", "1", "--flow", "reset", "--json")
     assert as_json.exit_code == 0, as_json.output
     assert any(f["sentence"].startswith(said) and f["kind"] == "SubjectErased" and f["user_id"] == "1"
                for f in json.loads(as_json.stdout)["findings"]), "kept in the user's flow"
     assert ADA not in told.output + as_json.output
-    other_flow = invoke(database_url, "history", "--user-id", "1", "--flow", "otp")
+    other_flow = run_cli(env, "history", "--user-id", "1", "--flow", "otp")
     assert other_flow.exit_code == 3, "an erasure alone is not a flow's history"
 
 
 def test_without_actor_the_erasure_names_the_os_account_even_when_user_is_unset(
-    ctx: ServiceContext, engine: Engine, database_url: str
+    ctx: ServiceContext, engine: Engine, env: Env
 ) -> None:
     request_reset(ctx, RequestReset("1", ADA))
-    assert invoke(database_url, "privacy", "forget", "--user-id", "1", "--yes", "--reason", "ticket 7",
-                  USER=None).exit_code == 0
+    assert run_cli({**env, "USER": None}, "privacy", "forget", "--user-id", "1", "--yes", "--reason",
+                   "ticket 7").exit_code == 0
     with engine.connect() as connection:
         erased = PostgresEventStore(connection).load(subject_stream("1"))[0]
     assert erased.metadata["actor"] == f"cli:{pwd.getpwuid(os.getuid()).pw_name}" != "cli:unknown"

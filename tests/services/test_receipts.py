@@ -4,7 +4,6 @@ lifetimes, keys in flight, and the ``receipts`` projection."""
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -28,6 +27,7 @@ from infra.delivery.worker import Worker
 from tests.support.log_reading import stream_events
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
+from tests.support.waiting import lock_waiters, wait_until
 
 ADA = "ada@example.test"
 
@@ -200,7 +200,7 @@ def test_a_waiting_request_answers_once_the_key_is_released(ctx: ServiceContext,
         target=lambda: answers.append(request_otp(ctx, RequestOtp("42", ADA, idempotency_key="k-1", client="app")))
     )
     waiter.start()
-    time.sleep(0.3)
+    wait_until(lambda: lock_waiters(engine), what="the second request to queue behind the key")
     assert answers == [] and waiter.is_alive(), "it waits for the key"
     release.set()
     holder.join()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from datetime import datetime
 
 import pytest
@@ -14,8 +13,7 @@ from domain.errors import ConcurrencyConflict
 from infra.errors import RequestInFlight
 from infra.services.locks import IdempotencyLock, lock_stream, stream_lock_id
 from infra.services.unit_of_work import ServiceContext, decide_events_on_stream
-
-WAITERS = text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+from tests.support.waiting import lock_waiters, wait_until
 
 
 def test_a_conflict_that_outlasts_the_retries_is_raised_without_the_stream_name(ctx: ServiceContext) -> None:
@@ -77,12 +75,7 @@ class StreamHolder:
 
 
 def _wait_for_a_waiter(engine: Engine) -> None:
-    deadline = time.monotonic() + 10
-    with engine.connect() as connection:
-        while connection.execute(WAITERS).scalar_one() == 0:
-            assert time.monotonic() < deadline, "nobody waited for the lock"
-            time.sleep(0.01)
-            connection.rollback()
+    wait_until(lambda: lock_waiters(engine), what="someone to wait for the lock")
 
 
 HELD = text("""

@@ -7,36 +7,25 @@ A bad purpose is refused in one line and nothing is recorded.
 
 from __future__ import annotations
 
-import base64
 import json
-from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import Engine, text
 
-from cli import cli
+from tests.support.cli import Env, cli_outcome
 from tests.support.replay import assert_projections_match_log
 
-KEYS = "k1:" + base64.urlsafe_b64encode(b"p" * 32).decode().rstrip("=")
 DEPLOYMENT = {"login": "sign-in code", "verify_email": "email verification code",
               "mfa": "two-step verification code", "step_up": "confirmation code"}
 
 
 @pytest.fixture
-def env(database_url: str, tmp_path: Path) -> dict[str, str]:
-    return {"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS, "USER": "ops",
-            "AUTHLEDGER_MAILDIR": str(tmp_path / "maildir"), "AUTHLEDGER_LOG_FORMAT": "json"}
+def env(env: Env) -> Env:
+    return {**env, "USER": "ops"}
 
 
-def run(env: dict[str, str], *args: str) -> tuple[int, str]:
-    """Exit code, and stdout on success or everything printed on failure."""
-    result = CliRunner().invoke(cli, list(args), env=env)
-    return result.exit_code, result.stdout if result.exit_code == 0 else result.output
-
-
-def ok(env: dict[str, str], *args: str) -> dict:
-    code, output = run(env, *args, "--json")
+def ok(env: Env, *args: str) -> dict:
+    code, output = cli_outcome(env, *args, "--json")
     assert code == 0, output
     return json.loads(output)
 
@@ -48,12 +37,12 @@ def events(engine: Engine) -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def acme(env: dict[str, str]) -> None:
-    assert run(env, "tenants", "create", "acme")[0] == 0
+def acme(env: Env) -> None:
+    assert cli_outcome(env, "tenants", "create", "acme")[0] == 0
 
 
 def test_a_tenant_declares_purposes_and_show_lists_them_with_every_change_who_why_and_what(
-    env: dict[str, str], engine: Engine, acme: None
+    env: Env, engine: Engine, acme: None
 ) -> None:
     assert ok(env, "tenants", "show", "acme") == {
         "name": "acme", "version": 0, "configured_at": None, "purposes": DEPLOYMENT, "purposes_from": "deployment",
@@ -81,13 +70,13 @@ def test_a_tenant_declares_purposes_and_show_lists_them_with_every_change_who_wh
     assert shown["configured_at"] == history[-1]["configured_at"]
     assert [e for e in events(engine) if e[0] == "tenant:acme"] == [
         ("tenant:acme", "TenantCreated"), *[("tenant:acme", "TenantConfigured")] * 3]
-    code, said = run(env, "tenants", "show", "acme")
+    code, said = cli_outcome(env, "tenants", "show", "acme")
     assert code == 0 and "2. " in said and "by cli:grace (OPS-9): purposes checkout=payment approval code, " \
         "login=Acme sign-in code -> checkout=payment approval code" in said
     assert_projections_match_log(engine)
 
 
-def test_the_same_purposes_again_record_nothing(env: dict[str, str], engine: Engine, acme: None) -> None:
+def test_the_same_purposes_again_record_nothing(env: Env, engine: Engine, acme: None) -> None:
     args = ("tenants", "configure", "acme", "--purpose", "checkout=payment approval code", "--reason", "OPS-7")
     ok(env, *args)
     before = events(engine)
@@ -98,12 +87,13 @@ def test_the_same_purposes_again_record_nothing(env: dict[str, str], engine: Eng
     assert events(engine) == before
 
 
-def test_the_default_tenant_is_configured_like_any_other(env: dict[str, str], engine: Engine) -> None:
+def test_the_default_tenant_is_configured_like_any_other(env: Env, engine: Engine) -> None:
     ok(env, "tenants", "configure", "default", "--purpose", "checkout=payment approval code", "--reason", "OPS-1")
 
-    assert run(env, "otp", "request", "--user-id", "42", "--email", "ada@example.test", "--purpose", "checkout")[0] == 0
+    assert cli_outcome(env, "otp", "request", "--user-id", "42", "--email", "ada@example.test",
+                       "--purpose", "checkout")[0] == 0
     before = events(engine)
-    code, output = run(env, "otp", "request", "--user-id", "42", "--email", "ada@example.test")
+    code, output = cli_outcome(env, "otp", "request", "--user-id", "42", "--email", "ada@example.test")
     assert (code, output) == (2, "Error: purpose 'login' is not declared for tenant 'default'; it allows checkout "
                                  "(`authledger tenants show default`)\n")
     assert events(engine) == before
@@ -127,13 +117,13 @@ BAD_PURPOSES = {
 
 @pytest.mark.parametrize(("spec", "said"), BAD_PURPOSES.values(), ids=BAD_PURPOSES.keys())
 def test_a_bad_purpose_is_refused_in_one_line_and_the_history_is_unchanged(
-    env: dict[str, str], engine: Engine, acme: None, spec: str, said: str
+    env: Env, engine: Engine, acme: None, spec: str, said: str
 ) -> None:
     ok(env, "tenants", "configure", "acme", "--purpose", "checkout=payment approval code", "--reason", "OPS-7")
     before, shown = events(engine), ok(env, "tenants", "show", "acme")
 
-    code, output = run(env, "tenants", "configure", "acme", "--purpose", spec, "--purpose", "checkout=b",
-                       "--reason", "OPS-8")
+    code, output = cli_outcome(env, "tenants", "configure", "acme", "--purpose", spec, "--purpose", "checkout=b",
+                               "--reason", "OPS-8")
 
     assert code == 2 and said in output and len(output.strip().splitlines()) == 1, output
     assert "Traceback" not in output and "ada@example.com" not in output
@@ -150,31 +140,34 @@ def test_a_bad_purpose_is_refused_in_one_line_and_the_history_is_unchanged(
     (("--purpose", "a=b", "--default-purposes", "--reason", "OPS-1"), "not both"),
 ])
 def test_a_bad_reason_actor_or_request_is_refused_and_writes_nothing(
-    env: dict[str, str], engine: Engine, acme: None, args: tuple[str, ...], said: str
+    env: Env, engine: Engine, acme: None, args: tuple[str, ...], said: str
 ) -> None:
     before = events(engine)
 
-    code, output = run(env, "tenants", "configure", "acme", *args)
+    code, output = cli_outcome(env, "tenants", "configure", "acme", *args)
 
     assert code == 2 and said in output, output
     assert "ada@example.com" not in output and "ada%40" not in output
     assert events(engine) == before
 
 
-def test_an_unknown_tenant_is_neither_configured_nor_shown(env: dict[str, str], engine: Engine) -> None:
+def test_an_unknown_tenant_is_neither_configured_nor_shown(env: Env, engine: Engine) -> None:
     for args in (("configure", "nope", "--purpose", "a=b", "--reason", "OPS-1"), ("show", "nope")):
-        code, output = run(env, "tenants", *args)
+        code, output = cli_outcome(env, "tenants", *args)
         assert code == 2 and "no tenant named 'nope'" in output
     assert events(engine) == []
 
 
 def test_the_deployments_purposes_come_from_the_setting_and_a_bad_one_stops_start_up(
-    env: dict[str, str], engine: Engine
+    env: Env, engine: Engine
 ) -> None:
     env = {**env, "AUTHLEDGER_OTP_PURPOSES": "signup=sign-up code, login=sign-in code"}
     assert ok(env, "tenants", "show", "default")["purposes"] == {"signup": "sign-up code", "login": "sign-in code"}
-    assert run(env, "otp", "request", "--user-id", "42", "--email", "ada@example.test", "--purpose", "signup")[0] == 0
-    assert run(env, "otp", "request", "--user-id", "43", "--email", "ada@example.test", "--purpose", "mfa")[0] == 2
+    assert cli_outcome(env, "otp", "request", "--user-id", "42", "--email", "ada@example.test",
+                       "--purpose", "signup")[0] == 0
+    assert cli_outcome(env, "otp", "request", "--user-id", "43", "--email", "ada@example.test",
+                       "--purpose", "mfa")[0] == 2
 
-    code, output = run({**env, "AUTHLEDGER_OTP_PURPOSES": "login=see https://evil.test"}, "tenants", "show", "default")
+    code, output = cli_outcome({**env, "AUTHLEDGER_OTP_PURPOSES": "login=see https://evil.test"},
+                               "tenants", "show", "default")
     assert code == 78 and "AUTHLEDGER_OTP_PURPOSES the display text reads as a link" in output

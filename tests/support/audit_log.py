@@ -1,22 +1,17 @@
-"""Audit tests: a small log to seal, the CLI with a signing key, and a superuser who rewrites history."""
+"""Audit tests: a small log to seal, and a superuser who rewrites history."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
-from click.testing import CliRunner, Result
 from sqlalchemy import Connection, Engine, text
 
-from cli import cli
 from domain.email import EmailQueued, LeaseExpired, email_stream
 from infra.eventlog.postgres import PostgresEventStore
 
-SIGNING_KEY = base64.b64encode(bytes(range(32))).decode()
-OTHER_KEY = base64.b64encode(bytes(range(100, 132))).decode()
 NOW = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 
 
@@ -41,13 +36,6 @@ def queue_one(engine: Engine, n: int) -> str:
 def seed(engine: Engine, messages: int = 4) -> list[str]:
     """``messages`` email streams of three events each, every event its own transaction."""
     return [queue_one(engine, n) for n in range(messages)]
-
-
-def invoke(database_url: str | None, *args: str, **env: str | None) -> Result:
-    """The CLI with the test signing key (override or unset it with env=None)."""
-    environment = {"DATABASE_URL": database_url, "AUTHLEDGER_SIGNING_KEY": SIGNING_KEY,
-                   "AUTHLEDGER_SIGNING_KEY_FILE": None, **env}
-    return CliRunner().invoke(cli, list(args), env=environment)
 
 
 def position_of(engine: Engine, stream: str, version: int) -> int:

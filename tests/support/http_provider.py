@@ -24,8 +24,13 @@ workers. Behaviour:
 - ``connections`` counts the TCP connections it accepted. Each answer
   closes its connection (HTTP/1.0) unless ``keep_alive=True``; then close
   every client before the provider, which waits for their connections.
-- ``peak_in_flight`` is the most requests it was serving at one moment,
-  from reading the request to writing the answer (delay included).
+- ``hold_answers_until(n)`` answers nothing until ``n`` requests wait at
+  once, then answers them and holds no more: a window proven full by what
+  happened, not by how long it took. (If they never come, it answers after
+  ``HOLD_SECONDS`` so the test can fail with its own message.)
+- ``in_flight`` is how many requests it is serving now, from reading the
+  request to writing the answer (delay included); ``peak_in_flight`` the
+  most at one moment.
 - ``down(status)`` answers every request with ``status`` (503 by default) and
   sends nothing, until ``up()``: a provider-wide outage.
 - With ``api_key`` set, a request without ``Authorization: Bearer <api_key>``
@@ -46,6 +51,7 @@ from typing import Any
 from attrs import frozen
 
 PATH = "/emails"
+HOLD_SECONDS = 30.0
 
 
 @frozen
@@ -83,6 +89,9 @@ class FakeHttpProvider:
         self._down: int | None = None
         self._in_flight = 0
         self._peak_in_flight = 0
+        self._hold_until: int | None = None
+        self._filled = threading.Event()
+        self._filled.set()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.provider = self
         # A short poll interval keeps shutdown (and so every test) fast.
@@ -101,6 +110,7 @@ class FakeHttpProvider:
 
     def __exit__(self, *exc_info: object) -> None:
         self._closing.set()  # wakes delayed answers, so closing is quick
+        self._filled.set()
         self._server.shutdown()
         self._server.server_close()  # joins the request threads
         self._thread.join()
@@ -114,6 +124,11 @@ class FakeHttpProvider:
     def delay(self, seconds: float) -> None:
         with self._lock:
             self._delay = seconds
+
+    def hold_answers_until(self, in_flight: int) -> None:
+        with self._lock:
+            self._hold_until = in_flight
+            self._filled.clear()
 
     def down(self, status: int = 503) -> None:
         with self._lock:
@@ -143,6 +158,11 @@ class FakeHttpProvider:
             return self._connections
 
     @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return self._in_flight
+
+    @property
     def peak_in_flight(self) -> int:
         with self._lock:
             return self._peak_in_flight
@@ -167,6 +187,9 @@ class FakeHttpProvider:
         with self._lock:
             self._in_flight += 1
             self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
+            if self._hold_until is not None and self._in_flight >= self._hold_until:
+                self._hold_until = None
+                self._filled.set()
 
     def _answered(self) -> None:
         with self._lock:
@@ -255,6 +278,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, body, delay = provider._answer(
                 self.headers.get("Idempotency-Key"), self.headers.get("Authorization"), payload
             )
+            provider._filled.wait(HOLD_SECONDS)
             if delay:
                 provider._closing.wait(delay)
             self._reply(status, body)

@@ -11,33 +11,24 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import uvicorn
 
+from tests.support.cli import Env, process_env
+from tests.support.waiting import wait_until
+
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
-T = TypeVar("T")
 
 
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0) -> T:
-    """``probe()``'s first answer other than None; ``AssertionError`` naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (found := probe()) is not None:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @contextmanager
@@ -48,7 +39,7 @@ def served(app: Any, *, lifespan: bool = False) -> Iterator[str]:
                                            lifespan="on" if lifespan else "off", access_log=False))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    wait_for("uvicorn to start", lambda: server.started or None)
+    wait_until(lambda: server.started or None, what="uvicorn to start")
     try:
         yield f"http://127.0.0.1:{server.config.port}"
     finally:
@@ -56,7 +47,7 @@ def served(app: Any, *, lifespan: bool = False) -> Iterator[str]:
         thread.join(10)
 
 
-def start_serve(env: dict[str, str], tmp_path: Path, *options: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_serve(env: Env, tmp_path: Path, *options: str) -> tuple[subprocess.Popen[bytes], str]:
     """`authledger serve` with ``options`` on a free port, answering ``/healthz``; its process and base URL.
 
     Its output goes to ``serve.out`` and ``serve.err`` in ``tmp_path``; the caller stops the process.
@@ -64,7 +55,7 @@ def start_serve(env: dict[str, str], tmp_path: Path, *options: str) -> tuple[sub
     port = free_port()
     with (tmp_path / "serve.out").open("wb") as out, (tmp_path / "serve.err").open("wb") as err:
         process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), *options],
-                                   env=env, stdout=out, stderr=err)
+                                   env=process_env(env), stdout=out, stderr=err)
     base = f"http://127.0.0.1:{port}"
 
     def up() -> bool | None:
@@ -74,5 +65,5 @@ def start_serve(env: dict[str, str], tmp_path: Path, *options: str) -> tuple[sub
         except httpx.TransportError:
             return None
 
-    wait_for("the server to answer", up)
+    wait_until(up, what="the server to answer")
     return process, base

@@ -1,8 +1,10 @@
 """A real SMTP server in-process (aiosmtpd) that keeps what it accepts.
 
-It can refuse (``refusals``) or stall (``stall``) a command on request, so
-tests can drive temporary and permanent failures through a real SMTP
-dialogue. It counts the connections it accepted (``connections``) and can
+It can refuse (``refusals``) or stall (``stall``) a command on request, or
+hold its answer until the test lets it go (``held``), so tests can drive
+temporary and permanent failures through a real SMTP dialogue. It counts the
+DATA commands it received (``data_commands``) and those it was answering at
+one moment (``in_data``, ``peak_in_data``). It counts the connections it accepted (``connections``) and can
 end every session at its Nth MAIL FROM with a 421 and a hang-up
 (``hang_up_at_mail``), as a relay does that limits messages per connection.
 Stopping it hangs up on the clients still connected (pooled sessions).
@@ -28,6 +30,10 @@ class Relay:
         self.envelopes: list[Envelope] = []
         self.refusals: dict[str, list[str]] = {"RCPT": [], "DATA": []}
         self.stall: dict[str, float] = {"MAIL": 0.0, "RCPT": 0.0, "DATA": 0.0}
+        self.held: set[str] = set()  # commands answered only once the test discards them
+        self.data_commands = 0
+        self.in_data = 0
+        self.peak_in_data = 0
         self.hang_up_at_mail: int | None = None
         self.connections = 0
         self.mails_refused_421 = 0
@@ -52,11 +58,19 @@ class Relay:
         return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Envelope) -> str:
-        await asyncio.sleep(self.stall["DATA"])
-        if self.refusals["DATA"]:
-            return self.refusals["DATA"].pop(0)
-        self.envelopes.append(envelope)
-        return "250 Message accepted for delivery"
+        self.data_commands += 1
+        self.in_data += 1
+        self.peak_in_data = max(self.peak_in_data, self.in_data)
+        try:
+            await asyncio.sleep(self.stall["DATA"])
+            while "DATA" in self.held:
+                await asyncio.sleep(0.01)
+            if self.refusals["DATA"]:
+                return self.refusals["DATA"].pop(0)
+            self.envelopes.append(envelope)
+            return "250 Message accepted for delivery"
+        finally:
+            self.in_data -= 1
 
     def messages(self) -> list[EmailMessage]:
         return [message_from_bytes(e.original_content or b"", policy=default_policy) for e in self.envelopes]

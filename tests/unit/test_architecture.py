@@ -9,13 +9,13 @@ copy of it with a violation planted, to show that they would catch one.
 from __future__ import annotations
 
 import ast
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tests.support.cli import process_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("domain", "projections", "infra", "commands")
@@ -24,7 +24,7 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 def lint_imports(project: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     """Run import-linter on ``project`` with its own packages first on the path."""
-    env = {**os.environ, "PYTHONPATH": str(project)}
+    env = process_env({"PYTHONPATH": str(project)})
     return subprocess.run([str(LINT_IMPORTS), "--no-logo", *extra], cwd=project, env=env,
                           capture_output=True, text=True)
 

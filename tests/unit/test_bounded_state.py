@@ -33,12 +33,13 @@ from domain.policy import OtpPolicy, ResetPolicy
 from domain.reset import RequestReset, check_token, decide_reset_request
 from domain.reset_events import ResetRequestRefused
 from domain.reset_state import fold_reset
-from domain.tokens import TokenKeys, derive_reset_token, hash_token
+from domain.tokens import derive_reset_token, hash_token
 from projections.snapshots import LIVE_FOR, live_part
+from tests.support.keys import TEST_KEYS
 from tests.support.secrets import nonce
 
 T0 = datetime(2025, 3, 1, 0, 0, tzinfo=UTC)
-KEYS = TokenKeys("k2", {"k2": b"current-key"})
+KEYS = TEST_KEYS
 POLICY = ResetPolicy()
 
 

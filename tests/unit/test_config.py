@@ -12,15 +12,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from cli import cli
 from domain.delivery import DeliveryPolicy
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.send_limits import SendLimits
 from infra.bootstrap import App
 from infra.config.cores import usable_cores
 from infra.config.settings import SETTINGS, Settings, default_api_processes, load_settings, policy, with_settings_table
+from tests.support.cli import run_cli
 
 CONFIGURATION = Path(__file__).parents[2] / "docs" / "configuration.md"
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
@@ -32,12 +31,8 @@ ACCOUNT_LOCK_DEFAULTS = {
 }
 
 
-def config_show(env: dict[str, str], *args: str) -> Result:
-    return CliRunner().invoke(cli, ["config", "show", *args], env=env)
-
-
 def test_config_show_lists_the_otp_account_lock_defaults() -> None:
-    result = config_show({}, "--json")
+    result = run_cli({}, "config", "show", "--json")
 
     assert result.exit_code == 0, result.output
     shown = json.loads(result.output)
@@ -52,7 +47,7 @@ def test_otp_account_lock_settings_are_shown_as_set() -> None:
         "AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS": "60",
     }
 
-    result = config_show(env)
+    result = run_cli(env, "config", "show")
 
     assert result.exit_code == 0, result.output
     assert _line(result.output, "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES") == ("3", "environment")
@@ -99,18 +94,18 @@ def test_otp_account_lock_settings_reach_the_otp_policy() -> None:
 def test_a_bad_otp_account_lock_setting_is_one_clear_line_and_a_non_zero_exit(
     variable: str, value: str, said: str
 ) -> None:
-    result = config_show({variable: value})
+    result = run_cli({variable: value}, "config", "show")
 
     assert result.exit_code == 78
     assert result.output == f"Error: invalid configuration:\n  {variable} {said}\n"
 
 
 def test_every_bad_otp_account_lock_setting_is_reported_at_once() -> None:
-    result = config_show({
+    result = run_cli({
         "AUTHLEDGER_OTP_ACCOUNT_LOCK_FAILURES": "-3",
         "AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS": "soon",
         "AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS": "0",
-    })  # fmt: skip
+    }, "config", "show")  # fmt: skip
 
     assert result.exit_code == 78
     lines = result.output.splitlines()
@@ -120,9 +115,9 @@ def test_every_bad_otp_account_lock_setting_is_reported_at_once() -> None:
 
 
 def test_an_account_lock_cap_below_its_base_is_refused() -> None:
-    result = config_show({
+    result = run_cli({
         "AUTHLEDGER_OTP_ACCOUNT_LOCK_SECONDS": "3600", "AUTHLEDGER_OTP_ACCOUNT_LOCK_MAX_SECONDS": "600",
-    })  # fmt: skip
+    }, "config", "show")  # fmt: skip
 
     assert result.exit_code == 78
     assert result.output == (
@@ -144,7 +139,8 @@ def test_the_send_limits_settings_reach_their_policy() -> None:
 
 
 def test_an_ips_part_of_an_address_as_large_as_the_whole_is_refused() -> None:
-    result = config_show({"AUTHLEDGER_LIMIT_PER_ADDRESS": "4", "AUTHLEDGER_LIMIT_PER_ADDRESS_PER_IP": "4"})
+    result = run_cli({"AUTHLEDGER_LIMIT_PER_ADDRESS": "4", "AUTHLEDGER_LIMIT_PER_ADDRESS_PER_IP": "4"}, "config",
+                     "show")
 
     assert result.exit_code == 78
     assert result.output == (
@@ -154,7 +150,7 @@ def test_an_ips_part_of_an_address_as_large_as_the_whole_is_refused() -> None:
 
 
 def test_config_show_lists_every_declared_setting_in_declaration_order() -> None:
-    result = config_show({}, "--json")
+    result = run_cli({}, "config", "show", "--json")
 
     assert result.exit_code == 0, result.output
     assert list(json.loads(result.output)) == [setting.variable for setting in SETTINGS]
@@ -201,7 +197,7 @@ def test_the_configuration_page_lists_every_setting_as_declared() -> None:
 
 
 def test_unset_serve_runs_one_api_process_for_each_core_it_may_run_on() -> None:
-    result = config_show({}, "--json")
+    result = run_cli({}, "config", "show", "--json")
 
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["AUTHLEDGER_API_PROCESSES"] == {
@@ -259,7 +255,7 @@ def test_unset_serve_runs_at_most_four_api_processes_however_many_cores(monkeypa
 
 
 def test_api_processes_set_in_the_environment_are_shown_as_set() -> None:
-    result = config_show({"AUTHLEDGER_API_PROCESSES": "3"})
+    result = run_cli({"AUTHLEDGER_API_PROCESSES": "3"}, "config", "show")
 
     assert result.exit_code == 0, result.output
     assert _line(result.output, "AUTHLEDGER_API_PROCESSES") == ("3", "environment")
@@ -275,8 +271,7 @@ def test_a_bad_api_processes_setting_is_one_clear_line_and_serve_starts_nothing(
 ) -> None:
     data_dir = tmp_path / "data"
 
-    result = CliRunner().invoke(cli, ["serve", "--port", "1"],
-                                env={"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_API_PROCESSES": value})
+    result = run_cli({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_API_PROCESSES": value}, "serve", "--port", "1")
 
     assert result.exit_code == 78
     assert result.output == f"Error: invalid configuration:\n  AUTHLEDGER_API_PROCESSES {said}\n"

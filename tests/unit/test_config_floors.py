@@ -8,19 +8,17 @@ same way, with the configuration exit code and no traceback.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from cli import cli
 from domain.errors import ConfigError
 from infra.config.settings import load_settings
 from infra.config.values import is_loopback, mask_passwords, mask_url
 from infra.db.engine import Database
+from tests.support.cli import process_env, run_cli
 
 AUTHLEDGER = str(Path(sys.executable).parent / "authledger")
 CONFIG = ConfigError.exit_code
@@ -42,10 +40,6 @@ FLOORS = [
 ]  # fmt: skip
 
 
-def run(words: list[str], env: dict[str, str]) -> Result:
-    return CliRunner().invoke(cli, words, env=env)
-
-
 @pytest.mark.parametrize(("variable", "value", "said"), FLOORS)
 @pytest.mark.parametrize("words", [["config", "show"], ["serve", "--port", "1"], ["worker", "--once"]])
 def test_each_floor_is_refused_in_one_line_by_every_command_before_anything_starts(
@@ -53,7 +47,7 @@ def test_each_floor_is_refused_in_one_line_by_every_command_before_anything_star
 ) -> None:
     data_dir = tmp_path / "data"
 
-    result = run(words, {"AUTHLEDGER_DATA_DIR": str(data_dir), variable: value})
+    result = run_cli({"AUTHLEDGER_DATA_DIR": str(data_dir), variable: value}, *words)
 
     assert result.exit_code == CONFIG
     assert result.output == f"Error: invalid configuration:\n  {variable} {said}\n"
@@ -63,7 +57,7 @@ def test_each_floor_is_refused_in_one_line_by_every_command_before_anything_star
 def test_every_floor_violated_at_once_is_reported_at_once_in_declaration_order() -> None:
     env = {variable: value for variable, value, _ in FLOORS}
 
-    result = run(["config", "show"], env)
+    result = run_cli(env, "config", "show")
 
     assert result.exit_code == CONFIG
     lines = result.output.splitlines()
@@ -76,8 +70,8 @@ def test_every_floor_violated_at_once_is_reported_at_once_in_declaration_order()
 
 
 def test_the_real_command_refuses_with_the_config_exit_code_and_no_traceback(tmp_path: Path) -> None:
-    env = {**os.environ, "AUTHLEDGER_DATA_DIR": str(tmp_path / "data"), "AUTHLEDGER_OTP_DIGITS": "4",
-           "AUTHLEDGER_RESET_URL": "http://app.example/reset"}  # fmt: skip
+    env = process_env({"AUTHLEDGER_DATA_DIR": str(tmp_path / "data"), "AUTHLEDGER_OTP_DIGITS": "4",
+           "AUTHLEDGER_RESET_URL": "http://app.example/reset"})  # fmt: skip
     env.pop("DATABASE_URL", None)
 
     done = subprocess.run([AUTHLEDGER, "serve", "--port", "1"], env=env, capture_output=True, text=True,
@@ -95,7 +89,7 @@ def test_the_real_command_refuses_with_the_config_exit_code_and_no_traceback(tmp
 
 
 def test_the_embedded_defaults_pass_every_floor() -> None:
-    result = run(["config", "show", "--json"], {})
+    result = run_cli({}, "config", "show", "--json")
 
     assert result.exit_code == 0, result.output
     shown = json.loads(result.output)
@@ -141,17 +135,17 @@ def test_values_at_or_above_the_floor_are_taken(variable: str, value: str) -> No
     ],
 )  # fmt: skip
 def test_a_malformed_or_lookalike_url_is_refused(variable: str, value: str, said: str) -> None:
-    result = run(["config", "show"], {variable: value})
+    result = run_cli({variable: value}, "config", "show")
 
     assert result.exit_code == CONFIG
     assert result.output == f"Error: invalid configuration:\n  {variable} {said}\n"
 
 
 def test_a_refused_url_is_quoted_masked_never_with_its_credentials() -> None:
-    result = run(["config", "show"], {
+    result = run_cli({
         "AUTHLEDGER_HTTP_PROVIDER_URL": "http://apikey:hunter2@mail.example/send?token=s3cret",
         "AUTHLEDGER_SMTP_URL": "smtp://ada:hunter2@mail.example",
-    })  # fmt: skip
+    }, "config", "show")  # fmt: skip
 
     assert result.exit_code == CONFIG
     assert "'http://***@mail.example/send?***'" in result.output
@@ -202,7 +196,7 @@ URL_SETTINGS = {
 
 
 def test_config_show_masks_every_url_setting_in_json() -> None:
-    result = run(["config", "show", "--json"], {variable: url for variable, (url, _) in URL_SETTINGS.items()})
+    result = run_cli({variable: url for variable, (url, _) in URL_SETTINGS.items()}, "config", "show", "--json")
 
     assert result.exit_code == 0, result.output
     shown = json.loads(result.output)
@@ -213,7 +207,7 @@ def test_config_show_masks_every_url_setting_in_json() -> None:
 
 
 def test_config_show_masks_every_url_setting_in_text() -> None:
-    result = run(["config", "show"], {variable: url for variable, (url, _) in URL_SETTINGS.items()})
+    result = run_cli({variable: url for variable, (url, _) in URL_SETTINGS.items()}, "config", "show")
 
     assert result.exit_code == 0, result.output
     for variable, (_, masked) in URL_SETTINGS.items():
@@ -224,7 +218,7 @@ def test_config_show_masks_every_url_setting_in_text() -> None:
 
 
 def test_a_url_given_on_the_command_line_is_masked_as_well() -> None:
-    result = run(["--database-url", "postgresql://ada:s3cret@db.example/auth", "config", "show", "--json"], {})
+    result = run_cli({}, "--database-url", "postgresql://ada:s3cret@db.example/auth", "config", "show", "--json")
 
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["DATABASE_URL"] == {"value": "postgresql://***@db.example/auth",
@@ -232,7 +226,7 @@ def test_a_url_given_on_the_command_line_is_masked_as_well() -> None:
 
 
 def test_a_database_url_refused_by_the_engine_is_quoted_masked() -> None:
-    result = run(["db", "check"], {"DATABASE_URL": "mysql://ada:s3cret@db.example/auth?key=s3cret"})
+    result = run_cli({"DATABASE_URL": "mysql://ada:s3cret@db.example/auth?key=s3cret"}, "db", "check")
 
     assert result.exit_code == CONFIG
     assert result.output == ("Error: database URL 'mysql://***@db.example/auth?***' must start with "

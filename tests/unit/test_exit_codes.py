@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 import cli
 from infra.exit_codes import ERROR_MODULES, error_classes, with_exit_code_table
+from tests.support.cli import run_cli
 
 EXIT_CODES = Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md"
 
@@ -33,7 +33,7 @@ def test_every_error_with_an_exit_code_is_declared_where_the_table_looks() -> No
 
 
 def test_a_usage_error_exits_2() -> None:
-    assert CliRunner().invoke(cli.cli, ["reset", "request", "--no-such-option"]).exit_code == 2
+    assert run_cli({}, "reset", "request", "--no-such-option").exit_code == 2
 
 
 def test_an_internal_error_exits_70_with_one_line(

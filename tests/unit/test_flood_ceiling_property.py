@@ -41,11 +41,12 @@ from domain.policy import OtpPolicy, ResetPolicy
 from domain.reset import RequestReset, decide_consume, decide_reset_request, decide_verify_link
 from domain.reset_state import evolve_reset, fold_reset
 from domain.stream_growth import otp_events_per_hour_at_most, reset_events_per_hour_at_most
-from domain.tokens import TokenKeys, derive_otp_code, derive_reset_token, hash_token
+from domain.tokens import derive_otp_code, derive_reset_token, hash_token
+from tests.support.keys import TEST_KEYS
 from tests.support.secrets import nonce
 
 T0 = datetime(2025, 3, 1, 9, 40, tzinfo=UTC)
-KEYS = TokenKeys("k1", {"k1": b"ceiling-property-key"})
+KEYS = TEST_KEYS
 USER = "victim"
 FRESH = "fresh"  # a key no call used before: what an attacker varies most cheaply
 

@@ -32,11 +32,12 @@ from domain.otp_events import (
 )
 from domain.otp_state import fold_otp
 from domain.policy import OtpPolicy
-from domain.tokens import SecretUnavailable, TokenKeys, derive_otp_code
+from domain.tokens import SecretUnavailable, derive_otp_code
+from tests.support.keys import TEST_KEYS
 from tests.support.secrets import nonce
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-KEYS = TokenKeys("k2", {"k2": b"current-key", "k1": b"previous-key"})
+KEYS = TEST_KEYS
 POLICY = OtpPolicy()
 USER = "42"
 ALICE = "alice@example.com"

@@ -20,11 +20,12 @@ from domain.errors import CodeRejected, IdempotencyMismatch, LockedOut
 from domain.otp import RequestOtp, decide_otp_request, decide_otp_verify
 from domain.otp_state import OtpState, account_locked_until, evolve_otp, fold_otp
 from domain.policy import OtpPolicy
-from domain.tokens import TokenKeys, derive_otp_code
+from domain.tokens import derive_otp_code
+from tests.support.keys import TEST_KEYS
 from tests.support.secrets import nonce
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-KEYS = TokenKeys("k1", {"k1": b"property-key"})
+KEYS = TEST_KEYS
 # Small limits, so that a few dozen steps reach every lock and limit.
 POLICY = OtpPolicy(
     ttl=timedelta(minutes=10), cooldown=timedelta(seconds=60), hourly_limit=5, max_attempts=3,

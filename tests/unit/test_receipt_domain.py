@@ -22,11 +22,11 @@ from domain.policy import OtpPolicy, ResetPolicy
 from domain.reset import RequestReset, decide_reset_request
 from domain.reset_events import ResetRequested, ResetSuperseded
 from domain.reset_state import fold_reset
-from domain.tokens import TokenKeys
+from tests.support.keys import TEST_KEYS
 from tests.support.secrets import nonce
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-KEYS = TokenKeys("k1", {"k1": b"key"})
+KEYS = TEST_KEYS
 RESET, OTP = ResetPolicy(), OtpPolicy()
 USER, ALICE = "42", "alice@example.com"
 

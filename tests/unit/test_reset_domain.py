@@ -33,11 +33,12 @@ from domain.reset_events import (
     reset_stream,
 )
 from domain.reset_state import ResetState, fold_reset
-from domain.tokens import SecretUnavailable, TokenKeys, derive_reset_token, hash_token
+from domain.tokens import SecretUnavailable, derive_reset_token, hash_token
+from tests.support.keys import TEST_KEYS
 from tests.support.secrets import nonce
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-KEYS = TokenKeys("k2", {"k2": b"current-key", "k1": b"previous-key"})
+KEYS = TEST_KEYS
 POLICY = ResetPolicy()
 USER = "42"
 ALICE = "alice@example.com"
@@ -252,7 +253,7 @@ def test_a_token_signed_before_a_key_rotation_still_verifies_until_it_expires() 
     state = fold_reset([requested(1, T0, key_id="k1")])
     token = reset_token_for(state.requests[rid(1)], KEYS)
 
-    assert token == derive_reset_token(b"previous-key", rid(1), nonce(1))
+    assert token == derive_reset_token(KEYS.keys["k1"], rid(1), nonce(1))
     assert check_token(state, hash_token(token), now=T0).key_id == "k1"
 
 
