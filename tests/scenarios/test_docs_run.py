@@ -259,6 +259,7 @@ def test_a_new_shell_finds_authledger_only_after_the_readmes_activation_line(doc
 RUNNABLE = [path for path in DOCS if any(block.skip_reason is None for block in command_blocks(path))]
 
 
+@pytest.mark.slow  # a real serve and every block of a page: seconds each, the README half a minute
 @pytest.mark.parametrize("path", RUNNABLE, ids=lambda path: path.name)
 def test_every_command_block_of_the_docs_runs_as_written(path: Path, docs_env: dict[str, str]) -> None:
     code, origin = script(runnable_blocks(path))
