@@ -43,6 +43,7 @@ from infra.db.reading import reading
 from infra.errors import ApiProcessExited, PortUnavailable
 from infra.http.app import create_app
 from infra.http.deadlines import DeadlineProtocol
+from infra.http.parent_watch import follow_parent
 from infra.console.app import Console
 from infra.audit.digest import signing_key
 from infra.services.clients import authenticate, create_client, revoke_client
@@ -275,7 +276,8 @@ def serve_processes(plan: ApiProcess, *, host: str, port: int, processes: int,
     SKIP LOCKED, counts written under their stream's lock; it would only
     multiply the window). A process that exits on its own stops the others:
     ``ApiProcessExited``, for the service manager to restart the whole. One
-    that has not stopped ``STOP_GRACE_SECONDS`` after SIGTERM is killed.
+    that has not stopped ``STOP_GRACE_SECONDS`` after SIGTERM is killed. A
+    supervisor killed outright takes them with it (``infra.http.parent_watch``).
     """
     with port_socket(host, port, shared=False) as alone:
         port = alone.getsockname()[1]  # the one chosen, when asked for port 0
@@ -345,8 +347,10 @@ def port_socket(host: str, port: int, *, shared: bool = True) -> socket.socket:
 
 
 def run_api_process(plan: ApiProcess, host: str, port: int) -> None:
-    """One API process: its own engine and pool, and its own socket on the shared port, until SIGTERM."""
+    """One API process: its own engine and pool, and its own socket on the shared port, until SIGTERM
+    or until the supervisor ends, however it ends."""
     stop_on_sigterm()
+    follow_parent(grace_seconds=STOP_GRACE_SECONDS)
     configure_logging(plan.settings.log_format)
     _route_uvicorn_logs()
     try:

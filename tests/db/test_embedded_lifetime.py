@@ -54,7 +54,7 @@ def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(data_dir
     env.update({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "json"})
     port = free_port()
     with serve_err.open("wb") as err:
-        serve = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port)], env=env,
+        serve = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), "--processes", "2"], env=env,
                                  stdout=subprocess.DEVNULL, stderr=err)
     try:
         def healthy() -> bool | None:
@@ -67,6 +67,8 @@ def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(data_dir
         wait_for("serve to answer", healthy, timeout=90)
         pgdata = (data_dir / "pgdata").resolve()
         assert postgres_serving(pgdata), "serve runs on the embedded server"
+        tree = wait_for("both API processes", lambda: (found := psutil.Process(serve.pid).children(recursive=True))[1:]
+                        and found)
     finally:
         serve.send_signal(signal.SIGKILL)
         serve.wait()  # reaped: the pid is really gone, as it is under a shell or a supervisor
@@ -74,6 +76,14 @@ def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(data_dir
     wait_for(f"the embedded server to stop ({state_of(pgdata)})", lambda: None if postgres_serving(pgdata) else True,
              timeout=10)
     assert not (pgdata / "postmaster.pid").exists(), "stopped cleanly, not left for the next start to recover"
+    wait_for("serve's API processes to end with it", lambda: None if any(map(running, tree)) else True, timeout=10)
+
+
+def running(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE  # ended, and not yet reaped by whoever adopted it
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.mark.slow
