@@ -278,6 +278,9 @@ def shown_settings(settings: Settings, environ: Mapping[str, str], command_line:
 def _value_and_source(settings: Settings, setting: Setting, environ: Mapping[str, str],
                       command_line: frozenset[str]) -> tuple[Any, str]:
     value = getattr(settings, setting.name)
+    if setting.name == "dev_reset_page" and settings.database_url is None:
+        # What `serve` does (infra/http/serve.py, reset_page_enabled), whatever the variable says.
+        return True, "always on for the embedded default"
     if setting.name in command_line:
         source = "command line"
     elif environ.get(setting.variable, "") != "":
