@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import email.policy
-import mailbox
+import logging
 import os
 from pathlib import Path
 from uuid import uuid4
@@ -12,6 +12,9 @@ from uuid import uuid4
 from infra.delivery.providers import OutboundEmail, ProviderReceipt, RetryableSendError, envelope_address
 from infra.delivery.providers.mime import render_mime
 from infra.delivery.providers.threads import SendThreads
+from infra.logs import log_event
+
+log = logging.getLogger("authledger.delivery")
 
 # Not a Maildir++ folder (those start with a dot), so mail readers and
 # ``mailbox.Maildir.list_folders`` leave it alone.
@@ -55,10 +58,11 @@ class MaildirMailer:
     def __init__(self, path: Path, sender: str, *, window: int = 1) -> None:
         self.path = Path(path)
         self.sender = envelope_address(sender)
-        # Creates path/{cur,new,tmp} (mode 0700) if they are missing.
-        mailbox.Maildir(self.path, create=True)
+        # Each of path/{cur,new,tmp} (mode 0700) that is missing, the folder itself existing or not:
+        # ``mailbox.Maildir(create=True)`` makes them only when the folder is missing too.
+        for folder in ("cur", "new", "tmp", _DELIVERED_DIR):
+            (self.path / folder).mkdir(mode=0o700, parents=True, exist_ok=True)
         self._delivered = self.path / _DELIVERED_DIR
-        self._delivered.mkdir(mode=0o700, exist_ok=True)
         self._threads = SendThreads(self.send, window, self.name)
 
     async def send_async(self, email: OutboundEmail) -> ProviderReceipt:
@@ -81,7 +85,10 @@ class MaildirMailer:
             self._deliver(key, data)
             marker.touch(mode=0o600)
         except OSError as e:
-            raise RetryableSendError(f"maildir write failed: {e.strerror or type(e).__name__}") from e
+            # The disk, not this email: the provider is down for every email until the folder is fixed.
+            error = f"maildir write failed: {e.strerror or type(e).__name__}"
+            log_event(log, error, logging.WARNING, path=str(self.path), message_id=key)
+            raise RetryableSendError(error, provider_down=True) from e
         return receipt
 
     def _deliver(self, key: str, data: bytes) -> None:
