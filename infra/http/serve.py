@@ -51,6 +51,7 @@ from infra.logs import configure_logging, log_event
 from infra.db.schema import init_schema
 from infra.projector.catchup import CatchUpRunner
 from infra.services.closed_counts import ClosedCountsWriter
+from infra.delivery.providers.maildir import make_maildir
 from infra.delivery.worker import Worker
 
 log = logging.getLogger("authledger.serve")
@@ -175,6 +176,7 @@ def _prepare(app: App, *, host: str, port: int, inflight: int) -> tuple[list[str
         lines.append(f"database: {app.database.display_url}")
     app.check_keys()  # refuse to start, rather than answer every request with an error
     if settings.provider == "maildir":
+        make_maildir(settings.maildir_path)  # here, before anything runs: a folder that cannot be made is refused
         lines.append(f"mail: delivered to the Maildir {settings.maildir_path.resolve()} (one file per email in new/)")
     else:
         lines.append(f"mail: sent through the {settings.provider} provider")

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from uuid import uuid4
 
+from domain.errors import ConfigError
 from infra.delivery.providers import OutboundEmail, ProviderReceipt, RetryableSendError, envelope_address
 from infra.delivery.providers.mime import render_mime
 from infra.delivery.providers.threads import SendThreads
@@ -21,6 +22,22 @@ log = logging.getLogger("authledger.delivery")
 _DELIVERED_DIR = "authledger-delivered"
 # Files on disk end lines with "\n", as ``mailbox`` writes them.
 _FILE_POLICY = email.policy.default
+
+
+def make_maildir(path: Path) -> None:
+    """Make each of ``path``'s folders that is missing (mode 0700), ``path`` and its parents included.
+
+    ``mailbox.Maildir(create=True)`` makes cur/new/tmp only when the folder
+    itself is missing: an existing empty folder failed every send. The
+    parents too: the data directory need not exist yet when DATABASE_URL is
+    set. ``ConfigError`` when they cannot be made.
+    """
+    try:
+        for folder in ("cur", "new", "tmp", _DELIVERED_DIR):
+            (path / folder).mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"the Maildir {path} cannot be made: {e.strerror or type(e).__name__} "
+                          "(AUTHLEDGER_MAILDIR, or AUTHLEDGER_DATA_DIR that holds it by default)") from e
 
 
 class MaildirMailer:
@@ -58,10 +75,7 @@ class MaildirMailer:
     def __init__(self, path: Path, sender: str, *, window: int = 1) -> None:
         self.path = Path(path)
         self.sender = envelope_address(sender)
-        # Each of path/{cur,new,tmp} (mode 0700) that is missing, the folder itself existing or not:
-        # ``mailbox.Maildir(create=True)`` makes them only when the folder is missing too.
-        for folder in ("cur", "new", "tmp", _DELIVERED_DIR):
-            (self.path / folder).mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_maildir(self.path)
         self._delivered = self.path / _DELIVERED_DIR
         self._threads = SendThreads(self.send, window, self.name)
 
