@@ -255,8 +255,9 @@ def _cross_checks(settings: Settings) -> list[str]:
     return problems
 
 
-# Keys generated into the data directory on the embedded default (infra/keys.py).
-DEV_KEY_FILES = {"token_keys": "dev-token-key", "master_key": "dev-master-key"}
+# Keys generated into the data directory on the embedded default (infra/keys.py; the audit signing key in
+# infra/audit/digest.py).
+DEV_KEY_FILES = {"token_keys": "dev-token-key", "master_key": "dev-master-key", "signing_key": "dev-signing-key.pem"}
 
 
 @frozen
@@ -287,7 +288,8 @@ def _value_and_source(settings: Settings, setting: Setting, environ: Mapping[str
         source = "environment"
     elif settings.database_url is None and setting.name == "database_url":
         return f"embedded PostgreSQL in {settings.data_dir / 'pgdata'}", "embedded database: `authledger db url`"
-    elif settings.database_url is None and setting.name in DEV_KEY_FILES:
+    elif settings.database_url is None and setting.name in DEV_KEY_FILES and not (
+            setting.name == "signing_key" and settings.signing_key_file is not None):
         return f"*** from {settings.data_dir / DEV_KEY_FILES[setting.name]}", "generated development key file"
     elif setting.name == "maildir" and value is None:
         return str(settings.maildir_path), "default, in the data directory"
