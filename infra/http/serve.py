@@ -362,7 +362,7 @@ def run_api_process(plan: ApiProcess, host: str, port: int) -> None:
         sys.exit(3)
     app = App(plan.settings, database=plan.database, pool_size=API_POOL_SIZE)
     try:
-        app.check_keys()
+        app.check_keys(announce=False)  # serve said it once for all
         started = _run(app, inflight=plan.inflight, reset_page=plan.reset_page, host="", port=0,
                        sockets=[listener], background=plan.background)
     finally:
