@@ -147,8 +147,11 @@ def test_a_bad_reason_is_refused_before_anything_is_written(
 
 
 def test_the_user_is_looked_for_in_the_tenant_given(ada: None, engine: Engine, database_url: str) -> None:
+    assert invoke(database_url, "tenants", "create", "acme").exit_code == 0  # a tenant that exists, without user 1
     before = everything(engine)
 
+    unknown = invoke(database_url, *forget_args("--tenant", "shop", "--reason", REASON, "--yes"))
+    assert unknown.exit_code == 2 and "no tenant named 'shop'" in unknown.output
     elsewhere = invoke(database_url, *forget_args("--tenant", "acme", "--reason", REASON, "--yes"))
     assert elsewhere.exit_code == 3 and "no user '1' of tenant 'acme'" in elsewhere.output
     dry = invoke(database_url, *forget_args("--tenant", "acme", "--reason", REASON, "--dry-run"))

@@ -78,6 +78,8 @@ def test_request_deliver_verify_and_consume_from_the_command_line(env: dict[str,
 
 
 def test_a_tenants_link_is_verified_and_consumed_only_for_that_tenant(env: dict[str, str]) -> None:
+    for tenant in ("acme", "shop"):  # tenants that exist: the command line refuses others
+        assert run(env, "tenants", "create", tenant)[0] == 0
     code, output = run(env, "reset", "request", "--tenant", "acme", "--user-id", "u1", "--email", "ada@example.test")
     assert code == 0, output
     assert run(env, "worker", "--once")[0] == 0
