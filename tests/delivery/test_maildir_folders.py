@@ -9,10 +9,15 @@ import uuid
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 
-from infra.delivery.breaker import Outcome, outcome_of
+from domain.circuit import CircuitPolicy
+from domain.outage import ProviderOutageBegan, provider_stream
+from infra.delivery.breaker import Breaker, Outcome, outcome_of
 from infra.delivery.providers import OutboundEmail, RetryableSendError
 from infra.delivery.providers.maildir import MaildirMailer
+from infra.services.unit_of_work import ServiceContext
+from tests.support.log_reading import stream_events
 
 
 def an_email() -> OutboundEmail:
@@ -55,3 +60,24 @@ def test_a_failed_write_says_the_provider_is_down_and_is_logged_as_a_warning(
     assert failed.value.provider_down and outcome_of(failed.value) is Outcome.DOWN  # counts toward opening the circuit
     [warning] = [record for record in caplog.records if record.levelno == logging.WARNING]
     assert warning.getMessage().startswith("maildir write failed")
+
+
+def test_failed_writes_of_different_emails_open_the_circuit_and_record_the_outage(
+    tmp_path: Path, ctx: ServiceContext, engine: Engine
+) -> None:
+    folder = tmp_path / "mail"
+    mailer = MaildirMailer(folder, "bounces@example.com")
+    shutil.rmtree(folder / "tmp")
+    (folder / "tmp").write_text("not a folder")
+    breaker = Breaker(ctx, mailer.name, owner="worker-1")
+
+    for _ in range(CircuitPolicy().failures_to_open):
+        email = an_email()
+        with pytest.raises(RetryableSendError) as failed:
+            mailer.send(email)
+        breaker.observe(email.message_id, failed.value)
+    breaker.record()
+
+    assert breaker.state == "open"
+    [began] = stream_events(engine, provider_stream("maildir"))
+    assert isinstance(began, ProviderOutageBegan) and began.last_error == "maildir write failed: Not a directory"
