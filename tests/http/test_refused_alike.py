@@ -44,3 +44,19 @@ async def test_the_cli_and_the_api_both_refuse_non_ascii_ids_and_keys_and_write_
     result = CliRunner().invoke(cli, words, env=env)
     assert result.exit_code == 2 and f"{field} must be printable ASCII" in result.stderr, result.output
     assert log_size(engine) == before
+
+
+async def test_a_purpose_out_of_shape_is_refused_by_the_api_and_the_cli_when_verifying(
+    env: dict[str, str], engine: Engine, ctx: ServiceContext, api_key: str
+) -> None:
+    before = log_size(engine)
+    challenge = "00000000-0000-0000-0000-000000000000"
+    async with asgi_client(ctx, api_key) as api:
+        answer = await api.post(f"/v1/otp/challenges/{challenge}/verify",
+                                json={"code": "123456", "user_id": "u1", "purpose": "lögin"})
+    assert answer.status_code == 400, answer.text
+
+    result = CliRunner().invoke(cli, ["otp", "verify", "--user-id", "u1", "--purpose", "lögin", challenge, "123456"],
+                                env=env)
+    assert result.exit_code == 2 and "a purpose name is 1-64 of" in result.stderr, result.output
+    assert log_size(engine) == before
