@@ -153,12 +153,6 @@ def check_actor(actor: object) -> str:
     return actor.strip()
 
 
-def check_optional_text(name: str, value: object, *, max_length: int) -> None:
-    """Like ``check_text``, but None is allowed."""
-    if value is not None:
-        check_text(name, value, max_length=max_length)
-
-
 def check_request_input(
     user_id: object, recipient: object, idempotency_key: object, client: object
 ) -> None:
