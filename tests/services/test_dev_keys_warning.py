@@ -27,12 +27,14 @@ def test_making_the_keys_warns_once_and_a_later_process_reading_them_says_nothin
 ) -> None:
     settings = Settings(data_dir=tmp_path)
     with caplog.at_level(logging.WARNING, logger="authledger"):
-        load_token_keys(settings), load_master_keys(settings)
+        load_token_keys(settings)
+        load_master_keys(settings)
         assert warnings_of(caplog) == [WARNING]
 
         caplog.clear()
         monkeypatch.setattr(infra.keys, "_warned", set())  # as in the next command's process
-        load_token_keys(settings), load_master_keys(settings)
+        load_token_keys(settings)
+        load_master_keys(settings)
         assert warnings_of(caplog) == []
 
         warn_if_development_keys(settings)  # what serve and worker do on every start
