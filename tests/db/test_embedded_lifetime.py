@@ -67,8 +67,7 @@ def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(data_dir
         wait_for("serve to answer", healthy, timeout=90)
         pgdata = (data_dir / "pgdata").resolve()
         assert postgres_serving(pgdata), "serve runs on the embedded server"
-        tree = wait_for("both API processes", lambda: (found := psutil.Process(serve.pid).children(recursive=True))[1:]
-                        and found)
+        tree = wait_for("both API processes", lambda: processes_of(serve.pid, api_processes=2))
     finally:
         serve.send_signal(signal.SIGKILL)
         serve.wait()  # reaped: the pid is really gone, as it is under a shell or a supervisor
@@ -77,6 +76,13 @@ def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(data_dir
              timeout=10)
     assert not (pgdata / "postmaster.pid").exists(), "stopped cleanly, not left for the next start to recover"
     wait_for("serve's API processes to end with it", lambda: None if any(map(running, tree)) else True, timeout=10)
+
+
+def processes_of(pid: int, *, api_processes: int) -> list[psutil.Process] | None:
+    """Every process under ``pid`` (multiprocessing's resource tracker too), once its API processes are there."""
+    tree = psutil.Process(pid).children(recursive=True)
+    spawned = [process for process in tree if "spawn_main" in " ".join(process.cmdline())]
+    return tree if len(spawned) >= api_processes else None
 
 
 def running(process: psutil.Process) -> bool:

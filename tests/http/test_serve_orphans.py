@@ -26,6 +26,13 @@ def alive(process: psutil.Process) -> bool:
         return False
 
 
+def processes_of(pid: int, *, api_processes: int) -> list[psutil.Process] | None:
+    """Every process under ``pid`` (multiprocessing's resource tracker too), once its API processes are there."""
+    tree = psutil.Process(pid).children(recursive=True)
+    spawned = [process for process in tree if "spawn_main" in " ".join(process.cmdline())]
+    return tree if len(spawned) >= api_processes else None
+
+
 def port_is_free(port: int) -> bool:
     """Nothing listens on ``port``: a connection is refused, and a new server could bind it (as serve does)."""
     with socket.socket() as probe:
@@ -48,8 +55,7 @@ def test_a_sigkilled_serve_leaves_no_api_process_behind_and_the_port_free(databa
     serve, base = start_serve(env, tmp_path, "--processes", "2", "--inflight", "4")
     port = int(base.rsplit(":", 1)[1])
     try:
-        supervisor = psutil.Process(serve.pid)
-        tree = wait_for("both API processes", lambda: (found := supervisor.children(recursive=True))[1:] and found)
+        tree = wait_for("both API processes", lambda: processes_of(serve.pid, api_processes=2))
     finally:
         serve.send_signal(signal.SIGKILL)
         serve.wait()  # reaped, as under a shell or a service manager
