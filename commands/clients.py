@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from commands.output import cli_metadata, emit, json_option
+from commands.output import cli_metadata, emit, existing_tenant, json_option
 from domain.clients import SCOPES
 from domain.tenants import DEFAULT_TENANT
 from infra.bootstrap import App
@@ -32,7 +32,7 @@ def _issued(key: IssuedKey, as_json: bool, said: str) -> None:
 
 @clients.command("create")
 @click.argument("name")
-@click.option("--tenant", default=DEFAULT_TENANT, show_default=True, help="The tenant the client acts for.")
+@existing_tenant("The tenant the client acts for.")
 @click.option("--scope", "scopes", multiple=True, required=True, metavar="SCOPE",
               help=f"What its keys may do; repeat for several: {', '.join(SCOPES)}.")
 @json_option
@@ -45,7 +45,7 @@ def clients_create(app: App, name: str, tenant: str, scopes: tuple[str, ...], as
                               f"with scopes {' '.join(created.scopes)}")
 
 
-TENANT = click.option("--tenant", default=DEFAULT_TENANT, show_default=True, help="The tenant the client belongs to.")
+TENANT = existing_tenant("The tenant the client belongs to.")
 
 
 def _tenant_flag(tenant: str) -> str:
@@ -65,7 +65,7 @@ def clients_rotate(app: App, name: str, tenant: str, as_json: bool) -> None:
 
 
 @clients.command("list")
-@click.option("--tenant", default=None, help="Only this tenant's clients (every tenant's when not given).")
+@existing_tenant("Only this tenant's clients (every tenant's when not given).", default=None)
 @json_option
 @click.pass_obj
 def clients_list(app: App, tenant: str | None, as_json: bool) -> None:

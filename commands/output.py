@@ -26,17 +26,32 @@ def emit(data: Any, as_json: bool, text: str) -> None:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for tools.")
 
 
-def _tenant_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def _tenant_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A well-formed tenant that exists (the default, or one created): the HTTP API's callers hold a key of
+    a tenant that exists, and the command line refuses the same, before anything is written or looked up."""
+    if value is None:
+        return None
     try:
-        return check_tenant_name(value)
+        check_tenant_name(value)
+        if value != DEFAULT_TENANT:
+            from infra.services.tenants import require_tenant  # only when a tenant is named
+
+            require_tenant(ctx.find_root().obj.engine, value)
     except InvalidInput as error:
         raise click.BadParameter(error.message) from None
+    return value
 
 
 tenant_option = click.option(
     "--tenant", default=DEFAULT_TENANT, show_default=True, callback=_tenant_name,
     help="The application (tenant) the user belongs to; user ids mean something only inside their tenant.",
 )
+
+
+def existing_tenant(help: str, default: str | None = DEFAULT_TENANT) -> Any:
+    """A ``--tenant`` option with ``help`` that refuses a tenant that does not exist, as ``tenant_option``."""
+    return click.option("--tenant", default=default, show_default=default is not None, callback=_tenant_name,
+                        help=help)
 
 
 CLI_CLIENT = "cli"

@@ -7,8 +7,7 @@ import sys
 import click
 
 from domain.privacy import erasure_reason, subject_of
-from domain.tenants import DEFAULT_TENANT
-from commands.output import cli_metadata, emit, json_option, progress_bar
+from commands.output import cli_metadata, emit, existing_tenant, json_option, progress_bar
 from infra.bootstrap import App
 from infra.services import rewrap as key_rotation
 from infra.services import privacy as erasure_service
@@ -26,8 +25,7 @@ def on_terminal() -> bool:
 
 @privacy.command("forget")
 @click.option("--user-id", required=True, help="The application's id for the user.")
-@click.option("--tenant", default=DEFAULT_TENANT, show_default=True,
-              help="The tenant (application) the user belongs to.")
+@existing_tenant("The tenant (application) the user belongs to.")
 @click.option("--reason", required=True, help="Why, for the record (a ticket, a request); no email address.")
 @click.option("--dry-run", is_flag=True, help="Say what would be destroyed; change nothing.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required when not on a terminal).")

@@ -68,12 +68,26 @@ def user_id_problem(value: str) -> str | None:
     return None
 
 
+def check_token(name: str, value: object, *, max_length: int) -> None:
+    """``check_text``, and printable ASCII only: what a new id or key brought into the log may hold.
+
+    The one rule for the HTTP API (its schemas' ``[!-~]`` patterns) and the
+    command line alike: an id the CLI stored in a character the API refuses
+    could never be named over the API.
+    """
+    check_text(name, value, max_length=max_length)
+    assert isinstance(value, str)
+    if not value.isascii():
+        raise InvalidInput(f"{name} must be printable ASCII characters without spaces")
+
+
 def check_user_id(value: object) -> str:
-    """A new user id, or ``InvalidInput`` unless it is a short single token without an @ in any form."""
+    """A new user id, or ``InvalidInput`` unless it is a short single ASCII token without an @ in any form."""
     check_text("user_id", value, max_length=MAX_USER_ID)
     assert isinstance(value, str)
-    if problem := user_id_problem(value):
+    if problem := user_id_problem(value):  # first, as the API asks it first: an @ look-alike is named as such
         raise InvalidInput(problem)
+    check_token("user_id", value, max_length=MAX_USER_ID)
     return value
 
 
@@ -139,12 +153,6 @@ def check_actor(actor: object) -> str:
     return actor.strip()
 
 
-def check_optional_text(name: str, value: object, *, max_length: int) -> None:
-    """Like ``check_text``, but None is allowed."""
-    if value is not None:
-        check_text(name, value, max_length=max_length)
-
-
 def check_request_input(
     user_id: object, recipient: object, idempotency_key: object, client: object
 ) -> None:
@@ -152,5 +160,7 @@ def check_request_input(
     well formed, so that bad input is refused before anything is decided."""
     check_user_id(user_id)
     check_address(recipient)
-    check_optional_text("idempotency_key", idempotency_key, max_length=255)
-    check_optional_text("client", client, max_length=200)
+    if idempotency_key is not None:
+        check_token("idempotency_key", idempotency_key, max_length=255)
+    if client is not None:
+        check_token("client", client, max_length=200)

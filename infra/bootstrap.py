@@ -47,10 +47,15 @@ class App:
             self._database = Database.locate(self.settings.database_url, self.settings.data_dir)
         return self._database
 
-    def check_keys(self) -> None:
-        """Load the token and master keys now, so a long-running process refuses to start without them."""
+    def check_keys(self, *, announce: bool = True) -> None:
+        """Load the token and master keys now, so a long-running process refuses to start without them;
+        ``announce``: say so when they are development keys (``serve``'s API processes leave it to ``serve``)."""
+        from infra.keys import warn_if_development_keys
+
         self.services  # noqa: B018 - token keys load with the service context
         self.master_keys  # noqa: B018
+        if announce:
+            warn_if_development_keys(self.settings)
 
     def reserve_connections(self, threads: int) -> None:
         """Size the pool for ``threads`` delivery threads, each of which holds a connection per message."""

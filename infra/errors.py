@@ -127,3 +127,9 @@ class PortUnavailable(AuthledgerError):
     """`serve` cannot listen where it was asked to: the port is taken, or the address is not this host's."""
 
     exit_code = 69  # EX_UNAVAILABLE
+
+
+class EmailsGivenUp(AuthledgerError):
+    """`worker --once` gave up on at least one email (abandoned at the hard cap, or refused for good)."""
+
+    exit_code = 13  # a command-line answer only, never an HTTP one

@@ -3,7 +3,8 @@
 On the embedded default with no AUTHLEDGER_TOKEN_KEYS (or no
 AUTHLEDGER_MASTER_KEY), a development key is generated once into the data
 directory (mode 0600) with a warning, so that a fresh clone works;
-production configures its own keys.
+production configures its own keys. The warning comes again on every start
+of the long-running commands, not on every command.
 """
 
 from __future__ import annotations
@@ -38,16 +39,26 @@ def _dev_keys(data_dir: Path, file_name: str = DEV_KEY_FILE) -> str:
         else:
             with os.fdopen(descriptor, "w") as file:
                 file.write(f"dev:{encoded}\n")
-    _warn_once(data_dir)
+            _warn_once(data_dir)  # made now: worth a line from whichever command it is
     return path.read_text().strip()
+
+
+def warn_if_development_keys(settings: Settings) -> None:
+    """The development-keys warning, where it matters: ``serve`` and ``worker`` say it on every start.
+
+    Other commands say it only when they generate a key, not on every run
+    (a command that reads or writes one record need not repeat it).
+    """
+    if settings.database_url is None and not (settings.token_keys and settings.master_key):
+        _warn_once(settings.data_dir)
 
 
 _warned: set[Path] = set()
 
 
 def _warn_once(data_dir: Path) -> None:
-    # One line per process and data directory: a command that loads both
-    # keys (or loads one several times) must not print a wall of warnings.
+    # One line per process and data directory: a command that makes both
+    # keys, or a serve that makes them and then starts, says it once.
     if data_dir in _warned:
         return
     _warned.add(data_dir)

@@ -13,6 +13,8 @@ import base64
 import binascii
 import hashlib
 import json
+import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,9 +26,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from domain.errors import ConfigError, InvalidInput
 from infra.errors import DigestInvalid
-from infra.config.settings import Settings
+from infra.config.settings import DEV_KEY_FILES, Settings
 from infra.config.values import parse_signing_key
+from infra.logs import log_event
 from projections.audit_chain import Seal, canonical_json
+
+log = logging.getLogger("authledger.audit")
 
 DIGEST_FORMAT = "authledger-digest/1"
 RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
@@ -38,7 +43,12 @@ MISSING_KEY = (
 
 
 def signing_key(settings: Settings) -> Ed25519PrivateKey:
-    """The operator's Ed25519 key from configuration; ConfigError (never the key) when absent or unusable."""
+    """The operator's Ed25519 key from configuration; ConfigError (never the key) when absent or unusable.
+
+    On the embedded default with neither variable set, a development key generated once into the data
+    directory, as the development token and master keys are (``infra.keys``): the quick start's ``audit
+    digest``, ``audit public-key`` and the console's signed downloads work as they will in production.
+    """
     if settings.signing_key:
         try:
             return Ed25519PrivateKey.from_private_bytes(parse_signing_key(settings.signing_key))
@@ -46,7 +56,28 @@ def signing_key(settings: Settings) -> Ed25519PrivateKey:
             raise ConfigError(f"AUTHLEDGER_SIGNING_KEY {error}") from None
     if settings.signing_key_file:
         return _key_from_file(settings.signing_key_file)
+    if settings.database_url is None:
+        return _key_from_file(_dev_signing_key_file(settings.data_dir))
     raise ConfigError(MISSING_KEY)
+
+
+def _dev_signing_key_file(data_dir: Path) -> Path:
+    """The development signing key's PEM file (mode 0600), made by the first process that needs it."""
+    path = data_dir / DEV_KEY_FILES["signing_key"]
+    if path.exists():
+        return path
+    pem = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path  # another process made it first; use theirs
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(pem)
+    log_event(log, "generated a development audit signing key; set AUTHLEDGER_SIGNING_KEY or "
+              "AUTHLEDGER_SIGNING_KEY_FILE in production", logging.WARNING, path=str(path))
+    return path
 
 
 def _key_from_file(path: Path) -> Ed25519PrivateKey:
@@ -67,7 +98,9 @@ def _key_from_file(path: Path) -> Ed25519PrivateKey:
 
 
 def configured_public_key(settings: Settings) -> Ed25519PublicKey | None:
-    if not (settings.signing_key or settings.signing_key_file):
+    """The public half of the configured key (or of the development key, once made); None without one."""
+    made = settings.database_url is None and (settings.data_dir / DEV_KEY_FILES["signing_key"]).exists()
+    if not (settings.signing_key or settings.signing_key_file or made):
         return None
     return signing_key(settings).public_key()
 

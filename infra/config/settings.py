@@ -283,8 +283,9 @@ def _cross_checks(settings: Settings) -> list[str]:
     return problems
 
 
-# Keys generated into the data directory on the embedded default (infra/keys.py).
-DEV_KEY_FILES = {"token_keys": "dev-token-key", "master_key": "dev-master-key"}
+# Keys generated into the data directory on the embedded default (infra/keys.py; the audit signing key in
+# infra/audit/digest.py).
+DEV_KEY_FILES = {"token_keys": "dev-token-key", "master_key": "dev-master-key", "signing_key": "dev-signing-key.pem"}
 
 
 @frozen
@@ -306,13 +307,17 @@ def shown_settings(settings: Settings, environ: Mapping[str, str], command_line:
 def _value_and_source(settings: Settings, setting: Setting, environ: Mapping[str, str],
                       command_line: frozenset[str]) -> tuple[Any, str]:
     value = getattr(settings, setting.name)
+    if setting.name == "dev_reset_page" and settings.database_url is None:
+        # What `serve` does (infra/http/serve.py, reset_page_enabled), whatever the variable says.
+        return True, "always on for the embedded default"
     if setting.name in command_line:
         source = "command line"
     elif environ.get(setting.variable, "") != "":
         source = "environment"
     elif settings.database_url is None and setting.name == "database_url":
         return f"embedded PostgreSQL in {settings.data_dir / 'pgdata'}", "embedded database: `authledger db url`"
-    elif settings.database_url is None and setting.name in DEV_KEY_FILES:
+    elif settings.database_url is None and setting.name in DEV_KEY_FILES and not (
+            setting.name == "signing_key" and settings.signing_key_file is not None):
         return f"*** from {settings.data_dir / DEV_KEY_FILES[setting.name]}", "generated development key file"
     elif setting.name == "maildir" and value is None:
         return str(settings.maildir_path), "default, in the data directory"

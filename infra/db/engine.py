@@ -10,7 +10,9 @@ import re
 import time
 from pathlib import Path
 
+import psycopg
 from attrs import field, frozen
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
@@ -29,6 +31,7 @@ CONNECT_TIMEOUT_SECONDS = 5
 # checkout cost each one-event append a round trip (HikariCP makes the same
 # call with its 500 ms aliveBypassWindowMs).
 PING_WHEN_IDLE_SECONDS = 0.5
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")  # libpq's
 
 
 def _sqlalchemy_url(url: str) -> str:
@@ -40,7 +43,37 @@ def _sqlalchemy_url(url: str) -> str:
         make_url(candidate)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise ConfigError(f"database URL {mask_url(url)!r} is malformed") from None
+    _check_for_driver(candidate, url)
     return candidate
+
+
+def _check_for_driver(candidate: str, url: str) -> None:
+    """``ConfigError`` in one line for a URL the driver would refuse only at the first connection (as "database
+    unavailable") or with an internal error: the parameters SQLAlchemy hands psycopg, checked by libpq's own
+    parser, then the values libpq checks only on connecting."""
+    try:
+        parsed = make_url(candidate)
+        _, arguments = parsed.get_dialect()().create_connect_args(parsed)
+        parameters = conninfo_to_dict(make_conninfo("", **arguments))
+    except ArgumentError as error:  # SQLAlchemy's own: a port of several hosts that is not a number
+        raise ConfigError(f"database URL {mask_url(url)!r} is malformed: {error}") from None
+    except (ValueError, psycopg.Error) as error:
+        raise ConfigError(f"database URL {mask_url(url)!r} is malformed: {_quoting_no_secret(error)}") from None
+    ports = [*str(parameters.get("port") or "").split(","), "" if parsed.port is None else str(parsed.port)]
+    for port in ports:  # SQLAlchemy leaves out a port of 0
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise ConfigError(f"database URL {mask_url(url)!r} has port {port!r}: a port is a number from 1 to "
+                              "65535")
+    if parameters.get("sslmode", "prefer") not in SSL_MODES:
+        raise ConfigError(f"database URL {mask_url(url)!r} has an sslmode libpq does not know: use one of "
+                          f"{', '.join(SSL_MODES)}")
+
+
+def _quoting_no_secret(error: Exception) -> str:
+    """libpq's first line, with what it quotes masked unless it is a parameter's name: libpq quotes the
+    whole URL, or a token of it, password included."""
+    line = (str(error).strip().splitlines() or ["not a URL libpq takes"])[0]
+    return re.sub(r'"([^"]*)"', lambda quoted: quoted[0] if re.fullmatch(r"[a-z_]+", quoted[1]) else '"***"', line)
 
 
 def _hosts_in_query(rest: str) -> str:

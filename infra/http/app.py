@@ -31,6 +31,7 @@ from infra.delivery.worker import Worker
 from infra.http.admin import Admin, admin_routes
 from infra.http.api import Api
 from infra.http.deadlines import BODY_SECONDS, BodyDeadline
+from infra.http.methods import allowed_methods
 from infra.http.pages import docs_routes, reset_page_routes
 from infra.http.problems import MethodNotAllowed, RouteNotFound, problem_response
 from infra.http.request_context import RequestContext
@@ -69,7 +70,8 @@ def create_app(
     async def on_http_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, HTTPException)
         if error.status_code == 405:
-            allowed = (error.headers or {}).get("Allow", "")
+            # Every method of the path, not only those of the route that happened to match first.
+            allowed = ", ".join(allowed_methods(request.app.routes, request.scope["path"], request.method))
             return problem_response(MethodNotAllowed(f"{request.method} is not allowed here; use {allowed}"),
                                     headers={"Allow": allowed})
         if error.status_code == 404:

@@ -13,8 +13,8 @@ from domain.clients import SCOPES
 
 Schema = dict[str, Any]
 
-# Printable ASCII without space: what the domain accepts as an id, minus the
-# Unicode corners that JSON Schema cannot describe.
+# Printable ASCII without space: what the domain accepts as a new id or key
+# (domain.input_checks.check_token), for the command line too.
 ASCII_TOKEN = "[!-~]"
 USER_ID: Schema = {
     "type": "string", "minLength": 1, "maxLength": 200, "pattern": f"^{ASCII_TOKEN}+$",

@@ -43,6 +43,7 @@ from infra.db.reading import reading
 from infra.errors import ApiProcessExited, PortUnavailable
 from infra.http.app import create_app
 from infra.http.deadlines import DeadlineProtocol
+from infra.http.parent_watch import follow_parent
 from infra.console.app import Console
 from infra.audit.digest import signing_key
 from infra.services.clients import authenticate, create_client, revoke_client
@@ -50,6 +51,7 @@ from infra.logs import configure_logging, log_event
 from infra.db.schema import init_schema
 from infra.projector.catchup import CatchUpRunner
 from infra.services.closed_counts import ClosedCountsWriter
+from infra.delivery.providers.maildir import make_maildir
 from infra.delivery.worker import Worker
 
 log = logging.getLogger("authledger.serve")
@@ -174,6 +176,7 @@ def _prepare(app: App, *, host: str, port: int, inflight: int) -> tuple[list[str
         lines.append(f"database: {app.database.display_url}")
     app.check_keys()  # refuse to start, rather than answer every request with an error
     if settings.provider == "maildir":
+        make_maildir(settings.maildir_path)  # here, before anything runs: a folder that cannot be made is refused
         lines.append(f"mail: delivered to the Maildir {settings.maildir_path.resolve()} (one file per email in new/)")
     else:
         lines.append(f"mail: sent through the {settings.provider} provider")
@@ -275,7 +278,8 @@ def serve_processes(plan: ApiProcess, *, host: str, port: int, processes: int,
     SKIP LOCKED, counts written under their stream's lock; it would only
     multiply the window). A process that exits on its own stops the others:
     ``ApiProcessExited``, for the service manager to restart the whole. One
-    that has not stopped ``STOP_GRACE_SECONDS`` after SIGTERM is killed.
+    that has not stopped ``STOP_GRACE_SECONDS`` after SIGTERM is killed. A
+    supervisor killed outright takes them with it (``infra.http.parent_watch``).
     """
     with port_socket(host, port, shared=False) as alone:
         port = alone.getsockname()[1]  # the one chosen, when asked for port 0
@@ -346,8 +350,10 @@ def port_socket(host: str, port: int, *, shared: bool = True) -> socket.socket:
 
 
 def run_api_process(plan: ApiProcess, host: str, port: int) -> None:
-    """One API process: its own engine and pool, and its own socket on the shared port, until SIGTERM."""
+    """One API process: its own engine and pool, and its own socket on the shared port, until SIGTERM
+    or until the supervisor ends, however it ends."""
     stop_on_sigterm()
+    follow_parent(grace_seconds=STOP_GRACE_SECONDS)
     configure_logging(plan.settings.log_format)
     _route_uvicorn_logs()
     try:
@@ -357,7 +363,7 @@ def run_api_process(plan: ApiProcess, host: str, port: int) -> None:
         sys.exit(3)
     app = App(plan.settings, database=plan.database, pool_size=API_POOL_SIZE)
     try:
-        app.check_keys()
+        app.check_keys(announce=False)  # serve said it once for all
         started = _run(app, inflight=plan.inflight, reset_page=plan.reset_page, host="", port=0,
                        sockets=[listener], background=plan.background)
     finally:

@@ -21,7 +21,7 @@ from uuid import UUID
 from sqlalchemy import Connection, bindparam, select
 
 from domain.decisions import Decision, Refused, Rejected, RequestOutcome, VerifyOutcome
-from domain.input_checks import check_optional_text, check_text
+from domain.input_checks import check_text
 from domain.errors import CodeRejected, InvalidInput, LockedOut
 from domain.limits import Quota
 from domain.request_rules import RATE_WINDOW
@@ -29,7 +29,7 @@ from infra.errors import RateLimited
 from domain.otp import RequestOtp, check_code_shape, decide_otp_request, decide_otp_verify
 from domain.otp_events import OtpChallengeLockedOut, otp_stream
 from domain.otp_state import fold_otp
-from domain.tenants import DEFAULT_TENANT, scoped_user
+from domain.tenants import DEFAULT_TENANT, check_purpose_name, scoped_user
 from infra.db import tables
 from infra.services.address_index import address_hmac
 from infra.logs import log_event
@@ -154,7 +154,8 @@ def verify_code(
     """
     challenge_id = parse_challenge_id(challenge_id)
     check_text("user_id", user_id, max_length=200)
-    check_optional_text("purpose", purpose, max_length=64)
+    if purpose is not None:
+        check_purpose_name(purpose)  # the one rule for a purpose, as when the code was requested
     admit = verify_admission(ctx.keys, ctx.send_limits, tenant=tenant, client_ip=client_ip)
     # The code's shape is checked against the challenge's own length, which
     # only its stream knows (decide_otp_verify).

@@ -55,7 +55,7 @@ def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(data_dir
     env.update({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "json"})
     port = free_port()
     with serve_err.open("wb") as err:
-        serve = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port)], env=env,
+        serve = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), "--processes", "2"], env=env,
                                  stdout=subprocess.DEVNULL, stderr=err)
     try:
         def healthy() -> bool | None:
@@ -68,6 +68,7 @@ def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(data_dir
         wait_until(healthy, what="serve to answer", timeout=90)
         pgdata = (data_dir / "pgdata").resolve()
         assert postgres_serving(pgdata), "serve runs on the embedded server"
+        tree = wait_until(lambda: processes_of(serve.pid, api_processes=2), what="both API processes")
     finally:
         serve.send_signal(signal.SIGKILL)
         serve.wait()  # reaped: the pid is really gone, as it is under a shell or a supervisor
@@ -75,6 +76,21 @@ def test_the_embedded_server_stops_within_seconds_after_serve_is_killed(data_dir
     wait_until(lambda: not postgres_serving(pgdata), what=f"the embedded server to stop ({state_of(pgdata)})",
                timeout=10)
     assert not (pgdata / "postmaster.pid").exists(), "stopped cleanly, not left for the next start to recover"
+    wait_until(lambda: not any(map(running, tree)), what="serve's API processes to end with it", timeout=10)
+
+
+def processes_of(pid: int, *, api_processes: int) -> list[psutil.Process] | None:
+    """Every process under ``pid`` (multiprocessing's resource tracker too), once its API processes are there."""
+    tree = psutil.Process(pid).children(recursive=True)
+    spawned = [process for process in tree if "spawn_main" in " ".join(process.cmdline())]
+    return tree if len(spawned) >= api_processes else None
+
+
+def running(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE  # ended, and not yet reaped by whoever adopted it
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.mark.slow

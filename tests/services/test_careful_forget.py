@@ -143,8 +143,11 @@ def test_a_bad_reason_is_refused_before_anything_is_written(
 
 
 def test_the_user_is_looked_for_in_the_tenant_given(ada: None, engine: Engine, env: Env) -> None:
+    assert run_cli(env, "tenants", "create", "acme").exit_code == 0  # a tenant that exists, without user 1
     before = everything(engine)
 
+    unknown = run_cli(env, *forget_args("--tenant", "shop", "--reason", REASON, "--yes"))
+    assert unknown.exit_code == 2 and "no tenant named 'shop'" in unknown.output
     elsewhere = run_cli(env, *forget_args("--tenant", "acme", "--reason", REASON, "--yes"))
     assert elsewhere.exit_code == 3 and "no user '1' of tenant 'acme'" in elsewhere.output
     dry = run_cli(env, *forget_args("--tenant", "acme", "--reason", REASON, "--dry-run"))

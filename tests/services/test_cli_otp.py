@@ -148,6 +148,8 @@ def test_the_account_lock_follows_its_environment_settings(env: Env, engine: Eng
 
 
 def test_a_tenants_code_is_verified_only_for_that_tenant_and_user(env: Env, engine: Engine) -> None:
+    for tenant in ("acme", "shop"):  # tenants that exist: the command line refuses others
+        assert cli_outcome(env, "tenants", "create", tenant)[0] == 0
     code, output = cli_outcome(env, "otp", "request", "--tenant", "acme", "--user-id", "u1", "--email",
                                "ada@example.test", "--purpose", "step_up", "--json")  # fmt: skip
     assert code == 0, output

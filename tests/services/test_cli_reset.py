@@ -55,6 +55,8 @@ def test_request_deliver_verify_and_consume_from_the_command_line(env: Env) -> N
 
 
 def test_a_tenants_link_is_verified_and_consumed_only_for_that_tenant(env: Env) -> None:
+    for tenant in ("acme", "shop"):  # tenants that exist: the command line refuses others
+        assert cli_outcome(env, "tenants", "create", tenant)[0] == 0
     code, output = cli_outcome(env, "reset", "request", "--tenant", "acme", "--user-id", "u1",
                                "--email", "ada@example.test")
     assert code == 0, output

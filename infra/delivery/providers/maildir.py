@@ -4,20 +4,40 @@ from __future__ import annotations
 
 import asyncio
 import email.policy
-import mailbox
+import logging
 import os
 from pathlib import Path
 from uuid import uuid4
 
+from domain.errors import ConfigError
 from infra.delivery.providers import OutboundEmail, ProviderReceipt, RetryableSendError, envelope_address
 from infra.delivery.providers.mime import render_mime
 from infra.delivery.providers.threads import SendThreads
+from infra.logs import log_event
+
+log = logging.getLogger("authledger.delivery")
 
 # Not a Maildir++ folder (those start with a dot), so mail readers and
 # ``mailbox.Maildir.list_folders`` leave it alone.
 _DELIVERED_DIR = "authledger-delivered"
 # Files on disk end lines with "\n", as ``mailbox`` writes them.
 _FILE_POLICY = email.policy.default
+
+
+def make_maildir(path: Path) -> None:
+    """Make each of ``path``'s folders that is missing (mode 0700), ``path`` and its parents included.
+
+    ``mailbox.Maildir(create=True)`` makes cur/new/tmp only when the folder
+    itself is missing: an existing empty folder failed every send. The
+    parents too: the data directory need not exist yet when DATABASE_URL is
+    set. ``ConfigError`` when they cannot be made.
+    """
+    try:
+        for folder in ("cur", "new", "tmp", _DELIVERED_DIR):
+            (path / folder).mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"the Maildir {path} cannot be made: {e.strerror or type(e).__name__} "
+                          "(AUTHLEDGER_MAILDIR, or AUTHLEDGER_DATA_DIR that holds it by default)") from e
 
 
 class MaildirMailer:
@@ -55,10 +75,8 @@ class MaildirMailer:
     def __init__(self, path: Path, sender: str, *, window: int = 1) -> None:
         self.path = Path(path)
         self.sender = envelope_address(sender)
-        # Creates path/{cur,new,tmp} (mode 0700) if they are missing.
-        mailbox.Maildir(self.path, create=True)
+        make_maildir(self.path)
         self._delivered = self.path / _DELIVERED_DIR
-        self._delivered.mkdir(mode=0o700, exist_ok=True)
         self._threads = SendThreads(self.send, window, self.name)
 
     async def send_async(self, email: OutboundEmail) -> ProviderReceipt:
@@ -81,7 +99,10 @@ class MaildirMailer:
             self._deliver(key, data)
             marker.touch(mode=0o600)
         except OSError as e:
-            raise RetryableSendError(f"maildir write failed: {e.strerror or type(e).__name__}") from e
+            # The disk, not this email: the provider is down for every email until the folder is fixed.
+            error = f"maildir write failed: {e.strerror or type(e).__name__}"
+            log_event(log, error, logging.WARNING, path=str(self.path), message_id=key)
+            raise RetryableSendError(error, provider_down=True) from e
         return receipt
 
     def _deliver(self, key: str, data: bytes) -> None:
