@@ -32,7 +32,8 @@ from infra.services.locks import stream_lock_id
 from infra.services.tenants import create_tenant
 from infra.services.unit_of_work import ServiceContext
 from tests.http.support import asgi_client, assert_problem, log_size
-from tests.support.servers import served, wait_for
+from tests.support.servers import served
+from tests.support.waiting import wait_until
 
 GENEROUS = FairnessPolicy(key_per_second=10_000, key_burst=10_000, tenant_per_second=10_000, tenant_burst=10_000)
 STUCK_USER = "stuck"
@@ -93,9 +94,9 @@ def test_a_tenant_at_its_cap_waits_without_a_thread_while_another_tenants_reques
 
         with stream_held(engine, "acme", STUCK_USER):
             stuck = [acme(1), acme(2)]
-            wait_for("acme's two creates to wait in the database", lambda: waiting_in_database(engine) == 2 or None)
+            wait_until(lambda: waiting_in_database(engine) == 2, what="acme's two creates to wait in the database")
             third = acme(3)
-            wait_for("acme's third create to wait for its turn", lambda: fairness_of(app).holding("acme") == 3 or None)
+            wait_until(lambda: fairness_of(app).holding("acme") == 3, what="acme's third create to wait for its turn")
 
             shop = create(base, keys["shop"], "someone")
             done.append("shop")
@@ -117,7 +118,7 @@ def test_a_tenant_over_its_cap_with_no_wait_is_refused_at_once_and_nothing_is_wr
     with served(create_app(ctx)) as base, ThreadPoolExecutor(2) as pool:
         with stream_held(engine, "acme", STUCK_USER):
             stuck = [pool.submit(create, base, keys["acme"], STUCK_USER) for _ in range(2)]
-            wait_for("acme's two creates to wait in the database", lambda: waiting_in_database(engine) == 2 or None)
+            wait_until(lambda: waiting_in_database(engine) == 2, what="acme's two creates to wait in the database")
             before = log_size(engine)
 
             refused = create(base, keys["acme"], "another-user")

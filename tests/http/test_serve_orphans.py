@@ -13,7 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.support.servers import start_serve, wait_for
+from tests.support.servers import start_serve
+from tests.support.waiting import wait_until
 
 KEYS = "orphans:" + base64.urlsafe_b64encode(b"o" * 32).decode().rstrip("=")
 
@@ -55,14 +56,13 @@ def test_a_sigkilled_serve_leaves_no_api_process_behind_and_the_port_free(databa
     serve, base = start_serve(env, tmp_path, "--processes", "2", "--inflight", "4")
     port = int(base.rsplit(":", 1)[1])
     try:
-        tree = wait_for("both API processes", lambda: processes_of(serve.pid, api_processes=2))
+        tree = wait_until(lambda: processes_of(serve.pid, api_processes=2), what="both API processes")
     finally:
         serve.send_signal(signal.SIGKILL)
         serve.wait()  # reaped, as under a shell or a service manager
 
     # Bounded, as the issue tells it ("nothing holds the port 10 s later"): the state is asserted, not the time.
-    wait_for("every process serve started to end with it", lambda: None if any(map(alive, tree)) else True,
-             timeout=10)
+    wait_until(lambda: not any(map(alive, tree)), what="every process serve started to end with it", timeout=10)
     assert port_is_free(port), f"something still holds port {port}"
     said = [json.loads(line)["event"] for line in (tmp_path / "serve.err").read_text().splitlines()
             if line.startswith("{")]
