@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import base64
-
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import Engine
 
-from cli import cli
 from infra.services.unit_of_work import ServiceContext
 from tests.http.support import asgi_client, log_size
+from tests.support.cli import Env, run_cli
 
 pytestmark = pytest.mark.anyio
-KEYS = "k1:" + base64.urlsafe_b64encode(b"t" * 32).decode().rstrip("=")
-
-
-@pytest.fixture
-def env(database_url: str) -> dict[str, str]:
-    return {"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS, "AUTHLEDGER_LOG_FORMAT": "json"}
-
 
 NON_ASCII = [
     ("user_id", ["--user-id", "üser"], {"user_id": "üser"}, {}),
@@ -31,7 +21,7 @@ NON_ASCII = [
 @pytest.mark.parametrize(("field", "options", "body", "headers"), NON_ASCII, ids=[case[0] for case in NON_ASCII])
 @pytest.mark.parametrize("flow", ["reset", "otp"])
 async def test_the_cli_and_the_api_both_refuse_non_ascii_ids_and_keys_and_write_nothing(
-    env: dict[str, str], engine: Engine, ctx: ServiceContext, api_key: str, flow: str, field: str,
+    env: Env, engine: Engine, ctx: ServiceContext, api_key: str, flow: str, field: str,
     options: list[str], body: dict[str, str], headers: dict[str, bytes],
 ) -> None:
     before = log_size(engine)
@@ -42,13 +32,13 @@ async def test_the_cli_and_the_api_both_refuse_non_ascii_ids_and_keys_and_write_
     assert answer.status_code == 400, answer.text
 
     words = [flow, "request", "--user-id", "u1", "--email", "ada@example.test", *options]
-    result = CliRunner().invoke(cli, words, env=env)
+    result = run_cli(env, *words)
     assert result.exit_code == 2 and f"{field} must be printable ASCII" in result.stderr, result.output
     assert log_size(engine) == before
 
 
 async def test_a_purpose_out_of_shape_is_refused_by_the_api_and_the_cli_when_verifying(
-    env: dict[str, str], engine: Engine, ctx: ServiceContext, api_key: str
+    env: Env, engine: Engine, ctx: ServiceContext, api_key: str
 ) -> None:
     before = log_size(engine)
     challenge = "00000000-0000-0000-0000-000000000000"
@@ -57,7 +47,6 @@ async def test_a_purpose_out_of_shape_is_refused_by_the_api_and_the_cli_when_ver
                                 json={"code": "123456", "user_id": "u1", "purpose": "lögin"})
     assert answer.status_code == 400, answer.text
 
-    result = CliRunner().invoke(cli, ["otp", "verify", "--user-id", "u1", "--purpose", "lögin", challenge, "123456"],
-                                env=env)
+    result = run_cli(env, "otp", "verify", "--user-id", "u1", "--purpose", "lögin", challenge, "123456")
     assert result.exit_code == 2 and "a purpose name is 1-64 of" in result.stderr, result.output
     assert log_size(engine) == before

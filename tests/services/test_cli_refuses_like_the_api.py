@@ -5,17 +5,14 @@ Non-ASCII ids and keys, refused alike by both: tests/http/test_refused_alike.py.
 
 from __future__ import annotations
 
-import base64
 import uuid
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import Engine
 
-from cli import cli
 from tests.http.support import log_size
+from tests.support.cli import Env, run_cli
 
-KEYS = "k1:" + base64.urlsafe_b64encode(b"t" * 32).decode().rstrip("=")
 SOME_ID = str(uuid.uuid4())
 UNKNOWN = "nope"
 
@@ -35,18 +32,13 @@ COMMANDS_WITH_A_TENANT = [
 ]
 
 
-@pytest.fixture
-def env(database_url: str) -> dict[str, str]:
-    return {"DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS, "AUTHLEDGER_LOG_FORMAT": "json"}
-
-
 @pytest.mark.parametrize("words", COMMANDS_WITH_A_TENANT, ids=lambda words: " ".join(words[:2]))
 def test_every_command_with_a_tenant_refuses_one_that_does_not_exist_and_writes_nothing(
-    env: dict[str, str], engine: Engine, words: list[str]
+    env: Env, engine: Engine, words: list[str]
 ) -> None:
     before = log_size(engine)
 
-    result = CliRunner().invoke(cli, [*words, "--tenant", UNKNOWN], env=env)
+    result = run_cli(env, *words, "--tenant", UNKNOWN)
 
     assert result.exit_code == 2, result.output
     assert f"no tenant named '{UNKNOWN}'; create it with `authledger tenants create {UNKNOWN}`" in result.stderr
@@ -54,8 +46,7 @@ def test_every_command_with_a_tenant_refuses_one_that_does_not_exist_and_writes_
     assert log_size(engine) == before
 
 
-def test_a_tenant_once_created_is_taken(env: dict[str, str]) -> None:
-    assert CliRunner().invoke(cli, ["tenants", "create", "acme"], env=env).exit_code == 0
-    result = CliRunner().invoke(
-        cli, ["reset", "request", "--tenant", "acme", "--user-id", "u1", "--email", "ada@example.test"], env=env)
+def test_a_tenant_once_created_is_taken(env: Env) -> None:
+    assert run_cli(env, "tenants", "create", "acme").exit_code == 0
+    result = run_cli(env, "reset", "request", "--tenant", "acme", "--user-id", "u1", "--email", "ada@example.test")
     assert result.exit_code == 0, result.output
