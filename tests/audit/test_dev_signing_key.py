@@ -7,13 +7,12 @@ import stat
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from cryptography.hazmat.primitives import serialization
 
-from cli import cli
 from domain.errors import ConfigError
 from infra.audit.digest import configured_public_key, signing_key
 from infra.config.settings import Settings
+from tests.support.cli import cli_env, run_cli
 
 RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
 
@@ -43,13 +42,13 @@ def test_with_a_database_url_a_signing_key_is_still_required(tmp_path: Path) -> 
 
 
 def test_audit_public_key_works_on_the_defaults_and_config_show_says_where_the_key_is(tmp_path: Path) -> None:
-    env = {"DATABASE_URL": None, "AUTHLEDGER_DATA_DIR": str(tmp_path / "data"), "AUTHLEDGER_SIGNING_KEY": None,
-           "AUTHLEDGER_SIGNING_KEY_FILE": None}
-    first = CliRunner().invoke(cli, ["audit", "public-key"], env=env)
-    again = CliRunner().invoke(cli, ["audit", "public-key"], env=env)
+    env = cli_env(None, AUTHLEDGER_DATA_DIR=str(tmp_path / "data"), AUTHLEDGER_SIGNING_KEY=None,
+                  AUTHLEDGER_SIGNING_KEY_FILE=None)
+    first = run_cli(env, "audit", "public-key")
+    again = run_cli(env, "audit", "public-key")
     assert first.exit_code == again.exit_code == 0, first.output
     assert first.stdout == again.stdout and first.stdout.strip()
 
-    shown = CliRunner().invoke(cli, ["config", "show"], env=env)
+    shown = run_cli(env, "config", "show")
     [line] = [line for line in shown.output.splitlines() if line.startswith("AUTHLEDGER_SIGNING_KEY=")]
     assert "dev-signing-key.pem" in line and line.endswith("# generated development key file")
