@@ -5,12 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from cli import cli
 from domain.errors import ConfigError
 from infra.db.engine import Database
-
+from tests.support.cli import cli_env, cli_streams
 
 
 @pytest.mark.parametrize(("url", "said"), [
@@ -31,10 +29,10 @@ def test_a_url_the_driver_cannot_take_is_refused_in_one_line_that_quotes_no_secr
     assert said in refused.value.message
     assert "s3cr" not in refused.value.message
 
-    result = CliRunner().invoke(cli, ["tenants", "list"], env={"DATABASE_URL": url})
-    assert result.exit_code == 78
-    assert result.stderr.startswith("Error: database URL ") and len(result.stderr.splitlines()) == 1
-    assert "s3cr" not in result.stderr
+    code, _, err = cli_streams(cli_env(url), "tenants", "list")
+    assert code == 78
+    assert err.startswith("Error: database URL ") and len(err.splitlines()) == 1
+    assert "s3cr" not in err
 
 
 @pytest.mark.parametrize("url", [
