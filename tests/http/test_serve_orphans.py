@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import base64
 import errno
 import json
-import os
 import signal
 import socket
 from pathlib import Path
@@ -13,10 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.cli import Env
 from tests.support.servers import start_serve
 from tests.support.waiting import wait_until
-
-KEYS = "orphans:" + base64.urlsafe_b64encode(b"o" * 32).decode().rstrip("=")
 
 
 def alive(process: psutil.Process) -> bool:
@@ -49,10 +46,8 @@ def port_is_free(port: int) -> bool:
 
 
 @pytest.mark.slow
-def test_a_sigkilled_serve_leaves_no_api_process_behind_and_the_port_free(database_url: str, tmp_path: Path) -> None:
-    env = {**os.environ, "DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": KEYS,
-           "AUTHLEDGER_DATA_DIR": str(tmp_path / "data"), "AUTHLEDGER_MAILDIR": str(tmp_path / "maildir"),
-           "AUTHLEDGER_RESET_URL": "https://app.test/reset", "AUTHLEDGER_LOG_FORMAT": "json"}
+def test_a_sigkilled_serve_leaves_no_api_process_behind_and_the_port_free(env: Env, tmp_path: Path) -> None:
+    env = {**env, "AUTHLEDGER_DATA_DIR": str(tmp_path / "data")}
     serve, base = start_serve(env, tmp_path, "--processes", "2", "--inflight", "4")
     port = int(base.rsplit(":", 1)[1])
     try:
