@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 import infra.keys
 from infra.config.settings import Settings
 from infra.keys import load_master_keys, load_token_keys, warn_if_development_keys
-from tests.support.embedded import fresh_data_dir
+from tests.support.cli import Env, process_env
 from tests.support.servers import AUTHLEDGER
 
 WARNING = "using generated development keys; set AUTHLEDGER_TOKEN_KEYS and AUTHLEDGER_MASTER_KEY in production"
@@ -49,20 +48,20 @@ def test_configured_keys_or_a_database_url_never_warn(tmp_path: Path, caplog: py
     assert warnings_of(caplog) == []
 
 
+def stderr_of(env: Env, *args: str) -> str:
+    """What ``authledger args...`` printed on stderr, in a process of its own (the warning is once per process)."""
+    done = subprocess.run([AUTHLEDGER, *args], env=process_env(env), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
 @pytest.mark.slow
-def test_on_the_embedded_default_only_the_first_command_and_the_worker_warn() -> None:
-    with fresh_data_dir() as data_dir:
-        env = {key: value for key, value in os.environ.items()
-               if key not in ("DATABASE_URL", "AUTHLEDGER_TOKEN_KEYS", "AUTHLEDGER_MASTER_KEY")}
-        env.update({"AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "text"})
+def test_on_the_embedded_default_only_the_first_command_and_the_worker_warn(embedded_data_dir: Path) -> None:
+    env = {"DATABASE_URL": None, "AUTHLEDGER_TOKEN_KEYS": None, "AUTHLEDGER_MASTER_KEY": None,
+           "AUTHLEDGER_DATA_DIR": str(embedded_data_dir), "AUTHLEDGER_LOG_FORMAT": "text"}
 
-        def stderr_of(*args: str) -> str:
-            done = subprocess.run([AUTHLEDGER, *args], env=env, capture_output=True, text=True, timeout=120)
-            assert done.returncode == 0, done.stderr
-            return done.stderr
-
-        assert WARNING not in stderr_of("db", "init")
-        request = ("reset", "request", "--user-id", "1", "--email", "ada@example.test")
-        assert stderr_of(*request).count(WARNING) == 1, "the keys were made"
-        assert WARNING not in stderr_of(*request), "the same keys, read again"
-        assert stderr_of("worker", "--once").count(WARNING) == 1, "a worker says it on every start"
+    assert WARNING not in stderr_of(env, "db", "init")
+    request = ("reset", "request", "--user-id", "1", "--email", "ada@example.test")
+    assert stderr_of(env, *request).count(WARNING) == 1, "the keys were made"
+    assert WARNING not in stderr_of(env, *request), "the same keys, read again"
+    assert stderr_of(env, "worker", "--once").count(WARNING) == 1, "a worker says it on every start"
