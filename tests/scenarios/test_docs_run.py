@@ -31,13 +31,14 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from attrs import frozen
+
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -200,17 +201,14 @@ def _served(workdir: Path) -> Iterator[dict[str, str]]:
 
 
 def _wait_until_ready(api: str, serve: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if serve.poll() is not None:
-            pytest.fail(f"authledger serve exited {serve.returncode}:\n{log.read_text()}")
+    def ready() -> bool:
+        assert serve.poll() is None, f"authledger serve exited {serve.returncode}:\n{log.read_text()}"
         try:
-            if httpx.get(f"{api}/readyz", timeout=1).status_code == 200:
-                return
+            return httpx.get(f"{api}/readyz", timeout=1).status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"authledger serve was not ready within 60 s:\n{log.read_text()}")
+            return False
+
+    wait_until(ready, timeout=60, what=lambda: f"authledger serve to be ready:\n{log.read_text()}")
 
 
 def test_the_docs_mark_every_block_they_leave_out_and_say_why() -> None:
