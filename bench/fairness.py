@@ -9,7 +9,8 @@ refused (C) with send keys, then runs the real `authledger serve --inflight
 1. **Turns only**: the request rates raised out of reach
    (AUTHLEDGER_KEY_RATE and AUTHLEDGER_TENANT_RATE at 100,000), so that
    every one of A's requests is accepted and only the per-tenant turns
-   (AUTHLEDGER_TENANT_IN_FLIGHT, default 4 per process) stand between A's
+   (AUTHLEDGER_TENANT_IN_FLIGHT, 2 per process, and 1 while another tenant
+   is active there: AUTHLEDGER_TENANT_IN_FLIGHT_SHARED) stand between A's
    flood and B. The hard case.
 2. **As shipped**: every fairness setting at its default. A's flood, past
    its tenant's rate, is mostly refused (429) cheaply. Here too: tenant C's
@@ -157,7 +158,7 @@ def _accepted_p50(answers: list[tuple[int, float]], who: str) -> float:
 async def _fairness(port: int, keys: dict[str, list[str]], single: int, pace: float) -> dict[str, float]:
     """B alone, B during A's flood, B alone again: p50s, and A's accepted and refused counts."""
     b = await Connection.open(port, keys["shop"][0])
-    flooders = [await Connection.open(port, key) for key in keys["acme"]]
+    flooders: list[Connection] = []  # opened when the flood starts: the server closes a connection left idle
     flood_answers: list[int] = []
     stop = asyncio.Event()
 
@@ -168,6 +169,7 @@ async def _fairness(port: int, keys: dict[str, list[str]], single: int, pace: fl
     try:
         await _paced(b, "shop", 10, pace)  # warm-up: the key is cached, the connection's process has run a create
         alone_before = _accepted_p50(await _paced(b, "shop", single, pace), "B alone")
+        flooders += [await Connection.open(port, key) for key in keys["acme"]]
         tasks = [asyncio.create_task(flood(c)) for c in flooders]
         await _paced(b, "shop", 10, pace)  # the flood reaches its full depth
         during = _accepted_p50(await _paced(b, "shop", single, pace), "B during the flood")
