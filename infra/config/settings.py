@@ -184,10 +184,14 @@ class Settings:
     tenant_burst: int = _setting("AUTHLEDGER_TENANT_BURST", 200, values.whole(1, 100_000),
         feeds=(FairnessPolicy, "tenant_burst"),
         doc="Requests one tenant may make at once above its rate, in each API process.")
-    tenant_in_flight: int = _setting("AUTHLEDGER_TENANT_IN_FLIGHT", 4, values.whole(1, 1024),
+    tenant_in_flight: int = _setting("AUTHLEDGER_TENANT_IN_FLIGHT", 2, values.whole(1, 1024),
         feeds=(FairnessPolicy, "tenant_in_flight"),
-        doc="Requests of one tenant that an API process runs at once; the next wait without a thread or a "
-            "database connection.")
+        doc="Requests of one tenant that an API process runs at once while it is alone there; the next wait "
+            "without a thread or a database connection.")
+    shared_in_flight: int = _setting("AUTHLEDGER_TENANT_IN_FLIGHT_SHARED", 1, values.whole(1, 1024),
+        feeds=(FairnessPolicy, "shared_in_flight"),
+        doc="Requests of one tenant that an API process runs at once while another tenant is active there "
+            "(a request in the last second); at most AUTHLEDGER_TENANT_IN_FLIGHT.")
     in_flight_wait: int = _setting("AUTHLEDGER_IN_FLIGHT_WAIT", 2, values.whole(0, 60),
         feeds=(FairnessPolicy, "in_flight_wait"),
         doc="Seconds a request waits for one of its tenant's turns before a 429 `tenant-busy`; 0 refuses at once.")

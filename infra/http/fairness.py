@@ -8,11 +8,16 @@ write), ``Fairness.admitted``:
    ``RateLimited`` naming the rate (429 with Retry-After and the RateLimit
    headers), and neither bucket is charged for it;
 2. waits for one of the tenant's turns: at most ``tenant_in_flight`` of a
-   tenant's requests run at once in this process. A request over the cap
+   tenant's requests run at once in this process while it is alone there,
+   and ``shared_in_flight`` while another tenant is active (``turns_of``:
+   a tenant is active while a request of its holds or waits for a turn,
+   and for ``SHARING_WINDOW`` after one began). The turns are a share of
+   the cores, not only of the threads: another tenant's request runs beside
+   a flood's requests in flight, so a flood keeps few of them while anyone
+   else is served, and all of them when nobody is. A request over the cap
    waits here, on the event loop, holding neither a request thread nor a
-   database connection, so another tenant's request takes a thread at once;
-   after ``in_flight_wait`` it is refused with ``TenantBusy`` (429,
-   Retry-After). Waiters are served first come, first served.
+   database connection; after ``in_flight_wait`` it is refused with
+   ``TenantBusy`` (429, Retry-After).
 
 State lives in the process: with several API processes (``serve
 --processes``) each keeps its own, so a caller may make up to that many
@@ -27,15 +32,16 @@ rate only: a scrape during a tenant's flood is when an operator needs it.
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import anyio
-from attrs import define
+from attrs import Factory, define
 
 from domain.buckets import Bucket, Rate, is_full, take
 from domain.clients import Caller
-from domain.fairness import FairnessPolicy
+from domain.fairness import SHARING_WINDOW, FairnessPolicy, turns_of
 from domain.tokens import hash_token
 from infra.clock import Clock
 from infra.errors import RateLimited
@@ -56,10 +62,12 @@ class TenantBusy(RateLimited):
 
 @define
 class _Turns:
-    """One tenant's turns in this process, and how many requests hold or wait for one."""
+    """One tenant's turns in this process: requests running, requests holding or waiting, the last one's start."""
 
-    semaphore: anyio.Semaphore
+    running: int = 0
     users: int = 0
+    last_began: float = float("-inf")  # on the event loop's clock
+    waiting: deque[anyio.Event] = Factory(deque)  # its requests waiting for a turn, first come first
 
 
 class Fairness:
@@ -110,37 +118,49 @@ class Fairness:
 
     @contextlib.asynccontextmanager
     async def _turn(self, tenant: str, policy: FairnessPolicy) -> AsyncIterator[None]:
-        turns = self._turns.get(tenant)
-        if turns is None:
-            turns = self._turns[tenant] = _Turns(anyio.Semaphore(policy.tenant_in_flight))
+        now = anyio.current_time()
+        turns = self._turns.setdefault(tenant, _Turns())
         turns.users += 1
+        turns.last_began = now
+        deadline = now + policy.in_flight_wait.total_seconds()
         try:
-            if not await _acquired(turns.semaphore, policy.in_flight_wait.total_seconds()):
-                raise TenantBusy(f"{policy.tenant_in_flight} of this tenant's requests are in progress in this "
-                                 "API process; retry after Retry-After seconds",
-                                 retry_at=self.clock.now() + BUSY_RETRY_AFTER)
+            while turns.running >= (allowed := turns_of(policy, others_active=self._others_active(tenant, now))):
+                if now >= deadline:
+                    raise TenantBusy(f"{allowed} of this tenant's requests are in progress in this API process; "
+                                     "retry after Retry-After seconds", retry_at=self.clock.now() + BUSY_RETRY_AFTER)
+                # Woken when a turn of this tenant's is given back (the first waiter only), and at least once
+                # a window: another tenant going quiet gives this one its other turns without a turn given back.
+                given_back = anyio.Event()
+                turns.waiting.append(given_back)
+                try:
+                    with anyio.move_on_after(min(deadline - now, SHARING_WINDOW.total_seconds())):
+                        await given_back.wait()
+                finally:
+                    if given_back in turns.waiting:
+                        turns.waiting.remove(given_back)
+                now = anyio.current_time()
+            turns.running += 1
             try:
                 yield
             finally:
-                turns.semaphore.release()
+                turns.running -= 1
+                if turns.waiting:
+                    turns.waiting.popleft().set()
         finally:
             turns.users -= 1
-            if turns.users == 0:  # nobody holds or waits: forget the tenant until it comes back
-                del self._turns[tenant]
+            self._forget_quiet_tenants(anyio.current_time())
+
+    def _others_active(self, tenant: str, now: float) -> bool:
+        return any(other != tenant and _active(turns, now) for other, turns in self._turns.items())
+
+    def _forget_quiet_tenants(self, now: float) -> None:
+        for tenant in [t for t, turns in self._turns.items() if not _active(turns, now)]:
+            del self._turns[tenant]
 
 
-async def _acquired(semaphore: anyio.Semaphore, wait_seconds: float) -> bool:
-    """Whether ``semaphore`` was acquired within ``wait_seconds`` (0: only if free now)."""
-    if wait_seconds <= 0:
-        try:
-            semaphore.acquire_nowait()
-        except anyio.WouldBlock:
-            return False
-        return True
-    with anyio.move_on_after(wait_seconds):
-        await semaphore.acquire()
-        return True
-    return False
+def _active(turns: _Turns, now: float) -> bool:
+    """Whether a tenant holds or waits for a turn, or began a request within the sharing window."""
+    return turns.users > 0 or now - turns.last_began < SHARING_WINDOW.total_seconds()
 
 
 def _rate_text(rate: Rate) -> str:

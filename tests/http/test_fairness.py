@@ -110,6 +110,32 @@ def test_a_tenant_at_its_cap_waits_without_a_thread_while_another_tenants_reques
     assert fairness_of(app).holding("acme") == 0, "a tenant with nothing in flight is forgotten"
 
 
+def test_while_another_tenant_is_active_a_tenant_runs_its_shared_turns_and_all_of_them_once_alone(
+    ctx: ServiceContext, engine: Engine
+) -> None:
+    ctx = attrs.evolve(ctx, fairness=attrs.evolve(GENEROUS, tenant_in_flight=2, shared_in_flight=1,
+                                                  in_flight_wait=timedelta(seconds=60)))
+    keys = send_keys(ctx, "acme", "shop")
+    app = create_app(ctx, threads=4)
+    with served(app, lifespan=True) as base, ThreadPoolExecutor(4) as pool:
+        with stream_held(engine, "acme", STUCK_USER):
+            with stream_held(engine, "shop", STUCK_USER):  # shop is active for as long as its create is held
+                shop = pool.submit(create, base, keys["shop"], STUCK_USER)
+                wait_until(lambda: waiting_in_database(engine) == 1, what="shop's create to wait in the database")
+                first = pool.submit(create, base, keys["acme"], STUCK_USER)
+                wait_until(lambda: waiting_in_database(engine) == 2, what="acme's first create to run")
+                second = pool.submit(create, base, keys["acme"], STUCK_USER)
+                wait_until(lambda: fairness_of(app).holding("acme") == 2, what="acme's second create to ask")
+
+                assert waiting_in_database(engine) == 2, "while shop is active, acme runs its one shared turn"
+            assert shop.result().status_code == 202
+
+            # Shop is quiet now: within a sharing window acme has both its turns again, its first still held.
+            wait_until(lambda: waiting_in_database(engine) == 2, what="acme's second create to take its other turn")
+            assert not first.done() and not second.done()
+        assert [first.result().status_code, second.result().status_code] == [202, 202]
+
+
 def test_a_tenant_over_its_cap_with_no_wait_is_refused_at_once_and_nothing_is_written(
     ctx: ServiceContext, engine: Engine
 ) -> None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from domain.buckets import Bucket, Rate, full, is_full, take
 from domain.errors import ConfigError
-from domain.fairness import FairnessPolicy
+from domain.fairness import FairnessPolicy, turns_of
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 RATE = Rate("per-key", 2, 5)
@@ -73,6 +73,18 @@ def test_a_fairness_policy_refuses_a_cap_below_one_and_a_negative_wait() -> None
         FairnessPolicy(in_flight_wait=timedelta(seconds=-1))
     with pytest.raises(ConfigError):
         FairnessPolicy(key_burst=0)
+
+
+def test_a_tenant_runs_all_its_turns_alone_and_its_shared_turns_beside_another() -> None:
+    policy = FairnessPolicy(tenant_in_flight=3, shared_in_flight=1)
+    assert turns_of(policy, others_active=False) == 3
+    assert turns_of(policy, others_active=True) == 1
+
+
+@pytest.mark.parametrize("shared", [0, 3, True])
+def test_shared_turns_are_at_least_one_and_never_more_than_a_tenant_alone_has(shared: int) -> None:
+    with pytest.raises(ConfigError):
+        FairnessPolicy(tenant_in_flight=2, shared_in_flight=shared)
 
 
 rates = st.builds(lambda per_second, burst: Rate("per-key", per_second, burst),
