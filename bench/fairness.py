@@ -47,14 +47,12 @@ import platform
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from uuid import uuid4
 
-import httpx
 import psycopg
 import uvloop
 from sqlalchemy import create_engine
@@ -62,12 +60,10 @@ from sqlalchemy import create_engine
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.api import (  # after the path set-up
-    AUTHLEDGER,
     KEY,
     MASTER_KEY,
-    TOKEN_KEYS,
     Connection,
-    _free_port,
+    _start_server,
     _ms,
     _tree_cpu_seconds,
     _url,
@@ -103,27 +99,6 @@ def _prepare(uri: str, flood: int) -> dict[str, list[str]]:
                         for n in range(count)]
     engine.dispose()
     return keys
-
-
-def _start_server(database_url: str, data_dir: Path, processes: int, extra: dict[str, str]
-                  ) -> tuple[subprocess.Popen[bytes], int]:
-    port = _free_port()
-    env = {**os.environ, "DATABASE_URL": database_url, "AUTHLEDGER_TOKEN_KEYS": TOKEN_KEYS,
-           "AUTHLEDGER_DATA_DIR": str(data_dir), "AUTHLEDGER_LOG_FORMAT": "json",
-           "AUTHLEDGER_MASTER_KEY": os.environ.get("AUTHLEDGER_MASTER_KEY", MASTER_KEY), **extra}
-    with (data_dir / "serve.log").open("ab") as log:
-        process = subprocess.Popen([AUTHLEDGER, "serve", "--port", str(port), "--inflight", "0",
-                                    "--processes", str(processes)], env=env, stdout=subprocess.DEVNULL, stderr=log)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"authledger serve exited with {process.returncode}; see {data_dir / 'serve.log'}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return process, port
-        except httpx.TransportError:
-            time.sleep(0.1)
-    sys.exit("authledger serve did not become ready within 60 s")
 
 
 async def _create(connection: Connection, tenant: str) -> tuple[int, float]:
