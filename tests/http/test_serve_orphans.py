@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import signal
@@ -31,6 +32,17 @@ def processes_of(pid: int, *, api_processes: int) -> list[psutil.Process] | None
     return tree if len(spawned) >= api_processes else None
 
 
+def events_said(folder: Path) -> list[str]:
+    """The events of serve's JSON log lines so far, in order (a line still being written is left for later)."""
+    events = []
+    for line in (folder / "serve.err").read_text().splitlines():
+        if not line.startswith("{"):
+            continue
+        with contextlib.suppress(json.JSONDecodeError):
+            events.append(json.loads(line)["event"])
+    return events
+
+
 def port_is_free(port: int) -> bool:
     """Nothing listens on ``port``: a connection is refused, and a new server could bind it (as serve does)."""
     with socket.socket() as probe:
@@ -52,6 +64,10 @@ def test_a_sigkilled_serve_leaves_no_api_process_behind_and_the_port_free(env: E
     port = int(base.rsplit(":", 1)[1])
     try:
         tree = wait_until(lambda: processes_of(serve.pid, api_processes=2), what="both API processes")
+        # Killed while a process is still being spawned, that process ends with its parent too, but before it
+        # could watch or say anything: wait until both serve, so that each has something to stop.
+        wait_until(lambda: events_said(tmp_path).count("Application startup complete.") == 2,
+                   what="both API processes to serve")
     finally:
         serve.send_signal(signal.SIGKILL)
         serve.wait()  # reaped, as under a shell or a service manager
@@ -59,6 +75,5 @@ def test_a_sigkilled_serve_leaves_no_api_process_behind_and_the_port_free(env: E
     # Bounded, as the issue tells it ("nothing holds the port 10 s later"): the state is asserted, not the time.
     wait_until(lambda: not any(map(alive, tree)), what="every process serve started to end with it", timeout=10)
     assert port_is_free(port), f"something still holds port {port}"
-    said = [json.loads(line)["event"] for line in (tmp_path / "serve.err").read_text().splitlines()
-            if line.startswith("{")]
+    said = events_said(tmp_path)
     assert said.count("serve ended: this API process stops") == 2, said
