@@ -116,7 +116,7 @@ class Api:
         scopes = (scope,) if isinstance(scope, str) else scope
         # Rates and the tenant's turn are taken here, between two threadpool calls: a request waiting for
         # its turn holds no thread and no connection (infra.http.fairness). A scrape is held to its key's rate.
-        async with self.fairness.admitted(caller, api_key, tenant_wide="metrics" not in scopes):
+        async with self.fairness.admitted(caller, tenant_wide="metrics" not in scopes):
             return await run_in_threadpool(work, caller)
 
     # -- password resets ------------------------------------------------------------------------

@@ -42,7 +42,6 @@ from attrs import Factory, define
 from domain.buckets import Bucket, Rate, is_full, take
 from domain.clients import Caller
 from domain.fairness import SHARING_WINDOW, FairnessPolicy, turns_of
-from domain.tokens import hash_token
 from infra.clock import Clock
 from infra.errors import RateLimited
 
@@ -85,23 +84,23 @@ class Fairness:
         return 0 if turns is None else turns.users
 
     @contextlib.asynccontextmanager
-    async def admitted(self, caller: Caller, api_key: str, *, tenant_wide: bool = True) -> AsyncIterator[None]:
+    async def admitted(self, caller: Caller, *, tenant_wide: bool = True) -> AsyncIterator[None]:
         """Within the key's (and, ``tenant_wide``, the tenant's) rate and in one of the tenant's turns;
         ``RateLimited`` or ``TenantBusy`` otherwise."""
         if self.policy is None:
             yield
             return
-        self._charge(hash_token(api_key), caller.tenant if tenant_wide else None)
+        self._charge(caller.key_id, caller.tenant if tenant_wide else None)
         if not tenant_wide:
             yield
             return
         async with self._turn(caller.tenant, self.policy):
             yield
 
-    def _charge(self, key_hash: str, tenant: str | None) -> None:
+    def _charge(self, key_id: str, tenant: str | None) -> None:
         assert self.policy is not None
         now = self.clock.now()
-        charges = [(self._key_buckets, key_hash, self.policy.key_rate, "this API key")]
+        charges = [(self._key_buckets, key_id, self.policy.key_rate, "this API key")]
         if tenant is not None:
             charges.append((self._tenant_buckets, tenant, self.policy.tenant_rate, "this tenant's keys"))
         taken = [(buckets, name, rate, whose, take(buckets.get(name), rate, now))
