@@ -20,6 +20,7 @@ from datetime import datetime
 from attrs import evolve, frozen
 
 from domain.decisions import Counted, Decision, Refused
+from domain.limits import window_of
 from domain.otp_events import OtpCodeRejected, OtpRequestRefused
 from domain.request_rules import IdempotencyKeyBound
 from domain.reset_events import ResetRequestRefused, ResetTokenRejected
@@ -109,11 +110,6 @@ class FloodTally:
 
     window_start: datetime
     written: int
-
-
-def window_of(moment: datetime) -> datetime:
-    """The start of the counting window ``moment`` falls in: its hour of the clock (UTC), which a reviewer can name."""
-    return moment.replace(minute=0, second=0, microsecond=0)
 
 
 def run_after(run: CountingRun | None, event: object, refusal_type: type) -> CountingRun | None:

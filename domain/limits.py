@@ -11,7 +11,7 @@ client can tell which limit it met without parsing English.
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from attrs import frozen
 
@@ -40,3 +40,11 @@ class Quota:
     @property
     def window_seconds(self) -> int:
         return max(1, int(self.window.total_seconds()))
+
+
+def window_of(moment: datetime) -> datetime:
+    """The start of the counting window ``moment`` falls in: its hour of the clock (UTC), which a reviewer can name.
+
+    Floods (``domain.counting``) and the send limits (``domain.send_limits``) count in the same windows.
+    """
+    return moment.replace(minute=0, second=0, microsecond=0)

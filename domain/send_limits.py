@@ -29,11 +29,10 @@ from datetime import datetime, timedelta
 
 from attrs import frozen
 
-from domain.counting import window_of
 from domain.errors import ConfigError
-from domain.limits import Quota
+from domain.limits import Quota, window_of
 
-# A clock hour, as flood counts use (domain.counting.window_of): a reviewer
+# A clock hour, as flood counts use (domain.limits.window_of): a reviewer
 # can name it, and a counter row is one row per key and hour. At a window's
 # edge a burst can take two windows' allowance within minutes; the defaults
 # are small enough that twice them is still a handful.

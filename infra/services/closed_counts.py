@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from domain.counting import window_of
+from domain.limits import window_of
 from infra.db.reading import reading
 from infra.logs import error_line, log_event
 from infra.services.send_limits import delete_past_windows

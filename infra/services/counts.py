@@ -18,7 +18,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from domain.counting import RequestsCounted, window_of
+from domain.counting import RequestsCounted
+from domain.limits import window_of
 from domain.decisions import Counted
 from infra.db.pipeline import execute_deferred
 
