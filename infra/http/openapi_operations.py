@@ -96,9 +96,11 @@ COMMON_PROBLEMS = {
     "503": problem("The database cannot be reached (`database-unavailable`, `schema-mismatch`)."),
 }
 WRITE_UNAVAILABLE = problem(
-    "The database cannot be reached (`database-unavailable`, `schema-mismatch`), or, rarely, concurrent "
-    "requests for this user could not be put in order (`concurrency-conflict`, with Retry-After). Concurrent "
-    "requests for one user are otherwise answered one after the other, never with a conflict.", retry_after(False))
+    "The database cannot be reached (`database-unavailable`, with Retry-After, `schema-mismatch`), or, rarely, "
+    "concurrent requests for this user could not be put in order (`concurrency-conflict`, with Retry-After). "
+    "Concurrent requests for one user are otherwise answered one after the other, never with a conflict. The "
+    "request may have been committed before the connection broke: its `retry` says that a retry with the same "
+    "Idempotency-Key is safe and returns the original answer if it was.", retry_after(False))
 BODY_PROBLEMS = {
     "408": problem("The body did not arrive within the deadline (`request-timeout`, setting "
                    "`AUTHLEDGER_HTTP_BODY_TIMEOUT`); the connection is closed and nothing is written."),

@@ -20,12 +20,21 @@ from starlette.responses import Response
 
 from domain.errors import AuthledgerError, CodeRejected, ConcurrencyConflict, InvalidInput, LockedOut, NotFound
 from domain.limits import Quota
-from infra.errors import RateLimited, RequestInFlight, Unauthorized
+from infra.errors import DatabaseUnavailable, RateLimited, RequestInFlight, Unauthorized
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:authledger:problem:"
 # A create holds its key for one short transaction: a second is plenty.
 IN_FLIGHT_RETRY_AFTER_SECONDS = 1
+# A database that cannot be reached is most often restarting or failing
+# over: seconds, not minutes. Clients back off from there.
+UNAVAILABLE_RETRY_AFTER_SECONDS = 2
+# A request may have committed before its connection broke (the COMMIT's
+# answer lost): only its Idempotency-Key makes the retry safe, so a 503 on a
+# request that carried one says so.
+RETRY_WITH_THE_SAME_KEY = ("A retry with the same Idempotency-Key is safe: if this request was committed, the "
+                           "retry returns its original answer, and it never creates a second one.")
+TEMPORARY = (DatabaseUnavailable, ConcurrencyConflict)
 
 
 class MalformedJson(InvalidInput):
@@ -124,7 +133,7 @@ def title_of(error_type: type[AuthledgerError]) -> str:
     return (error_type.__doc__ or "").strip().splitlines()[0].rstrip(".")
 
 
-def problem_body(error: AuthledgerError) -> dict[str, Any]:
+def problem_body(error: AuthledgerError, *, idempotency_key_given: bool = False) -> dict[str, Any]:
     status = error.http_status
     shown = status < 500 or (status == 503 and _safe_503(error))
     body: dict[str, Any] = {
@@ -139,6 +148,8 @@ def problem_body(error: AuthledgerError) -> dict[str, Any]:
         body["attempts_left"] = error.attempts_left
     if isinstance(error, InvalidBody) and error.errors:
         body["errors"] = error.errors
+    if isinstance(error, TEMPORARY) and idempotency_key_given:
+        body["retry"] = RETRY_WITH_THE_SAME_KEY
     return body
 
 
@@ -149,8 +160,12 @@ def _safe_503(error: AuthledgerError) -> bool:
 
 
 def problem_response(error: AuthledgerError, *, now: datetime | None = None,
-                     headers: dict[str, str] | None = None) -> Response:
-    """The problem+json response for ``error``, with Retry-After and WWW-Authenticate where they apply."""
+                     headers: dict[str, str] | None = None, idempotency_key_given: bool = False) -> Response:
+    """The problem+json response for ``error``, with Retry-After and WWW-Authenticate where they apply.
+
+    ``idempotency_key_given``: the request carried an Idempotency-Key, so a
+    temporary failure's body says that retrying with it is safe.
+    """
     headers = dict(headers or {})
     if isinstance(error, RateLimited | LockedOut) and error.retry_at is not None and now is not None:
         headers["Retry-After"] = str(max(1, math.ceil((error.retry_at - now).total_seconds())))
@@ -158,13 +173,16 @@ def problem_response(error: AuthledgerError, *, now: datetime | None = None,
             headers.update(rate_limit_headers(error.quota, remaining=0, reset_seconds=int(headers["Retry-After"])))
     if isinstance(error, ConcurrencyConflict):
         headers["Retry-After"] = "1"
+    if isinstance(error, DatabaseUnavailable):
+        headers["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER_SECONDS)
     if isinstance(error, RequestInFlight):
         headers["Retry-After"] = str(IN_FLIGHT_RETRY_AFTER_SECONDS)
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = 'Bearer realm="authledger"'
     if isinstance(error, RequestTimeout):
         headers["Connection"] = "close"
-    return Response(safe_json(problem_body(error)), status_code=error.http_status, headers=headers,
+    return Response(safe_json(problem_body(error, idempotency_key_given=idempotency_key_given)),
+                    status_code=error.http_status, headers=headers,
                     media_type=PROBLEM_JSON)
 
 

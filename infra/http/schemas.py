@@ -269,6 +269,8 @@ PROBLEM: Schema = {
         "detail": {"type": "string"},
         "retry_at": TIMESTAMP,
         "attempts_left": {"type": "integer", "minimum": 0},
+        "retry": {"type": "string", "description": "On a temporary failure of a request with an Idempotency-Key: "
+                                                   "retrying with the same key is safe."},
         "errors": {
             "type": "array",
             "items": _object({"pointer": {"type": "string"}, "detail": {"type": "string"}}, ["pointer", "detail"]),
