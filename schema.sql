@@ -108,7 +108,7 @@ CREATE TABLE IF NOT EXISTS email_outbox (
     user_id              text        NOT NULL,
     request_id           uuid        NOT NULL,
     state                text        NOT NULL
-        CHECK (state IN ('pending', 'leased', 'sent', 'skipped', 'failed', 'abandoned')),
+        CHECK (state IN ('pending', 'leased', 'sent', 'skipped', 'failed', 'abandoned', 'unknown')),
     available_at         timestamptz NOT NULL,
     queued_at            timestamptz NOT NULL,
     stream_version       integer     NOT NULL,
@@ -119,8 +119,23 @@ CREATE TABLE IF NOT EXISTS email_outbox (
     provider_message_id  text,
     last_error           text,
     skip_reason          text,
-    finished_at          timestamptz
+    finished_at          timestamptz,
+    unknown_outcomes     integer     NOT NULL DEFAULT 0
 );
+-- Version 7: a message a non-idempotent provider may have received already
+-- ends 'unknown' instead of being sent again (domain.delivery.outcome_left_unknown).
+ALTER TABLE email_outbox ADD COLUMN IF NOT EXISTS unknown_outcomes integer NOT NULL DEFAULT 0;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                    WHERE conrelid = 'email_outbox'::regclass AND conname = 'email_outbox_state_check'
+                      AND pg_get_constraintdef(oid) LIKE '%unknown%') THEN
+        ALTER TABLE email_outbox DROP CONSTRAINT IF EXISTS email_outbox_state_check;
+        ALTER TABLE email_outbox ADD CONSTRAINT email_outbox_state_check
+            CHECK (state IN ('pending', 'leased', 'sent', 'skipped', 'failed', 'abandoned', 'unknown'));
+    END IF;
+END
+$$;
 
 -- The claim query's index: only unfinished rows, so sent mail leaves the hot index.
 CREATE INDEX IF NOT EXISTS email_outbox_due ON email_outbox (available_at)
@@ -135,9 +150,18 @@ CREATE INDEX IF NOT EXISTS email_outbox_due_by_tenant
 -- record write one more entry (bench/RESULTS.md, "Cost growth in log size").
 DROP INDEX IF EXISTS email_outbox_by_request;
 -- Given-up mail, newest first (`outbox stuck`, the console's outbox page): a
--- partial index holding only failed and abandoned rows, which are few.
+-- partial index holding only failed, abandoned and unknown rows, which are few.
+-- (Before version 7 it held no unknown rows: re-made once, when it lacks them.)
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = 'email_outbox_given_up'
+                AND indexdef NOT LIKE '%unknown%') THEN
+        DROP INDEX email_outbox_given_up;
+    END IF;
+END
+$$;
 CREATE INDEX IF NOT EXISTS email_outbox_given_up ON email_outbox (finished_at)
-    WHERE state IN ('abandoned', 'failed');
+    WHERE state IN ('abandoned', 'failed', 'unknown');
 
 CREATE TABLE IF NOT EXISTS reset_tokens (
     request_id  uuid PRIMARY KEY,
@@ -340,11 +364,24 @@ CREATE TABLE IF NOT EXISTS delivery_messages (
     day             date        NOT NULL,
     queued_at       timestamptz NOT NULL,
     outcome         text        NOT NULL
-        CHECK (outcome IN ('pending', 'sent', 'skipped', 'failed', 'abandoned')),
+        CHECK (outcome IN ('pending', 'sent', 'skipped', 'failed', 'abandoned', 'unknown')),
     attempts        integer     NOT NULL CHECK (attempts >= 0),
     finished_at     timestamptz,
     time_to_accept  interval
 );
+
+-- Version 7: a message may end 'unknown' (see email_outbox above).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                    WHERE conrelid = 'delivery_messages'::regclass AND conname = 'delivery_messages_outcome_check'
+                      AND pg_get_constraintdef(oid) LIKE '%unknown%') THEN
+        ALTER TABLE delivery_messages DROP CONSTRAINT IF EXISTS delivery_messages_outcome_check;
+        ALTER TABLE delivery_messages ADD CONSTRAINT delivery_messages_outcome_check
+            CHECK (outcome IN ('pending', 'sent', 'skipped', 'failed', 'abandoned', 'unknown'));
+    END IF;
+END
+$$;
 
 CREATE INDEX IF NOT EXISTS delivery_messages_by_day ON delivery_messages (day, flow, outcome);
 -- The console's 24 h chart (infra/delivery/overview.py) counts by hour queued
@@ -499,4 +536,6 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON console_sessions TO authledger_app;
 --   5  stream_requests (a snapshot keeps a stream's live part; decisions look older requests up)
 --   6  tenant_settings (a tenant's declared OTP purposes); limit_counts (emails per recipient
 --      address and per end-user IP)
-INSERT INTO schema_version (version) VALUES (1), (2), (3), (4), (5), (6) ON CONFLICT DO NOTHING;
+--   7  email_outbox.unknown_outcomes and the 'unknown' state (a non-idempotent provider's
+--      message is not sent again past the retries an unknown outcome allows)
+INSERT INTO schema_version (version) VALUES (1), (2), (3), (4), (5), (6), (7) ON CONFLICT DO NOTHING;

@@ -51,7 +51,7 @@ STUCK_HEADINGS = {
     "retrying": "Waiting for a retry",
     "expired_lease": "Leases held past their expiry",
     "unclaimed": "Due, never claimed",
-    "given_up": "Abandoned or failed (`outbox retry` sends them again)",
+    "given_up": "Abandoned, failed or outcome unknown (`outbox retry` sends them again)",
 }
 
 
@@ -75,7 +75,7 @@ def outbox_stuck(app: App, older_than: float, limit: int, as_json: bool) -> None
 
 
 @outbox.command("retry")
-@click.option("--message-id", type=click.UUID, help="Re-drive this abandoned or failed message.")
+@click.option("--message-id", type=click.UUID, help="Re-drive this abandoned, failed or unknown message.")
 @click.option("--abandoned", is_flag=True, help="Re-drive every abandoned message.")
 @click.option("--since", callback=parse_instant, help="With --abandoned: only those abandoned since then (ISO 8601).")
 @click.option("--reason", required=True, help="Why, recorded with your name in the log.")

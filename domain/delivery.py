@@ -11,7 +11,14 @@ from uuid import UUID
 
 from attrs import frozen
 
-from domain.email import DeliveryAbandoned, DeliveryRedriven, LeaseClaimed, LeaseExpired, SendAttemptFailed
+from domain.email import (
+    DeliveryAbandoned,
+    DeliveryOutcomeUnknown,
+    DeliveryRedriven,
+    LeaseClaimed,
+    LeaseExpired,
+    SendAttemptFailed,
+)
 from domain.input_checks import operator_reason
 from domain.errors import InvalidInput, NotFound
 
@@ -39,6 +46,12 @@ class DeliveryPolicy:
     # A "password changed" notice has no link to expire; it is still worth
     # sending this long after the change.
     notice_useful_for: timedelta = timedelta(hours=24)
+    # How many times a message is sent again, through a provider that cannot
+    # drop a repeat, after an attempt whose outcome is unknown. Each such
+    # retry may be a second copy; none may be a lost email. One retry covers
+    # the common case (a connection lost once) at the cost of at most two
+    # copies of any email.
+    unknown_outcome_retries: int = 1
 
 
 @frozen
@@ -70,6 +83,24 @@ def claim_events(
         )
     )
     return events
+
+
+def outcome_left_unknown(
+    message_id: UUID, *, unknown_outcomes: int, idempotent: bool, last_error: str | None, lease_token: UUID,
+    now: datetime, policy: DeliveryPolicy,
+) -> DeliveryOutcomeUnknown | None:
+    """``DeliveryOutcomeUnknown`` when sending once more could only add a copy; None when it may be sent.
+
+    ``unknown_outcomes`` counts the attempts that may have reached the
+    provider without an answer: failures with an unknown outcome and leases
+    that ran out (the worker holding one may have died mid-send). A provider
+    that drops repeats (``idempotent``) makes a retry harmless, so only the
+    others are bounded.
+    """
+    if idempotent or unknown_outcomes <= policy.unknown_outcome_retries:
+        return None
+    error = last_error or "the lease ran out while a worker held it"
+    return DeliveryOutcomeUnknown(message_id, now, unknown_outcomes, error, lease_token)
 
 
 def enough_lease_left(lease_expires_at: datetime, *, now: datetime, policy: DeliveryPolicy) -> bool:
@@ -121,7 +152,7 @@ def failure_events(
 # Only messages that ended without reaching anyone can be sent again: a sent
 # one would be a second email, a skipped one was not wanted, and a pending or
 # leased one is still on its way.
-REDRIVABLE = ("abandoned", "failed")
+REDRIVABLE = ("abandoned", "failed", "unknown")
 
 
 def redrive_reason(reason: str) -> str:

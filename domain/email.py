@@ -104,6 +104,24 @@ class DeliveryAbandoned:
 
 
 @frozen
+class DeliveryOutcomeUnknown:
+    """The message may have reached the provider more than once already: it is not sent again.
+
+    A provider that cannot drop a repeat (SMTP) is asked again after an
+    unknown outcome (a connection lost after DATA, a worker killed mid-send)
+    only ``DeliveryPolicy.unknown_outcome_retries`` times; past that, each
+    further try could be one more copy of the same link or code in the
+    user's inbox. An operator who finds it was never received re-drives it.
+    """
+
+    message_id: UUID
+    settled_at: datetime
+    unknown_outcomes: int
+    last_error: str
+    lease_token: UUID | None = None
+
+
+@frozen
 class DeliveryRedriven:
     """An operator sent an abandoned or failed message back to the queue, saying why.
 

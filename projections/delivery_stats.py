@@ -19,6 +19,7 @@ from attrs import evolve, frozen
 
 from domain.email import (
     DeliveryAbandoned,
+    DeliveryOutcomeUnknown,
     DeliverySkipped,
     EmailQueued,
     LeaseClaimed,
@@ -28,10 +29,10 @@ from domain.email import (
     SendAttemptFailed,
 )
 
-OUTCOMES = ("pending", "sent", "skipped", "failed", "abandoned")
+OUTCOMES = ("pending", "sent", "skipped", "failed", "abandoned", "unknown")
 EMAIL_EVENTS = (
     EmailQueued, LeaseClaimed, LeaseExpired, LeaseReleased, SendAttemptFailed, ProviderAccepted,
-    DeliverySkipped, DeliveryAbandoned,
+    DeliverySkipped, DeliveryAbandoned, DeliveryOutcomeUnknown,
 )
 
 
@@ -42,7 +43,7 @@ class DeliveryRow:
     template: str
     day: date  # the UTC day the message was queued: the day it counts for
     queued_at: datetime
-    outcome: str  # "pending" until the message is sent, skipped, failed or abandoned
+    outcome: str  # "pending" until the message is sent, skipped, failed, abandoned or left unknown
     attempts: int  # leases claimed: one per hand-over to a worker
     finished_at: datetime | None = None
     time_to_accept: timedelta | None = None  # queued -> accepted by the provider, when sent
@@ -75,6 +76,8 @@ def evolve_delivery(row: DeliveryRow | None, event: object) -> DeliveryRow | Non
             return evolve(row, outcome="skipped", finished_at=event.skipped_at)
         case DeliveryAbandoned():
             return evolve(row, outcome="abandoned", finished_at=event.abandoned_at)
+        case DeliveryOutcomeUnknown():
+            return evolve(row, outcome="unknown", finished_at=event.settled_at)
     return row
 
 

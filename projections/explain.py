@@ -25,7 +25,8 @@ from datetime import datetime
 from uuid import UUID
 
 from domain.log import RecordedEvent
-from projections.findings import Finding, Request, Story, build_story, email_label, finding_ids
+from domain.outage import ProviderOutageBegan
+from projections.findings import Finding, Request, Story, build_story, email_label, finding_ids, outage_going_on
 from projections.timeline import format_time
 
 T = format_time
@@ -51,6 +52,11 @@ def _still(story: Story, request: Request, now: datetime) -> list[Finding]:
             lines.append(Finding(f"{email_label(story, message_id)} is leased to {current.owner} (attempt "
                                  f"{current.number}) with no outcome recorded yet.", "leased-no-outcome", None,
                                  current.claimed_at, finding_ids(request_id=rid, message_id=message_id)))
+        elif story.down:
+            why = "; ".join(outage_going_on(outage) for outage in story.down)
+            lines.append(Finding(f"{email_label(story, message_id)} has not been sent yet (queued at "
+                                 f"{T(message.queued_at)}): {why}.", "waiting-for-provider", None,
+                                 message.queued_at, finding_ids(request_id=rid, message_id=message_id)))
         else:
             lines.append(Finding(f"{email_label(story, message_id)} has not been sent yet: it is waiting for a worker "
                                  f"(queued at {T(message.queued_at)}).", "waiting-for-worker", None,
@@ -85,14 +91,19 @@ def request_sentences(story: Story, request_id: UUID, now: datetime, *, follow: 
     return lines
 
 
-def request_findings(events: Iterable[RecordedEvent], request_id: UUID, *, now: datetime) -> list[Finding]:
-    """What happened to one request (or OTP challenge), its emails, and the request that replaced it."""
-    return request_sentences(build_story(events), request_id, now)
+def request_findings(events: Iterable[RecordedEvent], request_id: UUID, *, now: datetime,
+                     down: Iterable[ProviderOutageBegan] = ()) -> list[Finding]:
+    """What happened to one request (or OTP challenge), its emails, and the request that replaced it.
+
+    ``down`` are the provider outages going on now: mail still waiting is told as waiting for them.
+    """
+    return request_sentences(build_story(events, down), request_id, now)
 
 
-def message_findings(events: Iterable[RecordedEvent], message_id: UUID, *, now: datetime) -> list[Finding]:
-    """What happened to one email, told with the request it served."""
-    story = build_story(events)
+def message_findings(events: Iterable[RecordedEvent], message_id: UUID, *, now: datetime,
+                     down: Iterable[ProviderOutageBegan] = ()) -> list[Finding]:
+    """What happened to one email, told with the request it served (``down`` as for ``request_findings``)."""
+    story = build_story(events, down)
     message = story.messages.get(message_id)
     if message is None:
         return [Finding(f"No email {message_id} is in the log.", "not-found", ids=finding_ids(message_id=message_id))]

@@ -41,8 +41,8 @@ class Finding:
 
     sentence: str
     # The type of the event it tells (as in the timeline: "ResetSuperseded", "ProviderAccepted", ...), or
-    # what is still going on: "still-open", "expired-unused", "waiting-for-worker", "leased-no-outcome";
-    # or "not-found", "several-accepted".
+    # what is still going on: "still-open", "expired-unused", "waiting-for-worker", "waiting-for-provider",
+    # "leased-no-outcome"; or "not-found", "several-accepted".
     kind: str
     position: int | None = None  # the global position of the event it tells; None for what is still going on
     at: datetime | None = None
@@ -96,6 +96,8 @@ class Story:
     messages: dict[UUID, Message] = field(factory=dict)
     user_notes: list[Finding] = field(factory=list)  # refusals, account lockouts: about the user, not one request
     outages: list[Finding] = field(factory=list)  # provider outages, told beside the mail that waited through them
+    # Outages going on now (the caller reads them from the providers' streams): mail still waiting waits for them.
+    down: list[outage.ProviderOutageBegan] = field(factory=list)
 
 
 def _who(r: RecordedEvent) -> str:
@@ -230,7 +232,8 @@ def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             said = (f"{label}: the lease of {e.lease_owner}{taken} was found expired at {T(at)} with no outcome "
                     "recorded: that worker stopped mid-delivery and may already have handed the email to the "
                     "provider. The retry reuses the message id as idempotency key and Message-ID header: a "
-                    "provider that honours it sends one email; one that does not (plain SMTP) may deliver two.")
+                    "provider that honours it sends one email; one that does not (plain SMTP) may deliver two, "
+                    "and is not sent a third time.")
             ended = "expired"
         case email.LeaseReleased(attempt_returned=True):
             said = (f"{label} was given back unsent by {e.lease_owner} at {T(at)}: its provider was down, so the "
@@ -266,6 +269,12 @@ def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             said = (f"{label} was abandoned at {T(at)} after {e.attempts} attempts (last error: {e.last_error}): "
                     "it was not sent.")
             ended, message.finished = "abandoned", True
+        case email.DeliveryOutcomeUnknown():
+            said = (f"{label} was not sent again at {T(at)}: {e.unknown_outcomes} attempts may have reached the "
+                    f"provider without an answer (last: {e.last_error}), and the provider cannot drop a repeat, so "
+                    "another attempt could only be another copy. Whether the user received it is unknown: ask "
+                    "them, or check the relay's log for its Message-ID, and re-drive it if it never arrived.")
+            ended, message.finished = "unknown", True
         case email.DeliveryRedriven():
             said = (f"{label} was re-driven by {e.actor} at {T(at)} ({e.reason}): it was queued again, due at once, "
                     "its attempts counting from one; the worker still checks that it is wanted before sending.")
@@ -288,9 +297,17 @@ def outage_sentence(event: outage.ProviderOutageBegan | outage.ProviderOutageEnd
             f"outage that began at {T(event.began_at)}; mail held back meanwhile was sent from then on.")
 
 
-def build_story(events: Iterable[RecordedEvent]) -> Story:
+def outage_going_on(event: outage.ProviderOutageBegan) -> str:
+    """Why mail waits while ``event``'s outage goes on, where an operator would otherwise blame the workers."""
+    error = f"; last error: {event.last_error}" if event.last_error else ""
+    return (f"provider {event.provider} is down since {T(event.began_at)} (recorded by worker {event.worker} after "
+            f"{event.failures} emails failed in a row{error}): workers hold mail back and probe the provider with "
+            "one email at a time, and send the rest once it answers")
+
+
+def build_story(events: Iterable[RecordedEvent], down: Iterable[outage.ProviderOutageBegan] = ()) -> Story:
     events = sorted(events, key=lambda r: r.global_position)
-    times, story = event_times(events), Story()
+    times, story = event_times(events), Story(down=list(down))
     for r in events:
         if isinstance(r.event, (outage.ProviderOutageBegan, outage.ProviderOutageEnded)):
             story.outages.append(Finding(outage_sentence(r.event), r.event_type, r.global_position,

@@ -14,6 +14,7 @@ from attrs import evolve, frozen
 
 from domain.email import (
     DeliveryAbandoned,
+    DeliveryOutcomeUnknown,
     DeliveryRedriven,
     DeliverySkipped,
     EmailQueued,
@@ -24,8 +25,8 @@ from domain.email import (
     SendAttemptFailed,
 )
 
-STATES = ("pending", "leased", "sent", "skipped", "failed", "abandoned")
-TERMINAL = frozenset({"sent", "skipped", "failed", "abandoned"})
+STATES = ("pending", "leased", "sent", "skipped", "failed", "abandoned", "unknown")
+TERMINAL = frozenset({"sent", "skipped", "failed", "abandoned", "unknown"})
 
 
 @frozen
@@ -50,6 +51,10 @@ class OutboxRow:
     last_error: str | None = None
     skip_reason: str | None = None
     finished_at: datetime | None = None
+    # Attempts that may have reached the provider unanswered (an unknown
+    # outcome, a lease that ran out): domain.delivery.outcome_left_unknown
+    # bounds how many there may be before the message is sent no more.
+    unknown_outcomes: int = 0
 
 
 def evolve_outbox(row: OutboxRow | None, event: object) -> OutboxRow | None:
@@ -71,7 +76,8 @@ def evolve_outbox(row: OutboxRow | None, event: object) -> OutboxRow | None:
                 attempt_count=event.attempt,
             )
         case LeaseExpired():
-            return evolve(row, state="pending", lease_owner=None, lease_token=None, lease_expires_at=None)
+            return evolve(row, state="pending", lease_owner=None, lease_token=None, lease_expires_at=None,
+                          unknown_outcomes=row.unknown_outcomes + 1)
         case LeaseReleased():
             return evolve(
                 row, state="pending", available_at=event.released_at, lease_owner=None, lease_token=None,
@@ -92,6 +98,7 @@ def evolve_outbox(row: OutboxRow | None, event: object) -> OutboxRow | None:
             return evolve(
                 row, state="pending", available_at=retry_at, last_error=event.error,
                 lease_owner=None, lease_token=None, lease_expires_at=None,
+                unknown_outcomes=row.unknown_outcomes + event.outcome_unknown,
             )
         case DeliverySkipped():
             return evolve(
@@ -103,10 +110,18 @@ def evolve_outbox(row: OutboxRow | None, event: object) -> OutboxRow | None:
                 row, state="abandoned", last_error=event.last_error, lease_owner=None, lease_token=None,
                 lease_expires_at=None, finished_at=event.abandoned_at,
             )
+        case DeliveryOutcomeUnknown():
+            return evolve(
+                row, state="unknown", last_error=event.last_error, lease_owner=None, lease_token=None,
+                lease_expires_at=None, finished_at=event.settled_at,
+            )
         case DeliveryRedriven():
             # Due at once, with a fresh attempt count (an attempt cap counts
             # from the re-drive); the last error stays as the reason it stopped.
-            return evolve(row, state="pending", available_at=event.redriven_at, attempt_count=0, finished_at=None)
+            # An operator re-drives an unknown outcome having found it never
+            # arrived, so its unknown attempts count from none again too.
+            return evolve(row, state="pending", available_at=event.redriven_at, attempt_count=0, finished_at=None,
+                          unknown_outcomes=0)
     return row
 
 

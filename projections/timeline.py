@@ -25,7 +25,7 @@ from domain.log import RecordedEvent
 TIME_FIELDS = (
     "requested_at", "issued_at", "completed_at", "refused_at", "claimed_at", "expired_at", "released_at",
     "failed_at", "accepted_at", "skipped_at", "abandoned_at", "verified_at", "locked_at", "bound_at",
-    "available_at", "erased_at", "created_at", "revoked_at", "rewrapped_at", "rejected_at",
+    "available_at", "erased_at", "created_at", "revoked_at", "rewrapped_at", "rejected_at", "settled_at",
 )
 
 
@@ -186,6 +186,9 @@ def summary(event: object) -> str:
             return f"not sent: skipped ({event.reason})"
         case email.DeliveryAbandoned():
             return f"not sent: abandoned after {event.attempts} attempts ({event.last_error})"
+        case email.DeliveryOutcomeUnknown():
+            return (f"not sent again: outcome unknown after {event.unknown_outcomes} unanswered attempts "
+                    f"({event.last_error}); it may have arrived")
         case email.DeliveryRedriven():
             return f"re-driven by {event.actor} ({event.reason}): queued again"
         case privacy.SubjectErased():

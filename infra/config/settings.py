@@ -198,6 +198,10 @@ class Settings:
     max_attempts: int | None = _setting("AUTHLEDGER_MAX_ATTEMPTS", None, values.whole(1, 1000),
         feeds=(DeliveryPolicy, "max_attempts"),
         doc="Optional hard cap on send attempts; unset, a message is retried until its link or code expires.")
+    unknown_outcome_retries: int = _setting("AUTHLEDGER_UNKNOWN_OUTCOME_RETRIES", 1, values.whole(0, 10),
+        feeds=(DeliveryPolicy, "unknown_outcome_retries"),
+        doc="Sends after an unknown outcome through a provider that cannot drop repeats (SMTP): each may be "
+            "one more copy; past them the message ends `unknown`.")
     retry_backoff_cap: int = _setting("AUTHLEDGER_RETRY_BACKOFF_CAP", 60, values.whole(1, 3600),
         feeds=(DeliveryPolicy, "backoff_cap"), doc="Longest wait, in seconds, between two attempts of one message.")
     poll_seconds: float = _setting("AUTHLEDGER_POLL_SECONDS", 5.0, values.seconds,

@@ -22,7 +22,8 @@ from projections.outbox_chart import render_outbox_chart
 
 OWNERS = text("SELECT message_id, user_id FROM email_outbox WHERE message_id = ANY(CAST(:ids AS uuid[]))")
 OWNER = text("SELECT user_id FROM email_outbox WHERE message_id = :message_id")
-LISTS = (("retrying", "Waiting for a retry"), ("stuck", "Stuck"), ("failed", "Failed"), ("abandoned", "Abandoned"))
+LISTS = (("retrying", "Waiting for a retry"), ("stuck", "Stuck"), ("failed", "Failed"), ("abandoned", "Abandoned"),
+         ("unknown", "Outcome unknown"))
 
 
 @frozen

@@ -20,7 +20,7 @@ email_outbox = Table(
     Column("stream_version", Integer), Column("lease_owner", Text), Column("lease_token", Uuid),
     Column("lease_expires_at", _tz()), Column("attempt_count", Integer),
     Column("provider_message_id", Text), Column("last_error", Text), Column("skip_reason", Text),
-    Column("finished_at", _tz()),
+    Column("finished_at", _tz()), Column("unknown_outcomes", Integer),
 )
 
 reset_tokens = Table(

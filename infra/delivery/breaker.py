@@ -13,10 +13,16 @@ from uuid import UUID
 from attrs import evolve
 
 from domain.circuit import Circuit, CircuitPolicy, Outcome, Transition, claim_allowance, observe, probe_claimed
-from domain.outage import ProviderOutageBegan, ProviderOutageEnded, provider_stream
+from domain.outage import (
+    ProviderOutageBegan,
+    ProviderOutageEnded,
+    end_of_outage_left_open,
+    outage_left_open,
+    provider_stream,
+)
 from infra.delivery.providers import SendFailed
 from infra.logs import log_event
-from infra.services.unit_of_work import ServiceContext, record_events
+from infra.services.unit_of_work import ServiceContext, decide_events_on_stream, record_events
 
 log = logging.getLogger("authledger.delivery")
 
@@ -35,6 +41,15 @@ class Breaker:
         self.ctx, self.provider, self.owner, self.policy = ctx, provider, owner, policy
         self.circuit = Circuit()
         self.unrecorded: list[object] = []
+        # Once this worker's provider has answered a send: whether the log
+        # must still be checked for an outage another worker left open.
+        self._check_the_log = False
+        self._log_checked = False
+
+    @property
+    def pending(self) -> bool:
+        """Whether ``record`` has something to write (or to check) in the log."""
+        return bool(self.unrecorded) or self._check_the_log
 
     @property
     def state(self) -> str:
@@ -59,6 +74,8 @@ class Breaker:
 
     def observe(self, message_id: UUID, error: SendFailed | None) -> None:
         now, began = self.ctx.clock.now(), self.circuit.opened_at
+        if outcome_of(error) is Outcome.ANSWERED and not self._log_checked:
+            self._check_the_log = True
         self.circuit, transition = observe(
             self.circuit, outcome_of(error), message_id=message_id, now=now,
             error=error.message if error is not None else None, policy=self.policy,
@@ -81,9 +98,20 @@ class Breaker:
         self.unrecorded.append(event)
 
     def record(self) -> None:
-        """Append the transitions seen so far to ``provider:<name>``; blocking, run off the event loop."""
-        if not self.unrecorded:
-            return
-        events = list(self.unrecorded)
-        record_events(self.ctx, provider_stream(self.provider), events, {"actor": self.owner})
-        del self.unrecorded[: len(events)]
+        """Append the transitions seen so far to ``provider:<name>``; blocking, run off the event loop.
+
+        After this worker's first answered send, also end an outage the log
+        still holds open (``domain.outage.end_of_outage_left_open``).
+        """
+        if self.unrecorded:
+            events = list(self.unrecorded)
+            record_events(self.ctx, provider_stream(self.provider), events, {"actor": self.owner})
+            del self.unrecorded[: len(events)]
+        if self._check_the_log:
+            self._check_the_log, self._log_checked = False, True
+            if self.circuit.state == "closed":
+                decide_events_on_stream(
+                    self.ctx, provider_stream(self.provider), outage_left_open,
+                    lambda left_open, now: end_of_outage_left_open(left_open, worker=self.owner, now=now),
+                    {"actor": self.owner},
+                )

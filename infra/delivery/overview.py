@@ -68,7 +68,8 @@ def attention_lists(
     reason in words. "stuck" holds leases that ran out and due mail nobody
     claimed, once ``older_than_seconds`` overdue.
     """
-    lists: dict[str, list[dict[str, Any]]] = {"retrying": [], "stuck": [], "failed": [], "abandoned": []}
+    lists: dict[str, list[dict[str, Any]]] = {"retrying": [], "stuck": [], "failed": [], "abandoned": [],
+                                              "unknown": []}
     for message in stuck_messages(engine, now=now, older_than_seconds=older_than_seconds, limit=limit):
         lists[LIST_OF_KIND.get(message["kind"], message["state"])].append(message)
     return lists

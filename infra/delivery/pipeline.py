@@ -135,7 +135,7 @@ class Window:
             return
         started = 0
         for claim, fresh in zip(claims, prepared, strict=True):
-            early = without_sending(self.ctx, claim, fresh)
+            early = without_sending(self.ctx, claim, fresh, idempotent=self.mailer.idempotent)
             if early is not None:
                 self._unrecorded.append(Sent(claim, fresh, early, self.ctx.clock.now()))
                 continue
@@ -187,7 +187,7 @@ class Window:
                 assert self._reread is not None
                 async with self._reread:
                     [prepared] = await asyncio.to_thread(self._prepare, [claim])
-                early = without_sending(self.ctx, claim, prepared)
+                early = without_sending(self.ctx, claim, prepared, idempotent=self.mailer.idempotent)
                 if early is not None:
                     self._unrecorded.append(Sent(claim, prepared, early, self.ctx.clock.now()))
                     self.breaker.probe_not_sent()
@@ -266,7 +266,7 @@ class Window:
         self.tally.update(states.values())
 
     async def _record_transitions(self) -> None:
-        if self.breaker.unrecorded:
+        if self.breaker.pending:
             await asyncio.to_thread(self.breaker.record)
 
 

@@ -16,7 +16,7 @@ from uuid import UUID
 from attrs import frozen
 from sqlalchemy import Engine
 
-from domain.delivery import enough_lease_left, failure_events
+from domain.delivery import enough_lease_left, failure_events, outcome_left_unknown
 from domain.email import DeliverySkipped, LeaseReleased, ProviderAccepted
 from infra.delivery.fresh import Prepared
 from infra.delivery.leases import Claim, record_outcomes
@@ -25,7 +25,7 @@ from infra.logs import log_event
 from infra.services.unit_of_work import ServiceContext
 
 log = logging.getLogger("authledger.delivery")
-GIVEN_UP = frozenset({"abandoned", "failed"})
+GIVEN_UP = frozenset({"abandoned", "failed", "unknown"})
 
 @frozen
 class Attempt:
@@ -48,13 +48,23 @@ class Sent:
     handled_at: datetime
 
 
-def without_sending(ctx: ServiceContext, claim: Claim, prepared: Prepared) -> Attempt | None:
-    """The outcome when the provider must not be called (unwanted, or too little lease left); else None."""
+def without_sending(ctx: ServiceContext, claim: Claim, prepared: Prepared, *, idempotent: bool) -> Attempt | None:
+    """The outcome when the provider must not be called (unwanted, maybe sent already, too little lease left).
+
+    None when it may be called. ``idempotent`` is the provider's: whether it
+    drops a second send of a message id itself.
+    """
     row, policy, now = claim.row, ctx.delivery_policy, ctx.clock.now()
     if prepared.email is None:
         assert prepared.skip_reason is not None  # prepare() gives a reason whenever it gives no email
         skipped = DeliverySkipped(row.message_id, now, prepared.skip_reason, claim.lease_token)
         return Attempt([skipped], "skipped", "skipped")
+    unknown = outcome_left_unknown(
+        row.message_id, unknown_outcomes=row.unknown_outcomes, idempotent=idempotent, last_error=row.last_error,
+        lease_token=claim.lease_token, now=now, policy=policy,
+    )
+    if unknown is not None:
+        return Attempt([unknown], "outcome_unknown", "unknown", error=unknown.last_error)
     assert row.lease_expires_at is not None  # the row is claimed: its lease has an end
     if not enough_lease_left(row.lease_expires_at, now=now, policy=policy):
         # Too little lease left to finish a provider call safely: give it back.
@@ -122,8 +132,9 @@ def _log_outcome(sent: Sent, owner: str, recorded: bool) -> str:
     elif result.outcome == "released_unsent":
         log_event(log, "lease released; provider down", message_id=row.message_id, lease_owner=owner)
     else:
-        # Mail given up on (abandoned at the hard cap, or refused for good) is
-        # what an operator must hear about: it will not arrive on its own.
+        # Mail given up on (abandoned at the hard cap, refused for good, or
+        # left unknown) is what an operator must hear about: it will not
+        # arrive on its own, or may have arrived without our knowing.
         level = logging.WARNING if result.state in GIVEN_UP else logging.INFO
         log_event(log, f"delivery {result.outcome}", level, state=result.state,
                   skip_reason=sent.prepared.skip_reason, **fields)

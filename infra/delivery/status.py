@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
+from domain.outage import ProviderOutageBegan
 from domain.tenants import DEFAULT_TENANT, SEPARATOR
+from infra.config.settings import PROVIDERS
+from infra.eventlog.outages import open_outages
+from projections.findings import outage_going_on
 from projections.outbox import STATES
 
 # Only the messages of one tenant when :tenant is given (/metrics for a
@@ -59,7 +64,7 @@ def outbox_status(engine: Engine, *, now: datetime, tenant: str | None = None) -
 # - expired_lease: a worker's lease ran out (for longer than the threshold)
 #   and no worker has reclaimed it;
 # - unclaimed: due (for longer than the threshold) and never claimed;
-# - abandoned / failed: given up, newest first: the ones `outbox retry` can send again.
+# - abandoned / failed / unknown: given up, newest first: the ones `outbox retry` can send again.
 RETRYING = text("""
     SELECT * FROM email_outbox
      WHERE state = 'pending' AND attempt_count > 0 AND last_error IS NOT NULL
@@ -77,14 +82,20 @@ UNCLAIMED = text("""
 """)
 GIVEN_UP = text("""
     SELECT * FROM email_outbox
-     WHERE state IN ('abandoned', 'failed')
+     WHERE state IN ('abandoned', 'failed', 'unknown')
      ORDER BY finished_at DESC LIMIT :limit
 """)
 KINDS = ("retrying", "expired_lease", "unclaimed", "given_up")
 
 
-def stuck_reason(kind: str, row: Any, now: datetime) -> str:
-    """Why a message that should have gone out has not, in words an operator can act on."""
+def stuck_reason(kind: str, row: Any, now: datetime, outages: Sequence[ProviderOutageBegan]) -> str:
+    """Why a message that should have gone out has not, in words an operator can act on.
+
+    While a provider's outage is recorded as going on, mail waiting to be
+    sent waits for the provider, not for a worker: the reason says so.
+    """
+    if outages and kind in ("retrying", "expired_lease", "unclaimed"):
+        return "; ".join(outage_going_on(outage) for outage in outages)
     if kind == "retrying":
         return (f"retry due at {row.available_at.isoformat()} after {row.attempt_count} failed attempt(s), "
                 f"last error: {row.last_error}")
@@ -93,15 +104,19 @@ def stuck_reason(kind: str, row: Any, now: datetime) -> str:
                 "reclaimed it: are workers running?")
     if kind == "unclaimed":
         return "queued and due, but no worker has claimed it: are workers running?"
-    return (f"{row.state} at {row.finished_at.isoformat()}, last error: {row.last_error}; "
-            f"`authledger outbox retry --message-id {row.message_id}` sends it again")
+    again = f"`authledger outbox retry --message-id {row.message_id}` sends it again"
+    if row.state == "unknown":
+        return (f"not sent again at {row.finished_at.isoformat()}: {row.unknown_outcomes} attempts went unanswered "
+                f"(last error: {row.last_error}) and the provider cannot drop a repeat, so it may have arrived; "
+                f"if the user never got it, {again}")
+    return f"{row.state} at {row.finished_at.isoformat()}, last error: {row.last_error}; {again}"
 
 
-def _describe(kind: str, row: Any, now: datetime) -> dict[str, Any]:
+def _describe(kind: str, row: Any, now: datetime, outages: Sequence[ProviderOutageBegan]) -> dict[str, Any]:
     described = {
         "kind": kind, "message_id": str(row.message_id), "flow": row.flow, "template": row.template,
         "state": row.state, "attempts": row.attempt_count, "last_error": row.last_error,
-        "reason": stuck_reason(kind, row, now),
+        "reason": stuck_reason(kind, row, now, outages),
     }
     if kind == "retrying":
         described["next_attempt_at"] = row.available_at.isoformat()
@@ -131,4 +146,5 @@ def stuck_messages(
     """
     cutoff = now - timedelta(seconds=older_than_seconds)
     with engine.connect() as connection:
-        return [_describe(kind, row, now) for kind in KINDS for row in _rows(connection, kind, cutoff, limit)]
+        outages = open_outages(connection, PROVIDERS)
+        return [_describe(kind, row, now, outages) for kind in KINDS for row in _rows(connection, kind, cutoff, limit)]

@@ -127,6 +127,7 @@ CLAIM = text(f"""
        SET state = 'leased', lease_owner = CAST(:owner AS text), lease_token = c.token,
            lease_expires_at = :lease_expires_at, available_at = :lease_expires_at,
            attempt_count = c.attempt_count + 1,
+           unknown_outcomes = c.unknown_outcomes + CASE WHEN c.ran_out THEN 1 ELSE 0 END,
            stream_version = c.stream_version + CASE WHEN c.ran_out THEN 2 ELSE 1 END
       FROM claimed c
      WHERE o.message_id = c.message_id
@@ -144,12 +145,13 @@ RECORD_FENCED = text("""
            SET state = n.state, available_at = n.available_at, stream_version = n.stream_version,
                lease_owner = n.lease_owner, lease_token = n.lease_token, lease_expires_at = n.lease_expires_at,
                attempt_count = n.attempt_count, provider_message_id = n.provider_message_id,
-               last_error = n.last_error, skip_reason = n.skip_reason, finished_at = n.finished_at
+               last_error = n.last_error, skip_reason = n.skip_reason, finished_at = n.finished_at,
+               unknown_outcomes = n.unknown_outcomes
           FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS n(
                    message_id uuid, held_token uuid, held_version integer, state text, available_at timestamptz,
                    stream_version integer, lease_owner text, lease_token uuid, lease_expires_at timestamptz,
                    attempt_count integer, provider_message_id text, last_error text, skip_reason text,
-                   finished_at timestamptz)
+                   finished_at timestamptz, unknown_outcomes integer)
          WHERE o.message_id = n.message_id AND o.state = 'leased'
            AND o.lease_token = n.held_token AND o.stream_version = n.held_version
         RETURNING o.message_id

@@ -51,7 +51,8 @@ DELIVERY_EVENTS = text("""
               FROM events x
              WHERE x.stream_id = e.stream_id AND x.stream_version = 1
             ) q ON e.event_type IN ('EmailQueued', 'ProviderAccepted', 'DeliverySkipped', 'DeliveryAbandoned',
-                                    'DeliveryRedriven', 'SendAttemptFailed', 'LeaseClaimed', 'LeaseExpired')
+                                    'DeliveryRedriven', 'SendAttemptFailed', 'LeaseClaimed', 'LeaseExpired',
+                                    'DeliveryOutcomeUnknown')
       LEFT JOIN LATERAL (
             SELECT (x.payload->>'claimed_at')::timestamptz AS claimed_at FROM events x
              WHERE x.stream_id = e.stream_id AND x.event_type = 'LeaseClaimed'

@@ -35,6 +35,7 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "DeliverySkipped": (email.DeliverySkipped, 1),
     "DeliveryAbandoned": (email.DeliveryAbandoned, 1),
     "DeliveryRedriven": (email.DeliveryRedriven, 1),
+    "DeliveryOutcomeUnknown": (email.DeliveryOutcomeUnknown, 1),
     "ProviderOutageBegan": (outage.ProviderOutageBegan, 1),
     "ProviderOutageEnded": (outage.ProviderOutageEnded, 1),
     "ClientRegistered": (clients.ClientRegistered, 1),

@@ -46,6 +46,7 @@ COUNTED = {
     "DeliverySkipped": "authledger_emails_skipped_total",
     "DeliveryAbandoned": "authledger_emails_abandoned_total",
     "DeliveryRedriven": "authledger_emails_redriven_total",
+    "DeliveryOutcomeUnknown": "authledger_emails_outcome_unknown_total",
     "SendAttemptFailed": "authledger_send_attempts_failed_total",
     "LeaseClaimed": "authledger_leases_claimed_total",
     "LeaseExpired": "authledger_lease_expirations_total",
@@ -55,7 +56,9 @@ HELP = {
     "authledger_emails_sent_total": "Emails accepted by the provider.",
     "authledger_emails_skipped_total": "Emails skipped because they went stale (superseded, expired, used).",
     "authledger_emails_abandoned_total": "Emails given up after the attempt limit.",
-    "authledger_emails_redriven_total": "Abandoned or failed emails an operator sent back to the queue.",
+    "authledger_emails_redriven_total": "Abandoned, failed or unknown emails an operator sent back to the queue.",
+    "authledger_emails_outcome_unknown_total": "Emails not sent again because a provider that cannot drop repeats "
+                                               "may have received them already.",
     "authledger_send_attempts_failed_total": "Failed send attempts, retryable or not.",
     "authledger_leases_claimed_total": "Leases claimed by workers.",
     "authledger_lease_expirations_total": "Leases that ran out before their worker recorded an outcome.",

@@ -39,7 +39,7 @@ from projections.tenants import (
 EMAIL_EVENTS = (
     email.EmailQueued, email.LeaseClaimed, email.LeaseExpired, email.LeaseReleased, email.SendAttemptFailed,
     email.ProviderAccepted, email.DeliverySkipped, email.DeliveryAbandoned,
-    email.DeliveryRedriven,
+    email.DeliveryRedriven, email.DeliveryOutcomeUnknown,
 )
 
 

@@ -16,6 +16,8 @@ from domain.input_checks import check_text
 from domain.errors import NotFound
 from domain.log import RecordedEvent
 from domain.tenants import DEFAULT_TENANT, scoped_user
+from infra.config.settings import PROVIDERS
+from infra.eventlog.outages import open_outages
 from infra.review.lookup import about_message, about_request, about_user, looking_up, of_tenant
 from projections.explain import message_findings, request_findings, user_findings
 from projections.findings import Finding
@@ -78,6 +80,7 @@ def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID 
     request or email of another tenant than ``tenant`` is not in the log for it.
     """
     with looking_up(engine) as lookup:
+        down = open_outages(lookup.connection, PROVIDERS)
         if request_id is not None:
             story, kind, value = about_request(lookup, request_id, tenant), "request", request_id
         elif message_id is not None:
@@ -88,10 +91,10 @@ def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID 
     if story is None:
         raise NotFound(f"no {kind} {value} in the log")
     if request_id is not None:
-        findings = request_findings(story.context, request_id, now=now)
+        findings = request_findings(story.context, request_id, now=now, down=down)
     else:
         assert message_id is not None  # one of the two was given, or explain raised above
-        findings = message_findings(story.context, message_id, now=now)
+        findings = message_findings(story.context, message_id, now=now, down=down)
     about = {r.global_position for r in story.events}
     # Timed over the whole context: a supersession takes its time from the request in its transaction.
     entries = [e for e in timeline(story.context) if e.global_position in about]

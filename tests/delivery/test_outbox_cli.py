@@ -156,7 +156,7 @@ def test_stuck_lists_retries_dead_leases_unclaimed_and_given_up_mail(
     shown = run_cli(env, "outbox", "stuck")
     assert shown.exit_code == 0, shown.output
     for heading in ("Waiting for a retry (1):", "Leases held past their expiry (1):", "Due, never claimed (1):",
-                    "Abandoned or failed (`outbox retry` sends them again) (2):"):
+                    "Abandoned, failed or outcome unknown (`outbox retry` sends them again) (2):"):
         assert heading in shown.output
     as_json = json.loads(run_cli(env, "outbox", "stuck", "--json").stdout)
     assert sorted(m["kind"] for m in as_json) == ["expired_lease", "given_up", "given_up", "retrying", "unclaimed"]

@@ -7,6 +7,8 @@ DATA commands it received (``data_commands``) and those it was answering at
 one moment (``in_data``, ``peak_in_data``). It counts the connections it accepted (``connections``) and can
 end every session at its Nth MAIL FROM with a 421 and a hang-up
 (``hang_up_at_mail``), as a relay does that limits messages per connection.
+It can keep a message and then drop the connection without answering its
+DATA (``drop_after_data``), so that the client cannot know it was accepted.
 Stopping it hangs up on the clients still connected (pooled sessions).
 """
 
@@ -16,6 +18,7 @@ import asyncio
 from email import message_from_bytes
 from email.message import EmailMessage
 from email.policy import default as default_policy
+from collections.abc import Callable
 from typing import Any
 
 from aiosmtpd.controller import Controller
@@ -37,6 +40,9 @@ class Relay:
         self.hang_up_at_mail: int | None = None
         self.connections = 0
         self.mails_refused_421 = 0
+        # Given the number of a DATA command (from 1): whether to keep its
+        # message and hang up instead of answering.
+        self.drop_after_data: Callable[[int], bool] | None = None
 
     async def handle_MAIL(self, server: Any, session: Any, envelope: Envelope, address: str, options: list[str]) -> str:
         await asyncio.sleep(self.stall["MAIL"])
@@ -68,6 +74,8 @@ class Relay:
             if self.refusals["DATA"]:
                 return self.refusals["DATA"].pop(0)
             self.envelopes.append(envelope)
+            if self.drop_after_data is not None and self.drop_after_data(self.data_commands):
+                server.transport.abort()  # kept, never acknowledged: the client's outcome is unknown
             return "250 Message accepted for delivery"
         finally:
             self.in_data -= 1
