@@ -204,6 +204,9 @@ class Settings:
             "one more copy; past them the message ends `unknown`.")
     retry_backoff_cap: int = _setting("AUTHLEDGER_RETRY_BACKOFF_CAP", 60, values.whole(1, 3600),
         feeds=(DeliveryPolicy, "backoff_cap"), doc="Longest wait, in seconds, between two attempts of one message.")
+    host_name: str | None = _setting("AUTHLEDGER_HOST_NAME", None, values.host_name,
+        doc="This host's name where `/readyz` and `/metrics` say which host runs the catch-up runner and the "
+            "counts writer; unset, the host name and process id.")
     poll_seconds: float = _setting("AUTHLEDGER_POLL_SECONDS", 5.0, values.seconds,
         doc="Longest an idle worker or catch-up runner waits without a notification.")
     # Generous for any real client (its headers come in one packet; a body is at most 16 KiB, so 10 s asks for

@@ -268,3 +268,13 @@ def otp_purposes(raw: str) -> str:
     except InvalidInput as error:
         raise ValueError(error.message) from None
     return raw.strip()
+
+
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,39}")
+
+
+def host_name(raw: str) -> str:
+    """A name for this host in ``/readyz`` and ``/metrics``: 1-40 of letters, digits, '.', '_', ':' and '-'."""
+    if not HOST_NAME.fullmatch(raw):
+        raise ValueError("must be 1-40 of A-Z, a-z, 0-9, '.', '_', ':' and '-', starting with a letter or digit")
+    return raw

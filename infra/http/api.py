@@ -27,6 +27,7 @@ from domain.otp import RequestOtp
 from domain.reset import RequestReset
 from domain.tenants import split_scoped_user
 from infra.db import tables
+from infra.db.leadership import holders
 from infra.db.reading import reading
 from infra.db.schema import SCHEMA_VERSION, current_version
 from infra.delivery.worker import Worker
@@ -197,8 +198,8 @@ class Api:
         if "authorization" not in request.headers:
             await run_in_threadpool(self._check_connected)
             return _json({"status": "ready"})
-        await self._authenticated(request, MONITORING, lambda _: self._check_ready())
-        return _json({"status": "ready", "schema_version": SCHEMA_VERSION})
+        roles = await self._authenticated(request, MONITORING, self._check_ready)
+        return _json({"status": "ready", "schema_version": SCHEMA_VERSION, **roles})
 
     def _check_connected(self) -> None:
         try:
@@ -207,10 +208,13 @@ class Api:
         except AuthledgerError:
             raise DatabaseUnavailable() from None
 
-    def _check_ready(self) -> None:
+    def _check_ready(self, caller: Caller) -> dict[str, Any]:
+        """Nothing when ready (``SchemaMismatch`` otherwise); for an operator, which host runs which role."""
         with reading(self.ctx.engine) as connection:
             version = current_version(connection)
             missing = connection.execute(MISSING_TABLES, {"names": list(tables.metadata.tables)}).scalars().all()
+            # The deployment's hosts are the operator's to see, not a tenant's.
+            roles = {"roles": holders(connection)} if caller.may(OPERATOR) else {}
         # A newer schema is fine: schema.sql only ever adds, so during a rolling
         # deploy the old release stays ready after the new one ran db init.
         problems = [] if version is not None and version >= SCHEMA_VERSION else [
@@ -219,6 +223,7 @@ class Api:
         problems += [f"no table {name}" for name in missing]
         if problems:
             raise SchemaMismatch(f"the database is not ready: {'; '.join(problems)}; run `authledger db init`")
+        return roles
 
     def start_metrics(self) -> None:
         with self.ctx.engine.connect() as connection:

@@ -37,16 +37,14 @@ from infra.http.problems import MethodNotAllowed, RouteNotFound, problem_respons
 from infra.http.request_context import RequestContext
 from infra.http.validation import MAX_BODY_BYTES
 from infra.logs import log_event
-from infra.projector.catchup import CatchUpRunner
-from infra.services.closed_counts import ClosedCountsWriter
 from infra.services.unit_of_work import ServiceContext
 
 log = logging.getLogger("authledger.http")
 
 
 def create_app(
-    ctx: ServiceContext, *, worker: Worker | None = None, catch_up: CatchUpRunner | None = None,
-    closed_counts: ClosedCountsWriter | None = None, max_body_bytes: int = MAX_BODY_BYTES, reset_page: bool = False,
+    ctx: ServiceContext, *, worker: Worker | None = None, catch_up: Background | None = None,
+    closed_counts: Background | None = None, max_body_bytes: int = MAX_BODY_BYTES, reset_page: bool = False,
     console: Console | None = None, threads: int | None = None, body_seconds: float = BODY_SECONDS,
 ) -> Starlette:
     """The API over ``ctx``, and the review console at /console; ``worker``, ``catch_up`` and

@@ -29,6 +29,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from domain.tenants import tenant_of
+from infra.db.leadership import holders
+from infra.db.reading import reading
 from infra.eventlog.queries import delivery_events_after, horizon_head
 from infra.delivery.status import outbox_status
 from infra.projector.status import projection_status
@@ -227,6 +229,12 @@ def operations_lines(ctx: ServiceContext, worker: Worker | None) -> list[str]:
     out += _gauge("authledger_horizon_age_seconds",
                   "How long the oldest open transaction has held back every whole-log reader (0 when none).",
                   [("", oldest.age_seconds if oldest else 0.0)])
+    with reading(ctx.engine) as connection:
+        held = holders(connection)
+    out += _gauge("authledger_role_held",
+                  "1 for the host running a role that runs once per deployment (catch-up, closed-counts); 0 with "
+                  "holder=\"\" when no host runs it.",
+                  [(f'{{role="{role}",holder="{holder or ""}"}}', 1 if holder else 0) for role, holder in held.items()])
     out += worker_lines(worker)
     fenced = worker.delivered.get("lease_lost", 0) if worker is not None else 0
     out += [

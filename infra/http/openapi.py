@@ -176,7 +176,8 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 "The database is reachable (without a key); with a `metrics` or `operator` key, also that its "
                 "schema is current",
                 "ready",
-                {"200": json_response("Ready; `schema_version` only for a `metrics` or `operator` key.", "Ready"),
+                {"200": json_response("Ready; `schema_version` only for a `metrics` or `operator` key, `roles` (which "
+                                       "host runs each once-only role) only for an `operator` key.", "Ready"),
                  "401": COMMON_PROBLEMS["401"], "403": FORBIDDEN, "429": too_many_requests(KEY_RATE_REFUSAL),
                  "503": problem("Not ready (`database-unavailable`; with a `metrics` key also "
                                 "`schema-mismatch`).")}),

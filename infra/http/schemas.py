@@ -211,7 +211,10 @@ TIMELINE_QUERY: Schema = {
 HEALTH = _object({"status": {"const": "ok"}}, ["status"])
 READY = _object(
     {"status": {"const": "ready"},
-     "schema_version": {"type": "integer", "description": "Only for a key with the `metrics` scope."}},
+     "schema_version": {"type": "integer", "description": "Only for a key with the `metrics` scope."},
+     "roles": {"type": "object", "description": "Only for an `operator` key: which host runs each role that runs "
+                                                "once per deployment (`catch-up`, `closed-counts`), null for none.",
+               "additionalProperties": {"type": ["string", "null"]}}},
     ["status"],
 )
 

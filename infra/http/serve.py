@@ -49,6 +49,7 @@ from infra.audit.digest import signing_key
 from infra.services.clients import authenticate, create_client, revoke_client
 from infra.logs import configure_logging, log_event
 from infra.db.schema import init_schema
+from infra.db.leadership import CATCH_UP, CLOSED_COUNTS, LeaderOnly, this_holder
 from infra.projector.catchup import CatchUpRunner
 from infra.services.closed_counts import ClosedCountsWriter
 from infra.delivery.providers.maildir import make_maildir
@@ -203,8 +204,12 @@ def _run(app: App, *, inflight: int, reset_page: bool, host: str, port: int,
         worker = Worker(ctx, app.mailer, sender=settings.sender, inflight=inflight, poll_seconds=settings.poll_seconds,
                         outcomes=app.outcomes_engine)
     if background:
-        catch_up = CatchUpRunner(app.engine, poll_seconds=settings.poll_seconds)
-        closed_counts = ClosedCountsWriter(ctx, metadata=SERVE_METADATA)
+        # Once across every serve process on every host: whichever holds the role's lock (infra.db.leadership).
+        holder = this_holder(settings.host_name)
+        catch_up = LeaderOnly(app.engine, CATCH_UP, holder=holder,
+                              make_part=lambda: CatchUpRunner(app.engine, poll_seconds=settings.poll_seconds))
+        closed_counts = LeaderOnly(app.engine, CLOSED_COUNTS, holder=holder,
+                                   make_part=lambda: ClosedCountsWriter(ctx, metadata=SERVE_METADATA))
     config = uvicorn.Config(
         create_app(ctx, worker=worker, catch_up=catch_up, closed_counts=closed_counts, reset_page=reset_page,
                    threads=API_THREADS, body_seconds=settings.http_body_timeout,
