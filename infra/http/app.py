@@ -65,7 +65,7 @@ def create_app(
         if error.http_status >= 500:  # the client is told little; the operator gets the whole message
             log_event(log, "request failed", logging.ERROR, problem=error.problem_type, error=error.message,
                       request_id=request.state.request_id)
-        return problem_response(error, now=ctx.clock.now())
+        return problem_response(error, now=ctx.clock.now(), keyed="idempotency-key" in request.headers)
 
     async def on_http_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, HTTPException)

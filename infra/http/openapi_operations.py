@@ -96,7 +96,9 @@ COMMON_PROBLEMS = {
     "503": problem("The database cannot be reached (`database-unavailable`, `schema-mismatch`)."),
 }
 WRITE_UNAVAILABLE = problem(
-    "The database cannot be reached (`database-unavailable`, `schema-mismatch`), or, rarely, concurrent "
+    "The database cannot be reached (`database-unavailable`, with Retry-After: it may have gone away after the "
+    "request was committed, as in a failover, and a retry with the same Idempotency-Key is safe either way; "
+    "`schema-mismatch`), or, rarely, concurrent "
     "requests for this user could not be put in order (`concurrency-conflict`, with Retry-After). Concurrent "
     "requests for one user are otherwise answered one after the other, never with a conflict.", retry_after(False))
 BODY_PROBLEMS = {

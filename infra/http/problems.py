@@ -20,12 +20,20 @@ from starlette.responses import Response
 
 from domain.errors import AuthledgerError, CodeRejected, ConcurrencyConflict, InvalidInput, LockedOut, NotFound
 from domain.limits import Quota
-from infra.errors import RateLimited, RequestInFlight, Unauthorized
+from infra.errors import DatabaseUnavailable, RateLimited, RequestInFlight, Unauthorized
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:authledger:problem:"
 # A create holds its key for one short transaction: a second is plenty.
 IN_FLIGHT_RETRY_AFTER_SECONDS = 1
+# A failover manager promotes a standby within seconds; a client retrying sooner only meets more 503s.
+UNAVAILABLE_RETRY_AFTER_SECONDS = 1
+# What a create's 503 adds: the database may have gone away after its COMMIT was sent (a failover), so the
+# client cannot know whether it was recorded, and need not: the key answers for it.
+RETRY_WITH_THE_SAME_KEY = (
+    " A retry with the same Idempotency-Key is safe: if the request was recorded before the database went "
+    "away it is answered as it was then, otherwise it is carried out now, once."
+)
 
 
 class MalformedJson(InvalidInput):
@@ -124,7 +132,8 @@ def title_of(error_type: type[AuthledgerError]) -> str:
     return (error_type.__doc__ or "").strip().splitlines()[0].rstrip(".")
 
 
-def problem_body(error: AuthledgerError) -> dict[str, Any]:
+def problem_body(error: AuthledgerError, *, keyed: bool = False) -> dict[str, Any]:
+    """``keyed``: the request carried an Idempotency-Key, so a 503 says that retrying with it is safe."""
     status = error.http_status
     shown = status < 500 or (status == 503 and _safe_503(error))
     body: dict[str, Any] = {
@@ -133,6 +142,8 @@ def problem_body(error: AuthledgerError) -> dict[str, Any]:
         "status": status,
         "detail": error.message if shown else title_of(type(error)) + ".",
     }
+    if keyed and isinstance(error, DatabaseUnavailable):
+        body["detail"] += RETRY_WITH_THE_SAME_KEY
     if isinstance(error, RateLimited | LockedOut) and error.retry_at is not None:
         body["retry_at"] = error.retry_at.isoformat()
     if isinstance(error, CodeRejected):
@@ -149,8 +160,9 @@ def _safe_503(error: AuthledgerError) -> bool:
 
 
 def problem_response(error: AuthledgerError, *, now: datetime | None = None,
-                     headers: dict[str, str] | None = None) -> Response:
-    """The problem+json response for ``error``, with Retry-After and WWW-Authenticate where they apply."""
+                     headers: dict[str, str] | None = None, keyed: bool = False) -> Response:
+    """The problem+json response for ``error``, with Retry-After and WWW-Authenticate where they apply;
+    ``keyed`` as for ``problem_body``."""
     headers = dict(headers or {})
     if isinstance(error, RateLimited | LockedOut) and error.retry_at is not None and now is not None:
         headers["Retry-After"] = str(max(1, math.ceil((error.retry_at - now).total_seconds())))
@@ -160,11 +172,13 @@ def problem_response(error: AuthledgerError, *, now: datetime | None = None,
         headers["Retry-After"] = "1"
     if isinstance(error, RequestInFlight):
         headers["Retry-After"] = str(IN_FLIGHT_RETRY_AFTER_SECONDS)
+    if isinstance(error, DatabaseUnavailable):
+        headers["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER_SECONDS)
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = 'Bearer realm="authledger"'
     if isinstance(error, RequestTimeout):
         headers["Connection"] = "close"
-    return Response(safe_json(problem_body(error)), status_code=error.http_status, headers=headers,
+    return Response(safe_json(problem_body(error, keyed=keyed)), status_code=error.http_status, headers=headers,
                     media_type=PROBLEM_JSON)
 
 

@@ -13,6 +13,7 @@ from infra.db.engine import Database
 from infra.services import reset as reset_service
 from infra.services.clients import create_client, revoke_client
 from infra.logs import FIELDS
+from infra.http.problems import RETRY_WITH_THE_SAME_KEY
 from infra.services.unit_of_work import ServiceContext
 from tests.http.support import asgi_client, assert_problem, log_size
 
@@ -138,7 +139,8 @@ async def test_an_unreachable_database_is_503_without_its_address(
         ready = await api.get("/readyz")
     problem = assert_problem(response, 503, "database-unavailable")
     assert "127.0.0.1" not in response.text and "nobody" not in response.text
-    assert problem["detail"] == "The database cannot be reached."
+    assert problem["detail"] == "The database cannot be reached." + RETRY_WITH_THE_SAME_KEY
+    assert response.headers["Retry-After"] == "1"
     assert_problem(ready, 503, "database-unavailable")
     logged = [getattr(r, FIELDS) for r in caplog.records if r.getMessage() == "request failed"]
     assert logged and "127.0.0.1" in logged[0]["error"], "the operator's log says which server"
