@@ -21,7 +21,7 @@ from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from domain.errors import ConfigError
 from infra.config.values import mask_passwords, mask_url, split_url
-from infra.errors import DatabaseUnavailable, SchemaMismatch
+from infra.errors import DatabaseUnavailable, ReadOnlyStandby, SchemaMismatch
 from infra.db.embedded import start_embedded
 
 APP_ROLE = "authledger_app"
@@ -173,6 +173,8 @@ def describe_connection_error(error: DBAPIError) -> str:
 
 
 UNDEFINED_TABLE = "42P01"
+# A write on a server in recovery: a single-host URL that still leads to a demoted primary or to a standby.
+READ_ONLY_TRANSACTION = "25006"
 # SQLSTATE classes that mean "the server is not there for us": connection
 # exceptions, insufficient resources (too many connections) and operator
 # intervention (shutdown, crash recovery). Other operational errors, such as
@@ -203,6 +205,8 @@ def translate_driver_error(error: DBAPIError, *, connecting: bool, is_disconnect
             f"the database schema is older than this authledger ({describe_connection_error(error)}); "
             "run `authledger db init`"
         )
+    if sqlstate == READ_ONLY_TRANSACTION:
+        return ReadOnlyStandby()
     if isinstance(error, OperationalError) and (
         connecting or is_disconnect or sqlstate.startswith(UNAVAILABLE_CLASSES)
     ):

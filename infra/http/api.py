@@ -30,7 +30,7 @@ from infra.db import tables
 from infra.db.reading import reading
 from infra.db.schema import SCHEMA_VERSION, current_version
 from infra.delivery.worker import Worker
-from infra.errors import DatabaseUnavailable, Forbidden, SchemaMismatch, Unauthorized
+from infra.errors import DatabaseUnavailable, Forbidden, ReadOnlyStandby, SchemaMismatch, Unauthorized
 from infra.http import schemas
 from infra.http.fairness import Fairness
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -45,7 +45,7 @@ from infra.services.clients import authenticate
 from infra.services.privacy import erase_user
 from infra.services.unit_of_work import ServiceContext
 
-CONNECTED = text("SELECT 1")
+CONNECTED = text("SELECT pg_is_in_recovery()")  # true on a standby: it answers, and refuses every write
 USER_ID = re.compile(schemas.USER_ID["pattern"].strip("^$"))
 MISSING_TABLES = text("SELECT name FROM unnest(CAST(:names AS text[])) AS name WHERE to_regclass(name) IS NULL")
 REPLAYED = "Idempotency-Replayed"
@@ -203,12 +203,16 @@ class Api:
     def _check_connected(self) -> None:
         try:
             with reading(self.ctx.engine) as connection:
-                connection.execute(CONNECTED)
+                standby = connection.execute(CONNECTED).scalar_one()
         except AuthledgerError:
             raise DatabaseUnavailable() from None
+        if standby:
+            raise ReadOnlyStandby()
 
     def _check_ready(self) -> None:
         with reading(self.ctx.engine) as connection:
+            if connection.execute(CONNECTED).scalar_one():
+                raise ReadOnlyStandby()
             version = current_version(connection)
             missing = connection.execute(MISSING_TABLES, {"names": list(tables.metadata.tables)}).scalars().all()
         # A newer schema is fine: schema.sql only ever adds, so during a rolling

@@ -156,7 +156,8 @@ def problem_body(error: AuthledgerError, *, keyed: bool = False) -> dict[str, An
 def _safe_503(error: AuthledgerError) -> bool:
     # A schema mismatch tells an operator what to run; an outage message names
     # hosts, and the event store's conflict message names internal streams.
-    return error.problem_type == "schema-mismatch"
+    # A standby's is its fixed title, and tells the operator where the writes went.
+    return error.problem_type in {"schema-mismatch", "read-only-standby"}
 
 
 def problem_response(error: AuthledgerError, *, now: datetime | None = None,
@@ -172,7 +173,7 @@ def problem_response(error: AuthledgerError, *, now: datetime | None = None,
         headers["Retry-After"] = "1"
     if isinstance(error, RequestInFlight):
         headers["Retry-After"] = str(IN_FLIGHT_RETRY_AFTER_SECONDS)
-    if isinstance(error, DatabaseUnavailable):
+    if keyed and isinstance(error, DatabaseUnavailable):  # the creates' 503s declare it (openapi_operations)
         headers["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER_SECONDS)
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = 'Bearer realm="authledger"'
