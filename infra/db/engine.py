@@ -32,6 +32,8 @@ CONNECT_TIMEOUT_SECONDS = 5
 # call with its 500 ms aliveBypassWindowMs).
 PING_WHEN_IDLE_SECONDS = 0.5
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")  # libpq's
+# Which of several hosts libpq settles on (libpq 14's values); a failover pair wants read-write.
+TARGET_SESSION_ATTRS = ("any", "read-write", "read-only", "primary", "standby", "prefer-standby")
 
 
 def _sqlalchemy_url(url: str) -> str:
@@ -64,6 +66,9 @@ def _check_for_driver(candidate: str, url: str) -> None:
         if port and not (port.isdigit() and 1 <= int(port) <= 65535):
             raise ConfigError(f"database URL {mask_url(url)!r} has port {port!r}: a port is a number from 1 to "
                               "65535")
+    if parameters.get("target_session_attrs", "any") not in TARGET_SESSION_ATTRS:
+        raise ConfigError(f"database URL {mask_url(url)!r} has a target_session_attrs libpq does not know: use one "
+                          f"of {', '.join(TARGET_SESSION_ATTRS)}")
     if parameters.get("sslmode", "prefer") not in SSL_MODES:
         raise ConfigError(f"database URL {mask_url(url)!r} has an sslmode libpq does not know: use one of "
                           f"{', '.join(SSL_MODES)}")
