@@ -157,9 +157,15 @@ def create_database(pair: Pair) -> None:
         connection.execute(f"CREATE DATABASE {DATABASE}")
 
 
-def run_failover(pair: Pair, work: Path, *, threads: int = 4, before: int = 40, after: int = 40) -> FailoverReport:
+def run_failover(
+    pair: Pair, work: Path, *, threads: int = 4, before: int = 40, after: int = 40, stalled: int = 0,
+) -> FailoverReport:
     """Load through `serve` on ``pair``'s multi-host URL; kill the primary after ``before`` 202s, promote the
-    standby once 503s were answered, go on until ``after`` more 202s; what was lost, sent twice, answered."""
+    standby once 503s were answered, go on until ``after`` more 202s; what was lost, sent twice, answered.
+
+    ``stalled``: that many of the ``before`` 202s are answered while the standby's WAL receiver is stopped (a
+    congested link): an asynchronous standby then lacks them; a synchronous one makes them wait.
+    """
     create_database(pair)
     maildir = work / "maildir"
     env = cli_env(pair.url(DATABASE), AUTHLEDGER_DATA_DIR=str(work / "data"), AUTHLEDGER_MAILDIR=str(maildir),
@@ -171,8 +177,14 @@ def run_failover(pair: Pair, work: Path, *, threads: int = 4, before: int = 40, 
         load = Load(base, api_key)
         stop = load.run(threads)
         try:
-            wait_until(lambda: len(load.accepted) >= before, timeout=60, what="requests accepted by the primary")
+            wait_until(lambda: len(load.accepted) >= before - stalled, timeout=60,
+                       what="requests accepted by the primary")
+            if stalled:
+                pair.standby.stall_receiver(True)
+                wait_until(lambda: len(load.accepted) >= before, timeout=60,
+                           what="requests accepted while the standby's link is stalled")
             pair.primary.kill()
+            pair.standby.stall_receiver(False)
             killed = time.monotonic()
             order.append("killed")
             wait_until(lambda: load.count(503, since=killed) >= 3, timeout=60,

@@ -92,6 +92,13 @@ class Node:
                 pass
         psutil.wait_procs(victims, timeout=30)
 
+    def stall_receiver(self, stalled: bool) -> None:
+        """Stop (or let go on) this standby's WAL receiver, as a congested link between the two would."""
+        pid = int((self.pgdata / "postmaster.pid").read_text().split()[0])
+        for process in psutil.Process(pid).children():
+            if "walreceiver" in " ".join(process.cmdline()):
+                process.send_signal(signal.SIGSTOP if stalled else signal.SIGCONT)
+
     def promote(self) -> None:
         self.run("pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "promote")
 
