@@ -11,7 +11,7 @@ standby synchronous (the documented production set-up: nothing acknowledged
 may be lost), then ``--async-rounds`` times with it asynchronous, where the
 row's "lost" is what acknowledged 202s a promotion forgot. On one machine the
 standby is never far behind, so the asynchronous runs are repeated with the
-standby's WAL receiver stopped for the last ``--stalled`` 202s before the
+primary's WAL senders stopped for the last ``--stalled`` 202s before the
 kill, as a congested link between two hosts would leave it.
 """
 

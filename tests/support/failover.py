@@ -65,6 +65,7 @@ class Load:
     accepted: dict[str, str] = field(factory=dict)  # idempotency key -> message id
     statuses: list[tuple[float, int]] = field(factory=list)  # (monotonic time, status) of every answer
     stopping: threading.Event = field(factory=threading.Event)
+    abandoned: threading.Event = field(factory=threading.Event)  # the run failed: stop retrying, at once
     lock: threading.Lock = field(factory=threading.Lock)
 
     def count(self, status: int, *, since: float = 0.0) -> int:
@@ -95,7 +96,7 @@ class Load:
                 self._until_accepted(client, key, {"user_id": f"u-{key[:12]}", "email": f"{key[:12]}@example.test"})
 
     def _until_accepted(self, client: httpx.Client, key: str, body: dict[str, str]) -> None:
-        while True:  # never abandoned, even once stopping: an unanswered request would hide what it met
+        while not self.abandoned.is_set():  # not given up once stopping: an unanswered request hides what it met
             try:
                 response = client.post("/v1/password-resets", json=body, headers={"Idempotency-Key": key})
             except httpx.TransportError:
@@ -163,8 +164,8 @@ def run_failover(
     """Load through `serve` on ``pair``'s multi-host URL; kill the primary after ``before`` 202s, promote the
     standby once 503s were answered, go on until ``after`` more 202s; what was lost, sent twice, answered.
 
-    ``stalled``: that many of the ``before`` 202s are answered while the standby's WAL receiver is stopped (a
-    congested link): an asynchronous standby then lacks them; a synchronous one makes them wait.
+    ``stalled``: that many of the ``before`` 202s are answered while the primary's WAL senders are stopped (a
+    congested link): an asynchronous standby then lacks them (a synchronous one would make them wait).
     """
     create_database(pair)
     maildir = work / "maildir"
@@ -180,11 +181,10 @@ def run_failover(
             wait_until(lambda: len(load.accepted) >= before - stalled, timeout=60,
                        what="requests accepted by the primary")
             if stalled:
-                pair.standby.stall_receiver(True)
+                pair.primary.stall_sending()
                 wait_until(lambda: len(load.accepted) >= before, timeout=60,
-                           what="requests accepted while the standby's link is stalled")
+                           what="requests accepted while the link to the standby is stalled")
             pair.primary.kill()
-            pair.standby.stall_receiver(False)
             killed = time.monotonic()
             order.append("killed")
             wait_until(lambda: load.count(503, since=killed) >= 3, timeout=60,
@@ -199,6 +199,9 @@ def run_failover(
             first_202 = load.first(202, since=promoted)
             assert first_202 is not None
             order.append("202")
+        except BaseException:
+            load.abandoned.set()  # with no primary, its retries would never end
+            raise
         finally:
             stop()
         accepted = dict(load.accepted)

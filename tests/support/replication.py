@@ -66,8 +66,9 @@ class Node:
         return self.pgdata.parent / f"{self.name}.log"
 
     def run(self, program: str, *args: str) -> None:
-        subprocess.run([_bin(program), *args], check=True, user=self.user, timeout=120,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        done = subprocess.run([_bin(program), *args], check=False, user=self.user, timeout=120,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert done.returncode == 0, f"{program} {' '.join(args)}: {done.stderr.decode()}; see {self.log}"
 
     def start(self, *settings: str) -> None:
         options = " ".join(["-c listen_addresses=127.0.0.1", f"-p {self.port}", f"-k {self.pgdata.parent}",
@@ -84,7 +85,7 @@ class Node:
         """SIGKILL the postmaster and every backend at once, as a machine that loses power."""
         pid = int((self.pgdata / "postmaster.pid").read_text().split()[0])
         postmaster = psutil.Process(pid)
-        victims = [postmaster, *postmaster.children(recursive=True)]
+        victims = [postmaster, *postmaster.children()]  # a backend's children are its own: none to look for
         for process in victims:
             try:
                 process.send_signal(signal.SIGKILL)
@@ -92,12 +93,14 @@ class Node:
                 pass
         psutil.wait_procs(victims, timeout=30)
 
-    def stall_receiver(self, stalled: bool) -> None:
-        """Stop (or let go on) this standby's WAL receiver, as a congested link between the two would."""
+    def stall_sending(self) -> None:
+        """Stop this primary's WAL senders, as a congested link to its standbys would: its commits go on (an
+        asynchronous standby is waited for by none) and reach no standby. Stopped, not killed: the WAL a
+        sender already wrote to its socket still arrives, as it would over a real link."""
         pid = int((self.pgdata / "postmaster.pid").read_text().split()[0])
         for process in psutil.Process(pid).children():
-            if "walreceiver" in " ".join(process.cmdline()):
-                process.send_signal(signal.SIGSTOP if stalled else signal.SIGCONT)
+            if "walsender" in " ".join(process.cmdline()):
+                process.send_signal(signal.SIGSTOP)
 
     def promote(self) -> None:
         self.run("pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "promote")
