@@ -77,7 +77,8 @@ def main() -> None:
         print(row(f"asynchronous, link stalled for {args.stalled} 202s", report), flush=True)
     print(f"\nasynchronous: {lost_async} acknowledged requests lost over {args.async_rounds} failovers; "
           f"{lost_stalled} with the link stalled for the last {args.stalled} 202s before each kill")
-    if synchronous.lost or synchronous.duplicated or synchronous.undelivered or synchronous.other_answers:
+    if (synchronous.lost or synchronous.unacknowledged or synchronous.duplicated or synchronous.undelivered
+            or synchronous.other_answers):
         sys.exit(f"the synchronous failover broke a promise: {synchronous}")
 
 

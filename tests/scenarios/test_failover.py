@@ -42,6 +42,7 @@ def test_a_failover_under_load_loses_no_acknowledged_request_and_sends_each_emai
     assert report.order == ["killed", "503", "promoted", "202"]
     assert report.accepted >= 60
     assert report.lost == 0, "a request answered 202 is missing from the promoted server's log"
+    assert report.unacknowledged == 0, "a retry with the same key made a second message"
     assert report.undelivered == 0
     assert report.duplicated == 0
     assert report.unavailable > 0, "between the kill and the promotion the API answered 503"

@@ -48,6 +48,7 @@ SETTINGS = {
 class FailoverReport:
     accepted: int  # requests answered 202
     lost: int  # answered 202, yet not in the promoted server's log
+    unacknowledged: int  # in the promoted log, yet named by no 202: a key retried after a lost COMMIT made a second
     undelivered: int  # in the log, and their email never reached the Maildir
     duplicated: int  # emails that reached the Maildir more than once
     unavailable: int  # 503s answered between the kill and the first 202 after promotion
@@ -213,6 +214,7 @@ def run_failover(
     answers = Counter(status for _, status in load.statuses)
     return FailoverReport(
         accepted=len(accepted), lost=len(set(accepted.values()) - in_log),
+        unacknowledged=len(in_log - set(accepted.values())),
         undelivered=len(expected - set(copies)), duplicated=sum(1 for n in copies.values() if n > 1),
         unavailable=load.count(503, since=killed) - load.count(503, since=first_202),
         other_answers={status: n for status, n in answers.items() if status not in {202, *RETRYABLE}},
