@@ -43,7 +43,7 @@ def db_init(app: App, as_json: bool) -> None:
 @json_option
 @click.pass_obj
 def db_check(app: App, as_json: bool) -> None:
-    """Report schema version, append-only guards and the transaction-id horizon."""
+    """Report schema version, append-only guards, the transaction-id horizon and synchronous replication."""
     report = check_schema(app.admin_engine)
     data = {
         "ok": report.ok,
@@ -54,6 +54,10 @@ def db_check(app: App, as_json: bool) -> None:
         "highest_logged_xid": report.highest_logged_xid,
         "next_xid": report.next_xid,
         "problems": report.problems,
+        "replication": {"synchronous_standby_names": report.synchronous_standby_names,
+                        "synchronous_commit": report.synchronous_commit,
+                        "synchronous_standbys": report.synchronous_standbys},
+        "warnings": report.warnings,
     }
     lines = [
         f"schema version   {report.schema_version} (expected {report.expected_version})",
@@ -64,6 +68,7 @@ def db_check(app: App, as_json: bool) -> None:
         f"transaction ids  next {report.next_xid}, highest in log {report.highest_logged_xid}",
     ]
     lines += [f"problem: {problem}" for problem in report.problems]
+    lines += [f"warning: {warning}" for warning in report.warnings]
     lines.append("ok" if report.ok else "NOT OK")
     emit(data, as_json, "\n".join(lines))
     if not report.ok:

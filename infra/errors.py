@@ -22,6 +22,12 @@ class DatabaseUnavailable(AuthledgerError):
     problem_type = "database-unavailable"
 
 
+class ReadOnlyStandby(DatabaseUnavailable):
+    """The database is a read-only standby, not the primary: not ready for writes."""
+
+    problem_type = "read-only-standby"
+
+
 class SchemaMismatch(AuthledgerError):
     """The database schema is missing or not the version this code expects."""
 

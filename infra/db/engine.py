@@ -21,7 +21,7 @@ from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from domain.errors import ConfigError
 from infra.config.values import mask_passwords, mask_url, split_url
-from infra.errors import DatabaseUnavailable, SchemaMismatch
+from infra.errors import DatabaseUnavailable, ReadOnlyStandby, SchemaMismatch
 from infra.db.embedded import start_embedded
 
 APP_ROLE = "authledger_app"
@@ -32,6 +32,8 @@ CONNECT_TIMEOUT_SECONDS = 5
 # call with its 500 ms aliveBypassWindowMs).
 PING_WHEN_IDLE_SECONDS = 0.5
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")  # libpq's
+# Which of several hosts libpq settles on (libpq 14's values); a failover pair wants read-write.
+TARGET_SESSION_ATTRS = ("any", "read-write", "read-only", "primary", "standby", "prefer-standby")
 
 
 def _sqlalchemy_url(url: str) -> str:
@@ -64,6 +66,9 @@ def _check_for_driver(candidate: str, url: str) -> None:
         if port and not (port.isdigit() and 1 <= int(port) <= 65535):
             raise ConfigError(f"database URL {mask_url(url)!r} has port {port!r}: a port is a number from 1 to "
                               "65535")
+    if parameters.get("target_session_attrs", "any") not in TARGET_SESSION_ATTRS:
+        raise ConfigError(f"database URL {mask_url(url)!r} has a target_session_attrs libpq does not know: use one "
+                          f"of {', '.join(TARGET_SESSION_ATTRS)}")
     if parameters.get("sslmode", "prefer") not in SSL_MODES:
         raise ConfigError(f"database URL {mask_url(url)!r} has an sslmode libpq does not know: use one of "
                           f"{', '.join(SSL_MODES)}")
@@ -173,6 +178,8 @@ def describe_connection_error(error: DBAPIError) -> str:
 
 
 UNDEFINED_TABLE = "42P01"
+# A write on a server in recovery: a single-host URL that still leads to a demoted primary or to a standby.
+READ_ONLY_TRANSACTION = "25006"
 # SQLSTATE classes that mean "the server is not there for us": connection
 # exceptions, insufficient resources (too many connections) and operator
 # intervention (shutdown, crash recovery). Other operational errors, such as
@@ -203,6 +210,8 @@ def translate_driver_error(error: DBAPIError, *, connecting: bool, is_disconnect
             f"the database schema is older than this authledger ({describe_connection_error(error)}); "
             "run `authledger db init`"
         )
+    if sqlstate == READ_ONLY_TRANSACTION:
+        return ReadOnlyStandby()
     if isinstance(error, OperationalError) and (
         connecting or is_disconnect or sqlstate.startswith(UNAVAILABLE_CLASSES)
     ):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attrs import frozen
+from attrs import field, frozen
 from sqlalchemy import Connection, Engine, text
 
 from infra.errors import SchemaMismatch
@@ -39,6 +39,16 @@ XID_WRAP = text("""
     SELECT (SELECT max(transaction_id) FROM events)::text AS highest_logged,
            pg_snapshot_xmax(pg_current_snapshot())::text AS next_xid
 """)
+# How commits are replicated: a commit is acknowledged once a synchronous standby has it only when
+# synchronous_standby_names names one and synchronous_commit waits for it (on, remote_write, remote_apply).
+# pg_stat_replication's sync_state shows whether a named standby is connected and synchronous now.
+REPLICATION = text("""
+    SELECT current_setting('synchronous_standby_names') AS standby_names,
+           current_setting('synchronous_commit') AS commit_level,
+           coalesce((SELECT array_agg(application_name ORDER BY application_name) FROM pg_stat_replication
+                      WHERE sync_state IN ('sync', 'quorum')), '{}') AS synchronous
+""")
+LOCAL_COMMIT_LEVELS = ("off", "local")  # the commit waits for no standby, whatever is named
 # The append-only tables (schema.sql): trigger -> what it rejects, from every
 # role (the application role is also denied the privileges); and what a table
 # open to change would mean.
@@ -90,10 +100,27 @@ class CheckReport:
     highest_logged_xid: int | None
     next_xid: int
     problems: list[str]
+    synchronous_standby_names: str = ""
+    synchronous_commit: str = "on"
+    synchronous_standbys: list[str] = field(factory=list)  # connected standbys that acknowledge commits now
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def warnings(self) -> list[str]:
+        """What is fit to run but not to lose nothing in a failover: a commit no standby confirmed."""
+        if not self.synchronous_standby_names.strip():
+            why = "synchronous_standby_names is empty"
+        elif self.synchronous_commit in LOCAL_COMMIT_LEVELS:
+            why = f"synchronous_commit is {self.synchronous_commit}"
+        elif not self.synchronous_standbys:
+            why = f"no standby named in synchronous_standby_names ({self.synchronous_standby_names}) is connected"
+        else:
+            return []
+        return [f"not replicated synchronously ({why}): a failover can lose requests already answered 202; "
+                "see docs/operations.md"]
 
 
 def check_schema(admin: Engine) -> CheckReport:
@@ -110,6 +137,7 @@ def check_schema(admin: Engine) -> CheckReport:
             for table in APPEND_ONLY_GUARDS
         }
         xids = connection.execute(XID_WRAP).one()
+        replication = connection.execute(REPLICATION).one()
     highest = int(xids.highest_logged) if xids.highest_logged is not None else None
     next_xid = int(xids.next_xid)
     guards = {table: {name: name in triggers[table] for name in sorted(names)}
@@ -135,4 +163,5 @@ def check_schema(admin: Engine) -> CheckReport:
             "this looks like a logical restore into a fresh cluster, and log readers would misorder new events. "
             "Advance the cluster's transaction ids past the log's (see docs) before starting authledger."
         )
-    return CheckReport(version, SCHEMA_VERSION, guards, privileges, highest, next_xid, problems)
+    return CheckReport(version, SCHEMA_VERSION, guards, privileges, highest, next_xid, problems,
+                       replication.standby_names, replication.commit_level, list(replication.synchronous))

@@ -40,6 +40,7 @@ from infra.delivery.breaker import Breaker
 from infra.delivery.fresh import Prepared, prepare_all
 from infra.delivery.leases import Claim, still_held
 from infra.delivery.providers import Mailer, OutboundEmail, ProviderReceipt, SendFailed
+from infra.errors import DatabaseUnavailable
 from infra.delivery.send import Sent, after_sending, record, released, without_sending
 from infra.services.unit_of_work import ServiceContext
 
@@ -71,6 +72,7 @@ class Window:
         self.tally: Counter[str] = Counter()
         self.states: dict[UUID, str] = {}  # message id -> state, for callers that asked for given claims
         self._unstarted: list[Claim] = []  # claimed, not sent: a database error cut in
+        self._stranded: list[Claim] = []  # the same, found by a send whose second read met the error
         self._unrecorded: list[Sent] = []
         self._sends: set[asyncio.Task[None]] = set()
         self._changed: asyncio.Event | None = None
@@ -81,7 +83,7 @@ class Window:
     @property
     def idle(self) -> bool:
         """Nothing in flight, nothing left to record or to start."""
-        return not (self.in_flight or self._unrecorded or self._unstarted)
+        return not (self.in_flight or self._unrecorded or self._unstarted or self._stranded)
 
     @property
     def room(self) -> int:
@@ -97,6 +99,8 @@ class Window:
     async def step(self, *, stopping: bool, limit: int | None = None) -> int:
         """Record what is due, fill the free places and start their sends; the number of messages taken up."""
         await self._record(everything=stopping or not self.mailer.idempotent)
+        if self._stranded:
+            self._unstarted, self._stranded = [*self._unstarted, *self._stranded], []
         claims = await self._take_back() if self._unstarted else []
         if not claims and not stopping:
             probing = self.breaker.state == "open"  # then the allowance is one message, the probe
@@ -185,8 +189,14 @@ class Window:
                 read_at = time.monotonic()
                 self.rereads += 1
                 assert self._reread is not None
-                async with self._reread:
-                    [prepared] = await asyncio.to_thread(self._prepare, [claim])
+                try:
+                    async with self._reread:
+                        [prepared] = await asyncio.to_thread(self._prepare, [claim])
+                except DatabaseUnavailable:
+                    # Unsent: taken up again with the window's other unstarted claims once the database is
+                    # back (a failover), rather than left to wait out its lease.
+                    self._stranded.append(claim)
+                    return
                 early = without_sending(self.ctx, claim, prepared, idempotent=self.mailer.idempotent)
                 if early is not None:
                     self._unrecorded.append(Sent(claim, prepared, early, self.ctx.clock.now()))

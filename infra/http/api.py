@@ -31,7 +31,7 @@ from infra.db.leadership import holders
 from infra.db.reading import reading
 from infra.db.schema import SCHEMA_VERSION, current_version
 from infra.delivery.worker import Worker
-from infra.errors import DatabaseUnavailable, Forbidden, SchemaMismatch, Unauthorized
+from infra.errors import DatabaseUnavailable, Forbidden, ReadOnlyStandby, SchemaMismatch, Unauthorized
 from infra.http import schemas
 from infra.http.fairness import Fairness
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -46,7 +46,7 @@ from infra.services.clients import authenticate
 from infra.services.privacy import erase_user
 from infra.services.unit_of_work import ServiceContext
 
-CONNECTED = text("SELECT 1")
+CONNECTED = text("SELECT pg_is_in_recovery()")  # true on a standby: it answers, and refuses every write
 USER_ID = re.compile(schemas.USER_ID["pattern"].strip("^$"))
 MISSING_TABLES = text("SELECT name FROM unnest(CAST(:names AS text[])) AS name WHERE to_regclass(name) IS NULL")
 REPLAYED = "Idempotency-Replayed"
@@ -204,13 +204,17 @@ class Api:
     def _check_connected(self) -> None:
         try:
             with reading(self.ctx.engine) as connection:
-                connection.execute(CONNECTED)
+                standby = connection.execute(CONNECTED).scalar_one()
         except AuthledgerError:
             raise DatabaseUnavailable() from None
+        if standby:
+            raise ReadOnlyStandby()
 
     def _check_ready(self, caller: Caller) -> dict[str, Any]:
         """Nothing when ready (``SchemaMismatch`` otherwise); for an operator, which host runs which role."""
         with reading(self.ctx.engine) as connection:
+            if connection.execute(CONNECTED).scalar_one():
+                raise ReadOnlyStandby()
             version = current_version(connection)
             missing = connection.execute(MISSING_TABLES, {"names": list(tables.metadata.tables)}).scalars().all()
             # The deployment's hosts are the operator's to see, not a tenant's.

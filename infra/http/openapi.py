@@ -179,8 +179,9 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 {"200": json_response("Ready; `schema_version` only for a `metrics` or `operator` key, `roles` (which "
                                        "host runs each once-only role) only for an `operator` key.", "Ready"),
                  "401": COMMON_PROBLEMS["401"], "403": FORBIDDEN, "429": too_many_requests(KEY_RATE_REFUSAL),
-                 "503": problem("Not ready (`database-unavailable`; with a `metrics` key also "
-                                "`schema-mismatch`).")}),
+                 "503": problem("Not ready (`database-unavailable`; `read-only-standby` when the server "
+                                "answers but is a standby in recovery, not ready for writes; with a `metrics` key "
+                                "also `schema-mismatch`).")}),
                 "security": [{}, {"apiKey": []}]}},
             "/metrics": {"get": operation(
                 "Prometheus metrics (scrape with a bearer token): a `metrics` key sees its own tenant's series "

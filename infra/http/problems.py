@@ -26,9 +26,8 @@ PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:authledger:problem:"
 # A create holds its key for one short transaction: a second is plenty.
 IN_FLIGHT_RETRY_AFTER_SECONDS = 1
-# A database that cannot be reached is most often restarting or failing
-# over: seconds, not minutes. Clients back off from there.
-UNAVAILABLE_RETRY_AFTER_SECONDS = 2
+# A failover manager promotes a standby within seconds; a client retrying sooner only meets more 503s.
+UNAVAILABLE_RETRY_AFTER_SECONDS = 1
 # A request may have committed before its connection broke (the COMMIT's
 # answer lost): only its Idempotency-Key makes the retry safe, so a 503 on a
 # request that carried one says so.
@@ -156,7 +155,8 @@ def problem_body(error: AuthledgerError, *, idempotency_key_given: bool = False)
 def _safe_503(error: AuthledgerError) -> bool:
     # A schema mismatch tells an operator what to run; an outage message names
     # hosts, and the event store's conflict message names internal streams.
-    return error.problem_type == "schema-mismatch"
+    # A standby's is its fixed title, and tells the operator where the writes went.
+    return error.problem_type in {"schema-mismatch", "read-only-standby"}
 
 
 def problem_response(error: AuthledgerError, *, now: datetime | None = None,

@@ -40,6 +40,17 @@ def test_db_check_reports_the_schema_and_the_guards_of_the_log_and_its_seals(env
     assert "app role         seals: SELECT yes, INSERT yes, UPDATE no, DELETE no, TRUNCATE no" in output
 
 
+def test_db_check_warns_in_one_line_when_no_standby_confirms_commits_yet_stays_ok(env: Env) -> None:
+    code, output = cli_outcome(env, "db", "check")
+    warnings = [line for line in output.splitlines() if line.startswith("warning:")]
+
+    assert code == 0 and output.rstrip().endswith("ok")
+    assert warnings == ["warning: not replicated synchronously (synchronous_standby_names is empty): a failover "
+                        "can lose requests already answered 202; see docs/operations.md"]
+    report = json.loads(cli_outcome(env, "db", "check", "--json")[1])
+    assert report["replication"]["synchronous_standbys"] == [] and report["warnings"] == [warnings[0][9:]]
+
+
 def test_db_check_fails_when_a_guard_is_disabled(env: Env, admin_engine: Engine) -> None:
     with admin_engine.begin() as connection:
         connection.execute(text("ALTER TABLE events DISABLE TRIGGER events_no_truncate"))

@@ -139,7 +139,7 @@ async def test_an_unreachable_database_is_503_without_its_address(
     problem = assert_problem(response, 503, "database-unavailable")
     assert "127.0.0.1" not in response.text and "nobody" not in response.text
     assert problem["detail"] == "The database cannot be reached."
-    assert response.headers["Retry-After"] == "2"
+    assert response.headers["Retry-After"] == "1"
     assert problem["retry"].startswith("A retry with the same Idempotency-Key is safe: if this request was committed")
     assert "retry" not in assert_problem(ready, 503, "database-unavailable"), "a check has no key to retry with"
     logged = [getattr(r, FIELDS) for r in caplog.records if r.getMessage() == "request failed"]

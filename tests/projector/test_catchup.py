@@ -141,6 +141,30 @@ def test_the_runner_wakes_on_notify_rather_than_the_poll(engine: Engine) -> None
         thread.join()
 
 
+def test_a_runner_whose_listen_connection_is_cut_off_listens_again_and_folds_what_committed_meanwhile(
+    engine: Engine, admin_engine: Engine,
+) -> None:
+    runner = CatchUpRunner(engine, poll_seconds=0.5)
+    thread = threading.Thread(target=runner.run)
+    thread.start()
+    try:
+        wait_until(lambda: listening(engine, "authledger_events"), what="the runner to listen")
+        with admin_engine.connect() as connection:  # as a failover drops it
+            cut = connection.execute(text(
+                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query = 'LISTEN \"authledger_events\"'")).scalars().all()
+        assert cut == [True]
+        with engine.begin() as connection:  # their NOTIFY reaches no one
+            delivered_emails(connection, 3)
+
+        wait_until(lambda: checkpoint_of(engine)[1] == 9, what="the three emails committed meanwhile to be folded")
+        wait_until(lambda: listening(engine, "authledger_events"), what="the runner to listen again")
+    finally:
+        runner.stop()
+        thread.join()
+    assert_projections_match_log(engine, run_catch_up=False)
+
+
 @pytest.mark.slow
 def test_a_burst_of_commits_is_folded_in_one_pass_not_one_per_commit(engine: Engine) -> None:
     with engine.begin() as connection:  # before the runner starts: its first pass folds it whole

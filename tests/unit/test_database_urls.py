@@ -20,6 +20,8 @@ from tests.support.cli import cli_env, cli_streams
     ("postgresql://a.example:5432,b.example:x/authledger", "is malformed: Received non-integer port arguments"),
     ("postgresql://ada:s3cret@db.example/authledger?bogus=1", 'is malformed: invalid connection option "bogus"'),
     ("postgresql://db.example/authledger?sslmode=maybe", "has an sslmode libpq does not know: use one of disable,"),
+    ("postgresql://a.example:5432,b.example/auth?target_session_attrs=readwrite",
+     "has a target_session_attrs libpq does not know: use one of any, read-write,"),
     ("postgresql://ada:s3cret@[::1/authledger", "is malformed"),
     ("postgresql://ada:s3cret@db.example/authledger?port=x", "is malformed: Received non-integer port"),
 ])
