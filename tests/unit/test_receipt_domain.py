@@ -134,4 +134,4 @@ def test_a_bound_otp_key_with_another_purpose_is_a_mismatch() -> None:
 def test_a_key_that_created_a_request_is_not_bound_again() -> None:
     given = [otp_issued(1, T0, key="k")]
     decision = when_otp(given, RequestOtp(USER, ALICE, idempotency_key="k"), at=T0 + timedelta(seconds=5), n=2)
-    assert decision.events == () and decision.outcome.reused
+    assert decision.events == () and decision.outcome.replayed and not decision.outcome.reused
