@@ -101,7 +101,7 @@ async def test_a_retry_while_the_first_is_in_flight_is_409_with_retry_after(
     with engine.begin() as connection:
         lock.take(connection)  # the first request holds its key until its transaction ends
         response = await create(api)
-    assert_problem(response, 409, "idempotency-key-in-flight")
+    assert_problem(response, 409, "idempotency-key-in-flight", "idempotency_key_in_flight")
     assert response.headers["Retry-After"] == "1"
     assert log_size(engine) == written
 
