@@ -66,10 +66,10 @@ def first_answer(receipt: Receipt, request: PastRequest, *, created_with_key: bo
     """``request`` as its receipt's key was first answered with, for a replay to answer exactly the same.
 
     A key answered a request it created (``reused`` false), or one it was bound
-    to by rule (b) (``reused`` true). Rule (a) answers a key before rule (b)
-    can bind it, so a key is bound only to a request some other call made;
-    only a key whose receipt lapsed while the request it made could still be
-    reused, a cooldown longer than the receipt's lifetime, is told otherwise.
+    to by rule (b) (``reused`` true). Rule (a) answers a key while its receipt
+    lives, before rule (b) could bind it, and a request is reusable only
+    within a cooldown shorter than that (``domain.policy``): so a key is bound
+    only to a request some other call made.
     """
     return evolve(request, created_at=receipt.created_at,
                   outcome=evolve(request.outcome, reused=not created_with_key))
