@@ -39,6 +39,8 @@ def otp_request(app: App, user_id: str, recipient: str, purpose: str, idempotenc
         "expires_at": outcome.expires_at.isoformat(), "reused": outcome.reused,
     }
     said = "reused the open challenge" if outcome.reused else "queued a one-time code"
+    if outcome.replayed:  # the first answer again, as the HTTP API gives it
+        said += " (a replay of this idempotency key)"
     emit(data, as_json, f"{said}: challenge {data['challenge_id']}, message {data['message_id']}, "
                         f"expires {data['expires_at']}")
 

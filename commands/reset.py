@@ -54,6 +54,8 @@ def reset_request(app: App, user_id: str, recipient: str, idempotency_key: str |
         "expires_at": outcome.expires_at.isoformat(), "reused": outcome.reused,
     }
     said = "reused the open request" if outcome.reused else "queued a reset link"
+    if outcome.replayed:  # the first answer again, as the HTTP API gives it
+        said += " (a replay of this idempotency key)"
     emit(data, as_json, f"{said}: request {data['request_id']}, message {data['message_id']}, "
                         f"expires {data['expires_at']}")
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 
 from domain.characters import has_unsafe_characters
-from domain.errors import InvalidInput
+from domain.errors import AddressInvalid
 
 MAX_ADDRESS = 254  # RFC 5321 4.5.3.1.3: a path is 256 octets, two of them the angle brackets
 MAX_LOCAL_PART = 64  # RFC 5321 4.5.3.1.1
@@ -89,8 +89,8 @@ def _domain_problem(domain: str) -> str | None:
 
 
 def check_address(value: object, name: str = "recipient") -> str:
-    """``value`` unchanged when it is a single plain address; else ``InvalidInput`` naming the rule broken."""
+    """``value`` unchanged when it is a single plain address; else ``AddressInvalid`` naming the rule broken."""
     problem = address_problem(value)
     if problem is not None or not isinstance(value, str):
-        raise InvalidInput(f"{name} must be {RULE}: {problem}")
+        raise AddressInvalid(f"{name} must be {RULE}: {problem}")
     return value

@@ -25,9 +25,10 @@ from domain.email import EmailQueued
 class RequestOutcome:
     """A reset request or OTP challenge the caller can point the user to.
 
-    ``reused`` is True when nothing new was written: an idempotent replay or
-    a repeat within the cooldown. ``replayed`` is True only for the replay:
-    the same idempotency key answered again with its first outcome.
+    ``reused`` is True when the call answered with a request made before it
+    (a repeat within the cooldown). ``replayed`` is True only for a replay:
+    the same idempotency key answered again with its first outcome, ``reused``
+    and all, so that the two answers differ in nothing else.
     """
 
     request_id: UUID

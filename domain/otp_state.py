@@ -25,6 +25,7 @@ from domain.request_rules import (
     IdempotencyKeyBound,
     PastRequest,
     Receipt,
+    first_answer,
 )
 from domain.errors import UnknownEventType
 from domain.otp_events import (
@@ -172,7 +173,8 @@ def receipt_request(state: OtpState, client: str | None, key: str | None) -> Pas
     challenge = state.challenges.get(receipt.request_id) if receipt is not None else None
     if receipt is None or challenge is None:
         return None
-    return evolve(challenge.past(), created_at=receipt.created_at)
+    return first_answer(receipt, challenge.past(),
+                        created_with_key=(challenge.client, challenge.idempotency_key) == (client, key))
 
 
 def fold_otp(events: Iterable[object], state: OtpState | None = None) -> OtpState:

@@ -49,6 +49,13 @@ def _within_kept_for(owner: str, value: timedelta) -> None:
         )
 
 
+def _cooldown_within_receipt(owner: str, cooldown: timedelta, receipt_ttl: timedelta) -> None:
+    # A key is bound only to a request another call made while its receipt lives (domain.request_rules.first_answer):
+    # a request outliving, as reusable, the receipt of the key that made it would be rebound to that same key.
+    if cooldown >= receipt_ttl:
+        raise ConfigError(f"{owner}.cooldown must be shorter than receipt_ttl ({receipt_ttl}), got {cooldown}")
+
+
 def _positive_int(owner: str, name: str, value: object) -> None:
     # bool is an int subclass; True as a limit is a configuration mistake.
     if isinstance(value, bool) or not isinstance(value, int):
@@ -71,6 +78,7 @@ class ResetPolicy:
             _positive_duration("ResetPolicy", name, getattr(self, name))
         _non_negative_duration("ResetPolicy", "cooldown", self.cooldown)
         _within_kept_for("ResetPolicy", self.receipt_ttl)
+        _cooldown_within_receipt("ResetPolicy", self.cooldown, self.receipt_ttl)
         _positive_int("ResetPolicy", "hourly_limit", self.hourly_limit)
         if self.ttl > RESET_TTL_HARD_CAP:
             raise ConfigError(
@@ -101,6 +109,7 @@ class OtpPolicy:
             _positive_duration("OtpPolicy", name, getattr(self, name))
         _non_negative_duration("OtpPolicy", "cooldown", self.cooldown)
         _within_kept_for("OtpPolicy", self.receipt_ttl)
+        _cooldown_within_receipt("OtpPolicy", self.cooldown, self.receipt_ttl)
         for name in ("hourly_limit", "max_attempts", "account_lock_threshold"):
             _positive_int("OtpPolicy", name, getattr(self, name))
         _positive_int("OtpPolicy", "digits", self.digits)

@@ -62,6 +62,19 @@ class IdempotencyKeyBound:
     bound_at: datetime
 
 
+def first_answer(receipt: Receipt, request: PastRequest, *, created_with_key: bool) -> PastRequest:
+    """``request`` as its receipt's key was first answered with, for a replay to answer exactly the same.
+
+    A key answered a request it created (``reused`` false), or one it was bound
+    to by rule (b) (``reused`` true). Rule (a) answers a key while its receipt
+    lives, before rule (b) could bind it, and a request is reusable only
+    within a cooldown shorter than that (``domain.policy``): so a key is bound
+    only to a request some other call made.
+    """
+    return evolve(request, created_at=receipt.created_at,
+                  outcome=evolve(request.outcome, reused=not created_with_key))
+
+
 def bind_key_to_reuse(
     decision: Decision, *, flow: str, user_id: str, client: str | None,
     idempotency_key: str | None, now: datetime,
@@ -84,8 +97,9 @@ def bind_key_to_reuse(
 def replay_receipt(
     first: PastRequest | None, params: tuple[str, ...], *, now: datetime, receipt_ttl: timedelta
 ) -> Decision | None:
-    """Rule (a): the first answer again, writing nothing, when ``first`` was
-    created with this idempotency key within ``receipt_ttl``.
+    """Rule (a): the first answer again, word for word, writing nothing, when
+    ``first`` (``first_answer``) was answered to this idempotency key within
+    ``receipt_ttl``; only ``replayed`` tells it apart.
 
     ``IdempotencyMismatch`` when the key comes back with other parameters.
     """
@@ -93,7 +107,7 @@ def replay_receipt(
         return None
     if first.params != params:
         raise IdempotencyMismatch()
-    return Decision(events=(), emails=(), outcome=evolve(first.outcome, reused=True, replayed=True))
+    return Decision(events=(), emails=(), outcome=evolve(first.outcome, replayed=True))
 
 
 def reuse_or_refuse(

@@ -195,7 +195,7 @@ def check_token(state: ResetState, token_hash: str, *, now: datetime) -> ResetRe
         raise TokenInvalid("The reset link is not valid.")
     reason = link_rejection(request, now=now)
     if reason is not None:
-        raise TokenInvalid(LINK_REFUSALS[reason])
+        raise TokenInvalid(LINK_REFUSALS[reason], reason=reason)
     return request
 
 

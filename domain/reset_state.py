@@ -25,6 +25,7 @@ from domain.request_rules import (
     IdempotencyKeyBound,
     PastRequest,
     Receipt,
+    first_answer,
 )
 from domain.errors import UnknownEventType
 from domain.reset_events import ResetCompleted, ResetRequestRefused, ResetRequested, ResetSuperseded, ResetTokenRejected
@@ -160,4 +161,5 @@ def receipt_request(state: ResetState, client: str | None, key: str | None) -> P
     request = state.requests.get(receipt.request_id) if receipt is not None else None
     if receipt is None or request is None:
         return None
-    return evolve(request.past(), created_at=receipt.created_at)
+    return first_answer(receipt, request.past(),
+                        created_with_key=(request.client, request.idempotency_key) == (client, key))

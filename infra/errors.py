@@ -20,12 +20,14 @@ class DatabaseUnavailable(AuthledgerError):
     http_status = 503
     exit_code = 69  # EX_UNAVAILABLE
     problem_type = "database-unavailable"
+    problem_code = "database_unavailable"
 
 
 class ReadOnlyStandby(DatabaseUnavailable):
     """The database is a read-only standby, not the primary: not ready for writes."""
 
     problem_type = "read-only-standby"
+    problem_code = "read_only_standby"
 
 
 class SchemaMismatch(AuthledgerError):
@@ -34,6 +36,7 @@ class SchemaMismatch(AuthledgerError):
     http_status = 503
     exit_code = 69
     problem_type = "schema-mismatch"
+    problem_code = "schema_mismatch"
 
 
 class RequestInFlight(AuthledgerError):
@@ -42,6 +45,7 @@ class RequestInFlight(AuthledgerError):
     http_status = 409
     exit_code = 75
     problem_type = "idempotency-key-in-flight"
+    problem_code = "idempotency_key_in_flight"
 
 
 class RateLimited(AuthledgerError):
@@ -50,6 +54,7 @@ class RateLimited(AuthledgerError):
     http_status = 429
     exit_code = 6
     problem_type = "rate-limited"
+    problem_code = "rate_limited"
 
     def __init__(self, message: str | None = None, *, retry_at: datetime, quota: Quota | None = None) -> None:
         super().__init__(message)
@@ -63,6 +68,7 @@ class Unauthorized(AuthledgerError):
     http_status = 401
     exit_code = 7
     problem_type = "unauthorized"
+    problem_code = "unauthorized"
 
 
 class TamperDetected(AuthledgerError):

@@ -57,6 +57,7 @@ class TenantBusy(RateLimited):
     """Too many of this tenant's requests are in progress; try again shortly."""
 
     problem_type = "tenant-busy"
+    problem_code = "tenant_busy"
 
 
 @define

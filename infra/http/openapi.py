@@ -6,6 +6,7 @@ Its operations are described with the pieces of ``infra.http.openapi_operations`
 from __future__ import annotations
 
 from infra.http import schemas
+from infra.http.codes import CATALOGUE
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from infra.http.openapi_operations import (
     COMMON_PROBLEMS,
@@ -37,6 +38,9 @@ OTP_LINKS: Json = {
 # A verify with `client_ip` takes one of that IP's checks this hour (domain/send_limits.py).
 VERIFY_TOO_MANY = too_many_requests("With `client_ip`: that IP made too many checks within the hour (`rate-limited`; "
                                     f"`RateLimit-Policy` names the limit). Nothing was written. {FAIRNESS_REFUSALS}")
+TOKEN_REFUSED = ("A token that can no longer be used is `token-invalid`; its `code` says why (`token_expired`, "
+                 "`token_used`, `token_superseded`, `token_invalidated`). An unknown token is `token_unknown`, and so "
+                 "is a token of another tenant or of an erased user, word for word.")
 CHALLENGE_ID: Json = {
     "name": "challenge_id", "in": "path", "required": True, "schema": schemas.UUID,
     "description": "The challenge_id of the created challenge; anything but a canonical UUID is a 404.",
@@ -95,6 +99,17 @@ ADMIN_PATHS: Json = {
 }
 
 
+# Each code once, with what it means: `oneOf` of constants is how JSON Schema describes the values of an enum.
+PROBLEM_CODE: Json = {
+    "type": "string",
+    "description": "The stable, machine-readable answer of a problem: switch on it, never on `title` or `detail`. "
+                   "A code is never renamed; new ones may be added.",
+    "oneOf": [{"const": listed.code.name, "description": f"{listed.code.meaning} ({listed.status}, "
+                                                          f"`{listed.problem_type}`)"}
+              for listed in CATALOGUE],
+}
+
+
 def openapi_document(*, max_body_bytes: int) -> Json:
     return {
         "openapi": "3.1.0",
@@ -104,7 +119,8 @@ def openapi_document(*, max_body_bytes: int) -> Json:
             "description": "Password-reset links and email one-time codes, every action an event in an "
                            f"append-only log. Request bodies are JSON objects of at most {max_body_bytes} "
                            "bytes; unknown fields are rejected. Errors are RFC 9457 problem details whose "
-                           "`type` is `urn:authledger:problem:<name>`.",
+                           "`type` is `urn:authledger:problem:<name>` and whose `code` (components/schemas/"
+                           "ProblemCode) tells a program exactly what happened: switch on `code`.",
         },
         "security": [{"apiKey": []}],
         "paths": {
@@ -117,15 +133,13 @@ def openapi_document(*, max_body_bytes: int) -> Json:
             "/v1/password-resets/verify": {"post": action_operation(
                 "Check a reset token without using it", "verifyPasswordReset", "TokenBody",
                 "The token is valid: the user may choose a new password.", "PasswordResetValid",
-                rejected="An unknown, expired, replaced or used token is `token-invalid`; so is a token of "
-                         "another tenant, word for word.",
+                rejected=TOKEN_REFUSED,
                 extra={"429": VERIFY_TOO_MANY})},
             "/v1/password-resets/consume": {"post": action_operation(
                 "Use a reset token once; the application then changes the password", "consumePasswordReset",
                 "TokenBody", "Consumed: other open requests are superseded and a notice is queued.",
                 "PasswordResetConsumed",
-                rejected="An unknown, expired, replaced or used token is `token-invalid`; so is a token of "
-                         "another tenant, word for word.",
+                rejected=TOKEN_REFUSED,
                 extra={"429": VERIFY_TOO_MANY, "503": WRITE_UNAVAILABLE})},
             "/v1/otp/challenges": {"post": create_operation(
                 "Create an OTP challenge and queue the code's email", "createOtpChallenge",
@@ -138,9 +152,11 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 "Check a code", "verifyOtpChallenge", "CodeBody", "The code is right; it cannot be used again.",
                 "OtpVerified", parameters=[CHALLENGE_ID],
                 rejected="A wrong, expired, replaced, used or locked code, or an unknown challenge, is "
-                         "`code-rejected`, with `attempts_left`. A challenge of another user, of another "
-                         "purpose than the one named, or of another tenant is answered exactly as an unknown "
-                         "one and counts no attempt. A code with another number of digits than "
+                         "`code-rejected`, with `attempts_left`; its `code` says which (`code_wrong`, "
+                         "`challenge_expired`, `challenge_superseded`, `challenge_used`, `challenge_locked`, "
+                         "`challenge_invalidated`, `challenge_unknown`). A challenge of another user, of another "
+                         "purpose than the one named, or of another tenant, or of an erased user, is answered "
+                         "exactly as an unknown one and counts no attempt. A code with another number of digits than "
                          "the challenge's is `invalid-input` (\"the code must be 6 digits\") and is not "
                          "counted as an attempt.",
                 extra={"404": problem("The challenge id is not a canonical UUID (`not-found`)."),
@@ -230,6 +246,7 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 "KeysRevoked": schemas.KEYS_REVOKED,
                 "Redriven": schemas.REDRIVEN,
                 "Problem": schemas.PROBLEM,
+                "ProblemCode": PROBLEM_CODE,
             },
         },
     }

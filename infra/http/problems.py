@@ -3,10 +3,11 @@
 Every ``AuthledgerError`` already names its HTTP status and problem type
 (``domain.errors``, ``infra.errors``); the errors below add the ones only the
 HTTP edge can meet. ``problem_response`` turns any of them into
-``application/problem+json`` with the class docstring as ``title`` and the
-message as ``detail``. Server-side failures (5xx) never show their message:
-it may name hosts or internals, so the client gets the generic title and the
-log gets the rest.
+``application/problem+json`` with the class docstring as ``title``, the
+message as ``detail`` and the error's stable ``code``, what a program
+switches on (``infra.http.codes`` lists every code the API answers with).
+Server-side failures (5xx) never show their message: it may name hosts or
+internals, so the client gets the generic title and the log gets the rest.
 """
 
 from __future__ import annotations
@@ -40,12 +41,14 @@ class MalformedJson(InvalidInput):
     """The request body is not valid JSON."""
 
     problem_type = "malformed-json"
+    problem_code = "malformed_json"
 
 
 class InvalidBody(InvalidInput):
     """The request body does not match the operation's schema."""
 
     problem_type = "invalid-body"
+    problem_code = "invalid_body"
 
     def __init__(self, message: str, *, errors: list[dict[str, str]] | None = None) -> None:
         super().__init__(message)
@@ -56,36 +59,42 @@ class InvalidEmail(InvalidBody):
     """The email address is not valid."""
 
     problem_type = "invalid-email"
+    problem_code = "address_invalid"
 
 
 class UserIdRefused(InvalidBody):
     """The user id may not be used: it holds an @ in some form."""
 
     problem_type = "user-id-refused"
+    problem_code = "user_id_refused"
 
 
 class InvalidQuery(InvalidInput):
     """The query string does not match the operation."""
 
     problem_type = "invalid-query"
+    problem_code = "invalid_query"
 
 
 class MissingIdempotencyKey(InvalidInput):
     """An Idempotency-Key header is required."""
 
     problem_type = "idempotency-key-missing"
+    problem_code = "idempotency_key_missing"
 
 
 class InvalidIdempotencyKey(InvalidInput):
     """The Idempotency-Key header is malformed."""
 
     problem_type = "idempotency-key-invalid"
+    problem_code = "idempotency_key_invalid"
 
 
 class InvalidRequestId(InvalidInput):
     """The X-Request-Id header is malformed."""
 
     problem_type = "request-id-invalid"
+    problem_code = "request_id_invalid"
 
 
 class BodyTooLarge(AuthledgerError):
@@ -93,6 +102,7 @@ class BodyTooLarge(AuthledgerError):
 
     http_status = 413
     problem_type = "body-too-large"
+    problem_code = "body_too_large"
 
 
 class RequestTimeout(AuthledgerError):
@@ -102,6 +112,7 @@ class RequestTimeout(AuthledgerError):
     # as the next one.
     http_status = 408
     problem_type = "request-timeout"
+    problem_code = "request_timeout"
 
 
 class UnsupportedMediaType(AuthledgerError):
@@ -109,6 +120,7 @@ class UnsupportedMediaType(AuthledgerError):
 
     http_status = 415
     problem_type = "unsupported-media-type"
+    problem_code = "unsupported_media_type"
 
 
 class MethodNotAllowed(AuthledgerError):
@@ -116,6 +128,7 @@ class MethodNotAllowed(AuthledgerError):
 
     http_status = 405
     problem_type = "method-not-allowed"
+    problem_code = "method_not_allowed"
 
 
 class RouteNotFound(NotFound):
@@ -126,6 +139,7 @@ class InternalError(AuthledgerError):
     """Internal server error."""
 
     problem_type = "internal-error"
+    problem_code = "internal_error"
 
 
 def title_of(error_type: type[AuthledgerError]) -> str:
@@ -140,6 +154,7 @@ def problem_body(error: AuthledgerError, *, idempotency_key_given: bool = False)
         "title": title_of(type(error)),
         "status": status,
         "detail": error.message if shown else title_of(type(error)) + ".",
+        "code": error.code,
     }
     if isinstance(error, RateLimited | LockedOut) and error.retry_at is not None:
         body["retry_at"] = error.retry_at.isoformat()

@@ -144,8 +144,9 @@ ERASURE_BODY = _object({"reason": REASON}, ["reason"])
 # Responses.
 REUSED: Schema = {
     "type": "boolean",
-    "description": "True when nothing new was made: a replay of this Idempotency-Key, or a repeat within "
-                   "the cooldown answered with the open request.",
+    "description": "True when a repeat within the cooldown was answered with the open request made before. "
+                   "A replay of an Idempotency-Key answers exactly as the first call did, this field too; only "
+                   "the `Idempotency-Replayed` header marks it.",
 }
 RESET_CREATED = _object(
     {"request_id": UUID, "message_id": UUID, "expires_at": TIMESTAMP, "reused": REUSED},
@@ -264,12 +265,14 @@ REDRIVEN = _object(
 )
 PROBLEM: Schema = {
     "type": "object",
-    "description": "RFC 9457 problem details; `type` names the problem for programs.",
+    "description": "RFC 9457 problem details; `code` names the answer for programs (switch on it), `type` the "
+                   "problem's kind.",
     "properties": {
         "type": {"type": "string", "format": "uri"},
         "title": {"type": "string"},
         "status": {"type": "integer"},
         "detail": {"type": "string"},
+        "code": {"$ref": "#/components/schemas/ProblemCode"},
         "retry_at": TIMESTAMP,
         "attempts_left": {"type": "integer", "minimum": 0},
         "retry": {"type": "string", "description": "On a temporary failure of a request with an Idempotency-Key: "
@@ -279,5 +282,5 @@ PROBLEM: Schema = {
             "items": _object({"pointer": {"type": "string"}, "detail": {"type": "string"}}, ["pointer", "detail"]),
         },
     },
-    "required": ["type", "title", "status", "detail"],
+    "required": ["type", "title", "status", "detail", "code"],
 }

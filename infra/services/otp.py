@@ -85,7 +85,7 @@ def request_otp(
     outcome = decision.outcome
     assert isinstance(outcome, RequestOutcome)  # decide_otp_request answers with one or refuses
     log_event(log, "otp challenge requested", user_id=cmd.scoped_user_id, challenge_id=outcome.request_id,
-              message_id=outcome.message_id, reused=outcome.reused)
+              message_id=outcome.message_id, reused=outcome.reused, replayed=outcome.replayed)
     return outcome
 
 
@@ -175,10 +175,10 @@ def verify_code(
                   counted=decision.counted is not None)
         if outcome.retry_at is not None:  # the account is locked: recorded, and answered as before with 429
             raise LockedOut(outcome.message, retry_at=outcome.retry_at)
-        raise CodeRejected(outcome.message, attempts_left=0)
+        raise CodeRejected(outcome.message, attempts_left=0, reason=outcome.reason)
     assert isinstance(outcome, VerifyOutcome)
     log_event(log, "otp code verified" if outcome.verified else "otp code rejected", user_id=user_id,
               challenge_id=challenge_id, attempts_left=outcome.attempts_left, locked=outcome.locked)
     if not outcome.verified:
-        raise CodeRejected(_rejection(decision, outcome), attempts_left=outcome.attempts_left)
+        raise CodeRejected(_rejection(decision, outcome), attempts_left=outcome.attempts_left, reason="wrong")
     return outcome

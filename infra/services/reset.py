@@ -104,9 +104,10 @@ def _client(metadata: Mapping[str, Any] | None) -> str | None:
 
 
 def _answered(decision: Decision) -> Any:
-    """The decision's outcome; ``TokenInvalid`` with the usual words once a rejected presentation is recorded."""
+    """The decision's outcome; ``TokenInvalid`` with the usual words and the reason's code once a rejected
+    presentation is recorded."""
     if isinstance(decision.outcome, Rejected):
-        raise TokenInvalid(decision.outcome.message)
+        raise TokenInvalid(decision.outcome.message, reason=decision.outcome.reason)
     return decision.outcome
 
 

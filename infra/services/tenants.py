@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from attrs import frozen
 from sqlalchemy import Connection, Engine, bindparam, select
 
-from domain.errors import InvalidInput, PurposeUnknown
+from domain.errors import PurposeUnknown, TenantUnknown
 from domain.tenants import (
     DEFAULT_TENANT,
     Purpose,
@@ -63,13 +63,13 @@ def list_tenants(engine: Engine) -> list[Tenant]:
 
 
 def require_tenant(engine: Engine, name: str) -> None:
-    """``InvalidInput`` unless ``name`` is the default tenant or one that was created (tenants are never removed)."""
+    """``TenantUnknown`` unless ``name`` is the default tenant or one that was created (tenants are never removed)."""
     if name == DEFAULT_TENANT:
         return
     query = select(tables.tenants.c.name).where(tables.tenants.c.name == name)
     with engine.connect() as connection:
         if connection.execute(query).scalar() is None:
-            raise InvalidInput(f"no tenant named {name!r}; create it with `authledger tenants create {name}`")
+            raise TenantUnknown(f"no tenant named {name!r}; create it with `authledger tenants create {name}`")
 
 
 # -- settings -----------------------------------------------------------------------------------------

@@ -136,7 +136,7 @@ async def test_an_unreachable_database_is_503_without_its_address(
     async with asgi_client(evolve(ctx, engine=dead), api_key) as api:
         response = await api.post("/v1/password-resets", json=ADA, headers=CREATE)
         ready = await api.get("/readyz")
-    problem = assert_problem(response, 503, "database-unavailable")
+    problem = assert_problem(response, 503, "database-unavailable", "database_unavailable")
     assert "127.0.0.1" not in response.text and "nobody" not in response.text
     assert problem["detail"] == "The database cannot be reached."
     assert response.headers["Retry-After"] == "1"
@@ -156,7 +156,7 @@ async def test_an_unexpected_failure_is_a_bare_500(
     monkeypatch.setattr(reset_service, "request_reset", broken)
     response = await api.post("/v1/password-resets", json=ADA, headers=CREATE)
 
-    problem = assert_problem(response, 500, "internal-error")
+    problem = assert_problem(response, 500, "internal-error", "internal_error")
     assert "secret" not in response.text and "Traceback" not in response.text
     assert problem["detail"] == "Internal server error."
     assert "secret internals" in caplog.text, "the log keeps what the client is not told"

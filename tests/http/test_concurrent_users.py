@@ -158,6 +158,7 @@ def test_a_conflict_that_outlasts_the_retries_is_a_503_that_names_no_stream() ->
 
     problem = json.loads(response.body)
     assert (response.status_code, problem["type"]) == (503, "urn:authledger:problem:concurrency-conflict")
+    assert problem["code"] == "concurrency_conflict"
     assert "reset-user" not in response.body.decode() and "stream" not in problem["detail"]
     assert response.headers["Retry-After"] == "1"
 

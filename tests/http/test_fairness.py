@@ -154,7 +154,7 @@ def test_a_tenant_over_its_cap_with_no_wait_is_refused_at_once_and_nothing_is_wr
             assert not any(future.done() for future in stuck)
         assert [future.result().status_code for future in stuck] == [202, 202]
 
-    problem = assert_problem(refused, 429, "tenant-busy")
+    problem = assert_problem(refused, 429, "tenant-busy", "tenant_busy")
     assert refused.headers["Retry-After"] == "1"
     assert "2 of this tenant's requests" in problem["detail"]
     assert served_meanwhile.status_code == 202

@@ -57,7 +57,7 @@ async def test_readyz_checks_the_database_and_its_schema_for_a_metrics_key(
 
     with admin_engine.begin() as connection:
         connection.execute(text("DROP TABLE delivery_messages"))
-    problem = assert_problem(await monitor.get("/readyz"), 503, "schema-mismatch")
+    problem = assert_problem(await monitor.get("/readyz"), 503, "schema-mismatch", "schema_mismatch")
     assert "no table delivery_messages" in problem["detail"] and "authledger db init" in problem["detail"]
 
 

@@ -79,7 +79,8 @@ async def test_a_replay_returns_the_first_response_and_another_body_is_422(
     first = await challenge(api)
     written = log_size(engine)
     again = await challenge(api)
-    assert again.json() == {**first.json(), "reused": True} and again.headers["Idempotency-Replayed"] == "true"
+    assert "Idempotency-Replayed" not in first.headers
+    assert again.content == first.content and again.headers["Idempotency-Replayed"] == "true"
     mismatch = await challenge(api, {**ADA, "purpose": "mfa"})
     assert_problem(mismatch, 422, "idempotency-key-mismatch")
     assert log_size(engine) == written

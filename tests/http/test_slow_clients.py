@@ -80,7 +80,7 @@ def test_a_request_whose_headers_stall_is_answered_408_and_closed_while_other_cl
 
         status, headers, problem = status_and_problem(until_closed(stalled))
         assert (status, headers["connection"]) == (408, "close")
-        assert problem["type"] == "urn:authledger:problem:request-timeout"
+        assert (problem["type"], problem["code"]) == ("urn:authledger:problem:request-timeout", "request_timeout")
         assert "headers did not arrive" in str(problem["detail"])
         assert until_closed(silent) == b"", "a connection that never said a word is closed without an answer"
     assert httpx.get(f"{server}/healthz", timeout=HANG_GUARD_SECONDS).status_code == 200

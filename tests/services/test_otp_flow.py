@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from uuid import uuid4
 
 import pytest
+from attrs import evolve
 from sqlalchemy import Engine, text
 
 from domain.decisions import RequestOutcome, VerifyOutcome
@@ -85,8 +86,8 @@ def test_twenty_concurrent_requests_with_one_key_make_one_challenge_and_one_emai
     answers = all_at_once(20, lambda: request_otp(ctx, command))
 
     assert all(isinstance(a, RequestOutcome) for a in answers), answers
-    assert len({(a.request_id, a.message_id, a.expires_at) for a in answers}) == 1, "twenty identical answers"
-    assert sorted(a.reused for a in answers) == [False] + [True] * 19, "the first made it, the rest replayed"
+    assert len({evolve(a, replayed=False) for a in answers}) == 1, "twenty identical answers"
+    assert sorted(a.replayed for a in answers) == [False] + [True] * 19, "the first made it, the rest replayed"
     issued = [e for e in stream_events(engine, otp_stream("42")) if isinstance(e, OtpChallengeIssued)]
     assert len(issued) == 1
     mailer = RecordingMailer()

@@ -126,12 +126,12 @@ def test_the_sixth_request_within_an_hour_is_refused() -> None:
     )
 
 
-def test_an_idempotent_replay_returns_the_original_outcome() -> None:
+def test_an_idempotent_replay_returns_the_original_outcome_marked_only_as_a_replay() -> None:
     given = [issued(1, T0, idempotency_key="k")]
     cmd = RequestOtp(USER, ALICE, idempotency_key="k")
     decision = when_requested(given, cmd, at=T0 + timedelta(minutes=5), n=2)
 
-    assert decision == Decision((), (), RequestOutcome(cid(1), mid(1), T0 + POLICY.ttl, reused=True, replayed=True))
+    assert decision == Decision((), (), RequestOutcome(cid(1), mid(1), T0 + POLICY.ttl, reused=False, replayed=True))
 
 
 @pytest.mark.parametrize(
@@ -381,7 +381,7 @@ def test_an_idempotent_replay_is_answered_even_while_the_account_is_locked() -> 
     cmd = RequestOtp(USER, ALICE, idempotency_key="k")
     decision = when_requested(given, cmd, at=T0 + timedelta(minutes=1), n=2)
 
-    assert decision.events == () and decision.outcome.reused
+    assert decision.events == () and decision.outcome.replayed
 
 
 @pytest.mark.parametrize(

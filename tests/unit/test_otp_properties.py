@@ -82,7 +82,7 @@ class OtpFlow(RuleBasedStateMachine):
             return
         self._apply(decision)
         event(f"request: {type(decision.outcome).__name__}")
-        if isinstance(decision.outcome, RequestOutcome) and not decision.outcome.reused:
+        if isinstance(decision.outcome, RequestOutcome) and not (decision.outcome.reused or decision.outcome.replayed):
             self.issued.append(challenge_id)
             self.expires[challenge_id] = self.now + POLICY.ttl
 

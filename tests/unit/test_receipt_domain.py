@@ -14,7 +14,7 @@ import pytest
 
 from domain.decisions import Decision, Refused, RequestOutcome
 from domain.request_rules import IdempotencyKeyBound
-from domain.errors import IdempotencyMismatch
+from domain.errors import ConfigError, IdempotencyMismatch
 from domain.otp import RequestOtp, decide_otp_request
 from domain.otp_events import OtpChallengeIssued
 from domain.otp_state import fold_otp
@@ -134,4 +134,10 @@ def test_a_bound_otp_key_with_another_purpose_is_a_mismatch() -> None:
 def test_a_key_that_created_a_request_is_not_bound_again() -> None:
     given = [otp_issued(1, T0, key="k")]
     decision = when_otp(given, RequestOtp(USER, ALICE, idempotency_key="k"), at=T0 + timedelta(seconds=5), n=2)
-    assert decision.events == () and decision.outcome.reused
+    assert decision.events == () and decision.outcome.replayed and not decision.outcome.reused
+
+
+@pytest.mark.parametrize("policy", [ResetPolicy, OtpPolicy])
+def test_a_cooldown_as_long_as_a_receipt_lives_is_refused(policy: type[ResetPolicy | OtpPolicy]) -> None:
+    with pytest.raises(ConfigError, match="cooldown must be shorter than receipt_ttl"):
+        policy(cooldown=timedelta(hours=2), receipt_ttl=timedelta(hours=2))

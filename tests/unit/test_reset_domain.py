@@ -166,7 +166,7 @@ def test_refusals_do_not_count_towards_the_hourly_limit() -> None:
     assert decision.events[-1] == requested(2, T0 + timedelta(minutes=2))
 
 
-def test_an_idempotent_replay_returns_the_original_outcome_and_writes_nothing() -> None:
+def test_an_idempotent_replay_returns_the_original_outcome_marked_only_as_a_replay_and_writes_nothing() -> None:
     given = [
         requested(1, T0, idempotency_key="key-1", client="app"),
         ResetSuperseded(rid(1), rid(2), "new_request"),
@@ -175,7 +175,7 @@ def test_an_idempotent_replay_returns_the_original_outcome_and_writes_nothing() 
     cmd = RequestReset(USER, ALICE, idempotency_key="key-1", client="app")
     decision = when_requested(given, cmd, at=T0 + timedelta(minutes=10), n=3)
 
-    assert decision == Decision((), (), RequestOutcome(rid(1), mid(1), T0 + POLICY.ttl, reused=True, replayed=True))
+    assert decision == Decision((), (), RequestOutcome(rid(1), mid(1), T0 + POLICY.ttl, reused=False, replayed=True))
 
 
 def test_an_idempotent_replay_is_answered_even_over_the_hourly_limit() -> None:
@@ -184,7 +184,7 @@ def test_an_idempotent_replay_is_answered_even_over_the_hourly_limit() -> None:
     decision = when_requested(given, cmd, at=T0 + timedelta(minutes=30), n=6)
 
     assert decision.events == ()
-    assert decision.outcome == RequestOutcome(rid(0), mid(0), T0 + POLICY.ttl, reused=True, replayed=True)
+    assert decision.outcome == RequestOutcome(rid(0), mid(0), T0 + POLICY.ttl, reused=False, replayed=True)
 
 
 def test_an_idempotency_key_reused_for_another_recipient_is_rejected() -> None:
