@@ -29,6 +29,7 @@ from infra.services.clients import create_client
 from infra.services.tenants import create_tenant
 from infra.services.unit_of_work import ServiceContext
 from tests.http.support import asgi_client, assert_problem, code_for, log_size, token_for
+from tests.http.test_pages import state_of
 from tests.support.log_reading import stream_events
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
@@ -238,3 +239,16 @@ def _message_of(engine: Engine, request_id: str) -> object:
     [made] = [e for e in stream_events(engine, reset_stream("42"))
               if isinstance(e, ResetRequested) and str(e.request_id) == request_id]
     return made.message_id
+
+
+async def test_the_stand_in_reset_page_names_a_withdrawn_link_and_offers_no_button(
+    ctx: ServiceContext, engine: Engine, api: httpx.AsyncClient, support: httpx.AsyncClient
+) -> None:
+    request_id = await reset_for(api)
+    await support.post("/v1/users/42/invalidation", json={"reason": REASON})
+
+    async with asgi_client(ctx, None, reset_page=True) as person:
+        page = await person.get("/reset", params={"token": token_for(engine, request_id)})
+
+    assert state_of(page) == "invalidated" and "<form" not in page.text
+    assert "The reset link was withdrawn by support." in page.text
