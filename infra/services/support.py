@@ -22,6 +22,7 @@ The HTTP API (``POST /v1/users/{user_id}/invalidation`` and ``/resend``),
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,10 +41,13 @@ from domain.support import (
     Withdrawn, check_flow, decide_otp_invalidation, decide_reset_invalidation, support_metadata, support_reason,
 )
 from infra.eventlog.personal_data import ERASED
+from infra.logs import log_event
 from infra.eventlog.postgres import PostgresEventStore
 from infra.services.otp import request_otp
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext, decide_on_stream
+
+log = logging.getLogger("authledger.support")
 
 
 @frozen
@@ -87,6 +91,8 @@ def invalidate_user(
     codes = decide_on_stream(ctx, otp_stream(scoped), fold_otp,
                              lambda state, now: decide_otp_invalidation(state, reason=reason, now=now), metadata)
     assert isinstance(links.outcome, Withdrawn) and isinstance(codes.outcome, Withdrawn)
+    log_event(log, "open links and codes withdrawn by support", user_id=scoped, links=len(links.outcome.request_ids),
+              codes=len(codes.outcome.request_ids), actor=metadata.get("actor"))
     return Invalidation(user_id, tuple(map(str, links.outcome.request_ids)),
                         tuple(map(str, codes.outcome.request_ids)))
 
@@ -113,6 +119,8 @@ def resend(
     else:
         outcome = request_otp(ctx, RequestOtp(user_id, recipient, purpose or "login", client=client, tenant=tenant),
                               metadata)
+    log_event(log, "fresh link or code sent by support", user_id=scoped, flow=flow, request_id=outcome.request_id,
+              reused=outcome.reused, actor=metadata.get("actor"))
     return Resent(user_id, flow, outcome)
 
 
