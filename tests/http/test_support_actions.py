@@ -29,7 +29,9 @@ from infra.services.clients import create_client
 from infra.services.tenants import create_tenant
 from infra.services.unit_of_work import ServiceContext
 from tests.http.support import asgi_client, assert_problem, code_for, log_size, token_for
+from tests.http.test_free_text_rule import REASONS as HOSTILE_REASONS
 from tests.http.test_pages import state_of
+from tests.support.cli import Env, run_cli
 from tests.support.log_reading import stream_events
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
@@ -252,3 +254,22 @@ async def test_the_stand_in_reset_page_names_a_withdrawn_link_and_offers_no_butt
 
     assert state_of(page) == "invalidated" and "<form" not in page.text
     assert "The reset link was withdrawn by support." in page.text
+
+
+@pytest.mark.parametrize("reason", HOSTILE_REASONS.values(), ids=HOSTILE_REASONS.keys())
+async def test_the_api_and_the_cli_refuse_a_reason_hiding_an_address_or_bidi_alike_and_write_nothing(
+    env: Env, engine: Engine, api: httpx.AsyncClient, support: httpx.AsyncClient, reason: str
+) -> None:
+    await reset_for(api)
+    before = log_size(engine)
+
+    answers = [await support.post("/v1/users/42/invalidation", json={"reason": reason}),
+               await support.post("/v1/users/42/resend", json={"flow": "reset", "reason": reason})]
+    runs = [run_cli(env, "users", "invalidate", "--user-id", "42", "--reason", reason),
+            run_cli(env, "users", "resend", "--user-id", "42", "--flow", "reset", "--reason", reason)]
+
+    details = {assert_problem(answer, 400, "invalid-input")["detail"] for answer in answers}
+    assert len(details) == 1
+    assert {(run.exit_code, run.output) for run in runs} == {(2, f"Error: {details.pop()}\n")}
+    assert "example.com" not in "".join(a.text for a in answers) + "".join(run.output for run in runs)
+    assert log_size(engine) == before
