@@ -5,7 +5,7 @@ database work (authenticate the key, call the service) in Starlette's
 threadpool, where the sync SQLAlchemy pool lives. What they raise becomes a
 problem+json response in ``infra.http.problems``, by the exception handlers
 that ``infra.http.app`` installs. The admin handlers (``infra.http.admin``)
-share the steps of ``Api``.
+and the support actions (``infra.http.support``) share the steps of ``Api``.
 """
 
 from __future__ import annotations
