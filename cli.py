@@ -44,6 +44,8 @@ COMMANDS: Mapping[str, tuple[str, str]] = {
                 "Why a link worked or not, and what happened to each email: sentences, then a timeline."),
     "audit": ("commands.audit:audit",
               "Seal the log into a hash chain, sign its head, verify and export it (docs/audit.md)."),
+    "users": ("commands.users:users",
+              "Support actions on a user: withdraw their open links and codes, or send them a fresh one."),
     "privacy": ("commands.privacy:privacy",
                 "Personal data: erase a user's (crypto-shredding), re-wrap data keys (docs/operations.md)."),
 }

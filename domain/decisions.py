@@ -71,7 +71,7 @@ class Rejected:
     ``message`` is the answer's words, those a caller got before rejections were recorded.
     """
 
-    reason: str  # "used", "superseded", "expired", "locked", "erased" or "account_locked"
+    reason: str  # "used", "superseded", "invalidated", "expired", "locked", "erased" or "account_locked"
     message: str
     retry_at: datetime | None = None  # while the whole account is locked: when codes are accepted again
 

@@ -180,6 +180,7 @@ CODE_REFUSALS = {
     "erased": "The code is not valid.",
     "used": "The code was already used.",
     "superseded": "A newer code was sent; use that one.",
+    "invalidated": "The code was withdrawn by support.",
     "locked": "Too many wrong codes; request a new one.",
     "expired": "The code has expired; request a new one.",
 }
@@ -191,7 +192,7 @@ def code_rejection(challenge: OtpChallenge, *, now: datetime) -> str | None:
         return "erased"
     if challenge.status == "verified":
         return "used"
-    if challenge.status in ("superseded", "locked"):
+    if challenge.status in ("superseded", "invalidated", "locked"):
         return challenge.status
     if now >= challenge.expires_at:
         return "expired"
@@ -253,7 +254,7 @@ def decide_otp_verify(
     Raises, writing nothing: ``InvalidInput`` for a code of the wrong shape,
     ``LockedOut`` for an unknown challenge while the account is locked,
     ``CodeRejected`` for a challenge that is unknown. For a known challenge
-    that is expired, superseded, verified, locked or erased, or presented
+    that is expired, superseded, invalidated, verified, locked or erased, or presented
     while the account is locked, returns the recorded ``OtpCodeRejected`` (or
     its count, ``client`` counted) and ``Rejected``, the code unchecked.
     Otherwise returns the events of a success or of a counted failure (with
@@ -307,7 +308,7 @@ def decide_otp_verify(
 
 def otp_delivery_verdict(state: OtpState, challenge_id: UUID, *, now: datetime) -> str | None:
     """None when the worker should send this code now, else why to skip it:
-    "unknown_request", "superseded", "verified", "locked" or "expired"."""
+    "unknown_request", "superseded", "invalidated", "verified", "locked" or "expired"."""
     require_utc(now)
     challenge = state.challenges.get(challenge_id)
     if challenge is None:

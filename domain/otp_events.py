@@ -47,6 +47,18 @@ class OtpChallengeSuperseded:
 
 
 @frozen
+class OtpChallengeInvalidated:
+    """Support withdrew an open challenge: its code is no longer accepted and its email, if still queued, is not sent.
+
+    ``reason``: why, as support said it (one line, no address); who acted is in the event's metadata.
+    """
+
+    challenge_id: UUID
+    reason: str
+    invalidated_at: datetime
+
+
+@frozen
 class OtpVerificationFailed:
     challenge_id: UUID
     attempt: int  # failures on this challenge so far, this one included
@@ -80,7 +92,7 @@ class OtpRequestRefused:
 class OtpCodeRejected:
     """A code was presented for a known challenge that could no longer be used; it was refused unchecked.
 
-    ``reason``: "used", "superseded", "expired", "locked" or "erased". Bounded per
+    ``reason``: "used", "superseded", "invalidated", "expired", "locked" or "erased". Bounded per
     window (``domain.counting.count_rejections``); the caller is in the event's metadata.
     """
 

@@ -29,6 +29,7 @@ from domain.request_rules import (
 )
 from domain.errors import UnknownEventType
 from domain.otp_events import (
+    OtpChallengeInvalidated,
     OtpChallengeIssued,
     OtpChallengeLockedOut,
     OtpChallengeSuperseded,
@@ -42,7 +43,7 @@ from domain.otp_events import (
 @frozen
 class OtpChallenge:
     """One challenge's facts and where it stands: "open", "superseded",
-    "verified" or "locked"."""
+    "invalidated" (by support), "verified" or "locked"."""
 
     challenge_id: UUID
     user_id: str
@@ -142,6 +143,8 @@ def _evolve_challenges(state: OtpState, event: object) -> OtpState:
         return _set_status(state, event.challenge_id, "verified")
     if isinstance(event, OtpChallengeSuperseded):
         return _set_status(state, event.challenge_id, "superseded")
+    if isinstance(event, OtpChallengeInvalidated):
+        return _set_status(state, event.challenge_id, "invalidated")
     if isinstance(event, OtpChallengeLockedOut):
         if event.scope == "challenge":
             return _set_status(state, event.challenge_id, "locked")

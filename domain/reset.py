@@ -159,6 +159,7 @@ LINK_REFUSALS = {
     "erased": "The reset link is not valid.",
     "used": "The reset link was already used.",
     "superseded": "The reset link was replaced by a newer one or is no longer valid.",
+    "invalidated": "The reset link was withdrawn by support.",
     "expired": "The reset link has expired.",
 }
 
@@ -176,8 +177,8 @@ def link_rejection(request: ResetRequest, *, now: datetime) -> str | None:
         return "erased"
     if request.status == "completed":
         return "used"
-    if request.status == "superseded":
-        return "superseded"
+    if request.status in ("superseded", "invalidated"):
+        return request.status
     if now >= request.expires_at:
         return "expired"
     return None
@@ -258,7 +259,7 @@ def reset_delivery_verdict(
     state: ResetState, request_id: UUID, *, now: datetime, template: str
 ) -> str | None:
     """None when the worker should send this email now, else why to skip it:
-    "unknown_request", "superseded", "consumed" or "expired" (and
+    "unknown_request", "superseded", "invalidated", "consumed" or "expired" (and
     "not_completed" for a notice whose request was never completed)."""
     require_utc(now)
     request = state.requests.get(request_id)
@@ -270,8 +271,8 @@ def reset_delivery_verdict(
         return None if request.status == "completed" else "not_completed"
     if template != RESET_LINK:
         raise ValueError(f"{template!r} is not a reset email template")
-    if request.status == "superseded":
-        return "superseded"
+    if request.status in ("superseded", "invalidated"):
+        return request.status
     if request.status == "completed":
         return "consumed"
     if now >= request.expires_at:

@@ -47,6 +47,18 @@ class ResetSuperseded:
 
 
 @frozen
+class ResetInvalidated:
+    """Support withdrew an open request: its link no longer works and its email, if still queued, is not sent.
+
+    ``reason``: why, as support said it (one line, no address); who acted is in the event's metadata.
+    """
+
+    request_id: UUID
+    reason: str
+    invalidated_at: datetime
+
+
+@frozen
 class ResetRequestRefused:
     user_id: str
     reason: str  # "rate_limited"
@@ -66,7 +78,7 @@ class ResetCompleted:
 class ResetTokenRejected:
     """A known reset link was presented when it could no longer be used; it was refused.
 
-    ``reason``: "used", "superseded", "expired" or "erased". Bounded per window
+    ``reason``: "used", "superseded", "invalidated", "expired" or "erased". Bounded per window
     (``domain.counting.count_rejections``); the caller is in the event's metadata.
     """
 

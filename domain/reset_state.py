@@ -28,12 +28,14 @@ from domain.request_rules import (
     first_answer,
 )
 from domain.errors import UnknownEventType
-from domain.reset_events import ResetCompleted, ResetRequestRefused, ResetRequested, ResetSuperseded, ResetTokenRejected
+from domain.reset_events import (
+    ResetCompleted, ResetInvalidated, ResetRequestRefused, ResetRequested, ResetSuperseded, ResetTokenRejected,
+)
 
 
 @frozen
 class ResetRequest:
-    """One request's facts and where it stands: "open", "superseded" or "completed"."""
+    """One request's facts and where it stands: "open", "superseded", "invalidated" (by support) or "completed"."""
 
     request_id: UUID
     user_id: str
@@ -128,6 +130,11 @@ def _evolve_requests(state: ResetState, event: object) -> ResetState:
         return _with_request(
             state, evolve(request, status="superseded", superseded_by=event.superseded_by)
         )
+    if isinstance(event, ResetInvalidated):
+        request = state.requests.get(event.request_id)
+        if request is None or request.status != "open":
+            return state
+        return _with_request(state, evolve(request, status="invalidated"))
     if isinstance(event, ResetCompleted):
         request = state.requests.get(event.request_id)
         if request is None or request.status != "open":  # only an open request's link can be used

@@ -25,7 +25,9 @@ FLOODS_PER_HOUR = FLOOD_EVENTS_PER_WINDOW + CLOSING_COUNTS
 def reset_events_per_hour_at_most(policy: ResetPolicy) -> int:
     """The most events one hour of the clock can add to a user's reset stream."""
     made = policy.hourly_limit  # ResetRequested: the hourly limit holds within any hour of the clock
-    replaced = made  # ResetSuperseded: at most one request is open, and only a new one replaces it
+    # ResetSuperseded (or support's ResetInvalidated: each request is closed once, whichever closes it): at most
+    # one request is open, and only a new one replaces it
+    replaced = made
     completed = made + 1  # ResetCompleted: each request open in the hour, once (one may predate it)
     return made + replaced + completed + FLOODS_PER_HOUR
 
@@ -33,7 +35,7 @@ def reset_events_per_hour_at_most(policy: ResetPolicy) -> int:
 def otp_events_per_hour_at_most(policy: OtpPolicy) -> int:
     """The most events one hour of the clock can add to a user's OTP stream."""
     issued = policy.hourly_limit  # OtpChallengeIssued
-    replaced = issued  # OtpChallengeSuperseded: at most one challenge is open
+    replaced = issued  # OtpChallengeSuperseded or OtpChallengeInvalidated: at most one challenge is open
     usable = issued + 1  # the challenges a code can be checked against in the hour (one may predate it)
     wrong = usable * policy.max_attempts  # OtpVerificationFailed: a challenge locks at max_attempts
     locks = usable + wrong // policy.account_lock_threshold + 1  # OtpChallengeLockedOut, challenge and account

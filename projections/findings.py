@@ -22,6 +22,7 @@ from attrs import define, field, frozen
 
 from domain import counting, email, otp_events, outage, privacy, request_rules, reset_events
 from domain.log import RecordedEvent
+from domain.support import SUPPORT_REASON
 from domain.tenants import split_scoped_user
 from projections.timeline import (
     counted_answer,
@@ -109,6 +110,12 @@ def _who(r: RecordedEvent) -> str:
     return " via ".join(parts) if parts else "an unrecorded caller"
 
 
+def _on_behalf(r: RecordedEvent) -> str:
+    """A request support made for the user: said so, with their reason (``domain.support``); else nothing."""
+    reason = (r.metadata or {}).get(SUPPORT_REASON)
+    return f" Support sent it on the user's behalf because {reason}." if reason else ""
+
+
 def email_label(story: Story, message_id: UUID) -> str:
     message = story.messages.get(message_id)
     if message is None:
@@ -127,7 +134,7 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             kind = "Reset request" if isinstance(e, reset_events.ResetRequested) else "OTP challenge"
             user_id = split_scoped_user(e.user_id)[1]  # as the tenant knows them
             made = (f"{kind} {rid} for user {user_id} was made at {T(at)} by {_who(r)}, valid until "
-                    f"{T(e.expires_at)} (key {e.key_id}).")
+                    f"{T(e.expires_at)} (key {e.key_id}).{_on_behalf(r)}")
             found = Finding(made, r.event_type, pos, at, finding_ids(request_id=rid, user_id=user_id,
                             message_id=e.message_id), {"expires_at": e.expires_at})
             story.requests[rid] = Request(rid, kind, [found], e.expires_at, [e.message_id])
@@ -142,6 +149,16 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             request.said.append(Finding(f"{request.kind} {rid} was superseded {why} at {T(at)}; its link or code "
                                         "stopped working then.", r.event_type, pos, at,
                                         finding_ids(request_id=rid, superseded_by=e.superseded_by)))
+        case reset_events.ResetInvalidated() | otp_events.OtpChallengeInvalidated():
+            rid = e.request_id if isinstance(e, reset_events.ResetInvalidated) else e.challenge_id
+            request = story.requests.get(rid)
+            if request is None:
+                return
+            request.status = "invalidated"
+            request.said.append(Finding(f"{request.kind} {rid} was invalidated by support ({_who(r)}) at {T(at)} "
+                                        f"because {e.reason}; its link or code stopped working then, and its email "
+                                        "is not sent if it was still waiting.", r.event_type, pos, at,
+                                        finding_ids(request_id=rid)))
         case reset_events.ResetCompleted() if e.request_id in story.requests:
             request = story.requests[e.request_id]
             request.status = "completed"
@@ -261,8 +278,9 @@ def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             ended, message.finished, message.accepted = "sent", True, True
         case email.DeliverySkipped():
             worker = (r.metadata or {}).get("actor") or "a worker"
-            why = ("its recipient's personal data had been erased" if e.reason == "erased"
-                   else "it was no longer wanted when a worker picked it up")
+            why = {"erased": "its recipient's personal data had been erased",
+                   "invalidated": "support had withdrawn its link or code"}.get(
+                e.reason, "it was no longer wanted when a worker picked it up")
             said = f"{label} was skipped ({e.reason}) by worker {worker} at {T(at)}: it was not sent, because {why}."
             ended, message.finished = "skipped", True
         case email.DeliveryAbandoned():

@@ -14,6 +14,7 @@ from uuid import UUID
 from attrs import evolve, frozen
 
 from domain.otp_events import (
+    OtpChallengeInvalidated,
     OtpChallengeIssued,
     OtpChallengeLockedOut,
     OtpChallengeSuperseded,
@@ -26,7 +27,9 @@ from domain.otp_events import (
 class OtpChallengeRow:
     challenge_id: UUID
     user_id: str
-    status: str  # "open", "superseded", "verified" or "locked"
+    # "open", "superseded", "verified" or "locked". A challenge support withdrew (OtpChallengeInvalidated) reads
+    # "superseded" here: closed unused, which is all this table tells; why is the stream's to say.
+    status: str
     expires_at: datetime
     failures: int  # wrong codes entered for this challenge
     message_id: UUID
@@ -39,7 +42,8 @@ def otp_challenge_key(event: object) -> UUID | None:
     challenge that tripped it but changes nothing about that challenge."""
     if isinstance(event, OtpChallengeLockedOut):
         return event.challenge_id if event.scope == "challenge" else None
-    if isinstance(event, OtpChallengeIssued | OtpChallengeSuperseded | OtpChallengeVerified | OtpVerificationFailed):
+    if isinstance(event, OtpChallengeIssued | OtpChallengeSuperseded | OtpChallengeInvalidated
+                  | OtpChallengeVerified | OtpVerificationFailed):
         return event.challenge_id
     return None
 
@@ -61,7 +65,7 @@ def evolve_otp_challenge(row: OtpChallengeRow | None, event: object) -> OtpChall
             )
         case OtpVerificationFailed() if row is not None:
             return evolve(row, failures=event.attempt)
-        case OtpChallengeSuperseded():
+        case OtpChallengeSuperseded() | OtpChallengeInvalidated():
             return _settled(row, "superseded")
         case OtpChallengeVerified():
             return _settled(row, "verified")

@@ -11,7 +11,7 @@ from uuid import UUID
 
 from attrs import evolve, frozen
 
-from domain.reset_events import ResetCompleted, ResetRequested, ResetSuperseded
+from domain.reset_events import ResetCompleted, ResetInvalidated, ResetRequested, ResetSuperseded
 
 
 @frozen
@@ -22,12 +22,14 @@ class ResetTokenRow:
     key_id: str
     message_id: UUID
     expires_at: datetime
-    status: str  # "open", "superseded" or "completed"
+    # "open", "superseded" or "completed". A request support withdrew (ResetInvalidated) reads "superseded" here:
+    # closed unused, which is all this table tells; why is the stream's to say.
+    status: str
 
 
 def reset_token_key(event: object) -> UUID | None:
     """Which row an event touches, if any."""
-    if isinstance(event, ResetRequested | ResetSuperseded | ResetCompleted):
+    if isinstance(event, ResetRequested | ResetSuperseded | ResetInvalidated | ResetCompleted):
         return event.request_id
     return None
 
@@ -39,7 +41,7 @@ def evolve_reset_token(row: ResetTokenRow | None, event: object) -> ResetTokenRo
                 request_id=event.request_id, token_hash=event.token_hash, user_id=event.user_id,
                 key_id=event.key_id, message_id=event.message_id, expires_at=event.expires_at, status="open",
             )
-        case ResetSuperseded() if row is not None:
+        case ResetSuperseded() | ResetInvalidated() if row is not None:
             return evolve(row, status="superseded")
         case ResetCompleted() if row is not None:
             return evolve(row, status="completed")

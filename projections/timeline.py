@@ -26,6 +26,7 @@ TIME_FIELDS = (
     "requested_at", "issued_at", "completed_at", "refused_at", "claimed_at", "expired_at", "released_at",
     "failed_at", "accepted_at", "skipped_at", "abandoned_at", "verified_at", "locked_at", "bound_at",
     "available_at", "erased_at", "created_at", "revoked_at", "rewrapped_at", "rejected_at", "settled_at",
+    "invalidated_at",
 )
 
 
@@ -106,6 +107,7 @@ def _actor(recorded: RecordedEvent) -> str | None:
 # Why a presented link or code was refused, as the end of "after it was ...".
 PRESENTED_AFTER = {
     "used": "used", "superseded": "superseded", "expired": "expired", "locked": "locked",
+    "invalidated": "withdrawn by support",
     "erased": "erased with its user's personal data",
     "account_locked": "locked for the whole account",
 }
@@ -141,6 +143,10 @@ def summary(event: object) -> str:
             return f"superseded ({event.reason})"
         case reset_events.ResetSuperseded() | otp_events.OtpChallengeSuperseded():
             return f"superseded by {event.superseded_by}"
+        case reset_events.ResetInvalidated():
+            return f"link withdrawn by support ({event.reason})"
+        case otp_events.OtpChallengeInvalidated():
+            return f"code withdrawn by support ({event.reason})"
         case reset_events.ResetRequestRefused() | otp_events.OtpRequestRefused():
             return f"request refused ({event.reason}), retry after {format_time(event.retry_at)}"
         case reset_events.ResetCompleted():

@@ -3,6 +3,7 @@
 ``Console`` builds the ``Shell`` every page stands on (``infra.console.shell``:
 sessions, forms, templates, security headers) and the pages by room:
 ``sign_in_pages``, ``case_pages`` (search, case, download, erase),
+``support_pages`` (the case page's invalidate and resend forms),
 ``outbox_pages`` and ``audit_pages``. ``Console.routes`` is their routes in one
 list; the pages import the shell, and only this module imports the pages.
 """
@@ -23,6 +24,7 @@ from infra.console.outbox_pages import OutboxPages
 from infra.console.sessions import DEFAULT_IDLE
 from infra.console.shell import PREFIX, SecurityHeaders, Shell, SigningKey
 from infra.console.sign_in_pages import SignInPages
+from infra.console.support_pages import SUPPORT_DONE, SupportPages
 from infra.services.unit_of_work import ServiceContext
 
 STATIC = Path(__file__).parent / "static"
@@ -41,7 +43,8 @@ class Console:
                  verification: VerificationRunner | None = None) -> None:
         self.shell = Shell(ctx, idle=idle, signing_key=signing_key)
         self.verification = verification or VerificationRunner(ctx.engine, clock=ctx.clock)
-        pages = (SignInPages(self.shell), CasePages(self.shell, address_index), OutboxPages(self.shell),
+        cases = CasePages(self.shell, address_index, notices=SUPPORT_DONE)
+        pages = (SignInPages(self.shell), cases, SupportPages(self.shell, cases), OutboxPages(self.shell),
                  AuditPages(self.shell, self.verification))
         self.routes: list[BaseRoute] = [
             *(route for page in pages for route in page.routes),

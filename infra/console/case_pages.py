@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -36,10 +37,13 @@ class CasePages:
     """Finding a case by user, request or message id (or an address, through ``address_index``), and its pages.
 
     ``address_index`` finds the users of an email address (default: the HMAC index over the shell's keys).
+    ``notices`` are what the case page says after other pages' actions, by the ``done`` their redirect carries.
     """
 
-    def __init__(self, shell: Shell, address_index: AddressIndex | None = None) -> None:
+    def __init__(self, shell: Shell, address_index: AddressIndex | None = None,
+                 notices: Mapping[str, str] | None = None) -> None:
         self.shell = shell
+        self.notices = {**ERASED, **(notices or {})}
         ctx = shell.ctx
         self.address_index: AddressIndex = address_index or (
             lambda tenant, address: users_by_address(ctx, tenant, address))
@@ -82,7 +86,7 @@ class CasePages:
         case = await self._case_of(session, request.query_params.get("kind", ""), request.query_params.get("id", ""))
         if isinstance(case, Response):
             return case
-        return self._case(session, case, notice=ERASED.get(request.query_params.get("done", "")))
+        return self._case(session, case, notice=self.notices.get(request.query_params.get("done", "")))
 
     def _case(self, session: Session, case: Case, *, status: int = 200, notice: str | None = None,
               error: str | None = None) -> Response:

@@ -17,6 +17,7 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "ResetRequestRefused": (reset_events.ResetRequestRefused, 1),
     "ResetCompleted": (reset_events.ResetCompleted, 1),
     "ResetTokenRejected": (reset_events.ResetTokenRejected, 1),
+    "ResetInvalidated": (reset_events.ResetInvalidated, 1),
     "OtpChallengeIssued": (otp_events.OtpChallengeIssued, 3),  # 2: records the code's digits; 3: derivation, nonce
     "OtpChallengeSuperseded": (otp_events.OtpChallengeSuperseded, 1),
     "OtpVerificationFailed": (otp_events.OtpVerificationFailed, 1),
@@ -24,6 +25,7 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "OtpChallengeLockedOut": (otp_events.OtpChallengeLockedOut, 1),
     "OtpRequestRefused": (otp_events.OtpRequestRefused, 1),
     "OtpCodeRejected": (otp_events.OtpCodeRejected, 1),
+    "OtpChallengeInvalidated": (otp_events.OtpChallengeInvalidated, 1),
     "IdempotencyKeyBound": (request_rules.IdempotencyKeyBound, 1),
     "RequestsCounted": (counting.RequestsCounted, 1),
     "EmailQueued": (email.EmailQueued, 1),

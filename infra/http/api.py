@@ -5,7 +5,7 @@ database work (authenticate the key, call the service) in Starlette's
 threadpool, where the sync SQLAlchemy pool lives. What they raise becomes a
 problem+json response in ``infra.http.problems``, by the exception handlers
 that ``infra.http.app`` installs. The admin handlers (``infra.http.admin``)
-share the steps of ``Api``.
+and the support actions (``infra.http.support``) share the steps of ``Api``.
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ class Api:
         return _json(found.as_json())
 
     async def erase_user(self, request: Request) -> Response:
-        user_id = _path_user(request.path_params["user_id"])
+        user_id = path_user(request.path_params["user_id"])
         body, _ = await self._checked(request, schemas.ERASURE_BODY)
         erasure = await self._authenticated(request, "admin", lambda caller: erase_user(
             self.ctx, caller, user_id, body["reason"], self._metadata(request, caller)))
@@ -250,7 +250,8 @@ def _local(scoped_user_id: str) -> str:
     """The user id as the caller's tenant knows it: responses never show the scoped id."""
     return split_scoped_user(scoped_user_id)[1]
 
-def _path_user(value: str) -> str:
+def path_user(value: str) -> str:
+    """A user id from a path (erasure, support actions); ``NotFound`` for one no user can have."""
     if len(value) > schemas.USER_ID["maxLength"] or not USER_ID.fullmatch(value):
         raise NotFound("no such user: a user id is 1-200 printable ASCII characters, no spaces")
     return value

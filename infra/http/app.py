@@ -35,6 +35,7 @@ from infra.http.methods import allowed_methods
 from infra.http.pages import docs_routes, reset_page_routes
 from infra.http.problems import MethodNotAllowed, RouteNotFound, problem_response
 from infra.http.request_context import RequestContext
+from infra.http.support import Support, support_routes
 from infra.http.validation import MAX_BODY_BYTES
 from infra.logs import log_event
 from infra.services.unit_of_work import ServiceContext
@@ -57,6 +58,7 @@ def create_app(
     api = Api(ctx, max_body_bytes=max_body_bytes, worker=worker)
     console = console or Console(ctx)
     admin = Admin(api)
+    support = Support(api)
 
     async def on_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, AuthledgerError)
@@ -86,6 +88,7 @@ def create_app(
         Route("/v1/timeline", api.timeline, methods=["GET"]),
         *admin_routes(admin),
         Route("/v1/users/{user_id}/erasure", api.erase_user, methods=["POST"]),
+        *support_routes(support),
         Route("/healthz", api.healthz, methods=["GET"]),
         Route("/readyz", api.readyz, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),

@@ -110,6 +110,47 @@ PROBLEM_CODE: Json = {
 }
 
 
+# Support actions on a user of the key's tenant (infra/http/support.py).
+SUPPORT_NOT_FOUND = problem("A malformed user id; for a fresh link or code also a user with no request on record "
+                            "to take an address from, or whose address was erased (`not-found`). A user of "
+                            "another tenant is simply not one of this tenant's: nothing tells it exists.")
+SUPPORT_REASON_REFUSED = ("A reason that is blank, over 500 characters, or holds an email address (also "
+                          "percent-encoded or with a look-alike @), control or bidirectional control characters "
+                          "(`invalid-input`); nothing is written.")
+
+
+def support_operation(summary: str, operation_id: str, ok: Json, body: str, *, bad_request: str,
+                      too_many: str | None = None) -> Json:
+    """A support action on a user of the key's tenant: ``admin`` needed, 404 as ``SUPPORT_NOT_FOUND`` says."""
+    described = admin_operation(summary, operation_id, ok, body=body, parameters=[USER_ID], bad_request=bad_request)
+    described["responses"]["404"] = SUPPORT_NOT_FOUND
+    if too_many:
+        described["responses"]["429"] = too_many_requests(f"{too_many} {FAIRNESS_REFUSALS}")
+    return described
+
+
+SUPPORT_PATHS: Json = {
+    "/v1/users/{user_id}/invalidation": {"post": support_operation(
+        "Withdraw a user's open reset links and one-time codes without erasing anything; needs `admin`",
+        "invalidateUser",
+        {"200": json_response("Withdrawn: a link or code presented from now on is refused as withdrawn by "
+                              "support, and an email of theirs still queued is not sent. A user with nothing "
+                              "open, known or not, is answered alike with zero counts and nothing written.",
+                              "Invalidation")},
+        "InvalidationBody", bad_request=SUPPORT_REASON_REFUSED)},
+    "/v1/users/{user_id}/resend": {"post": support_operation(
+        "Send a user a fresh reset link or one-time code on the application's behalf, to the address of their "
+        "latest request; needs `admin`", "resendToUser",
+        {"202": json_response("Queued: a new request recorded as made by this key, with the reason; or, within "
+                              "the cooldown, the open request (`reused`).", "Resent")},
+        "ResendBody",
+        bad_request=f"{SUPPORT_REASON_REFUSED} Also a `purpose` with flow `reset`, or a purpose the tenant does "
+                    "not declare (`purpose-unknown`).",
+        too_many="The user's hourly limit or a limit of the address was met (`rate-limited`), or one-time codes "
+                 "are locked for the user (`locked-out`); nothing was written.")},
+}
+
+
 def openapi_document(*, max_body_bytes: int) -> Json:
     return {
         "openapi": "3.1.0",
@@ -186,6 +227,7 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                        "404": problem("No such user in the key's tenant: no data key and no events "
                                       "(`not-found`)."),
                        "503": WRITE_UNAVAILABLE})},
+            **SUPPORT_PATHS,
             "/healthz": {"get": operation(
                 "The process is up", "health", {"200": json_response("Up.", "Health")}, secured=False)},
             "/readyz": {"get": {**operation(
@@ -233,6 +275,10 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 "OtpVerified": schemas.OTP_VERIFIED,
                 "ErasureBody": schemas.ERASURE_BODY,
                 "Erasure": schemas.ERASURE,
+                "InvalidationBody": schemas.INVALIDATION_BODY,
+                "Invalidation": schemas.INVALIDATION,
+                "ResendBody": schemas.RESEND_BODY,
+                "Resent": schemas.RESENT,
                 "TimelineEvent": schemas.TIMELINE_EVENT,
                 "Timeline": schemas.TIMELINE,
                 "Health": schemas.HEALTH,

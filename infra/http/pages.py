@@ -93,11 +93,13 @@ def docs_routes() -> list[Route]:
 
 # -- the development reset page -----------------------------------------------------------------
 
-STATE_OF_REFUSAL = (("already used", "used"), ("expired", "expired"), ("replaced", "superseded"))
+STATE_OF_REFUSAL = (("already used", "used"), ("expired", "expired"), ("replaced", "superseded"),
+                    ("withdrawn by support", "invalidated"))
 
 
 def token_state(ctx: ServiceContext, token: str) -> tuple[str, str]:
-    """(state, sentence): valid, used, expired, superseded or unknown, from the verify service's answer."""
+    """(state, sentence): valid, used, expired, superseded, invalidated or unknown, from the verify service's
+    answer."""
     try:
         request = reset_service.verify_token(ctx, token)
     except TokenInvalid as refused:

@@ -178,6 +178,31 @@ ERASURE = _object(
     },
     ["user_id", "erased_at", "key_ids", "recorded", "reason"],
 )
+# Support actions on a user (infra/services/support.py): the reason is recorded in the log in clear.
+INVALIDATION_BODY = _object({"reason": REASON}, ["reason"])
+RESEND_BODY = _object(
+    {"flow": {"enum": ["reset", "otp"], "description": "A reset link (`reset`) or a one-time code (`otp`)."},
+     "purpose": {**PURPOSE, "description": "For `otp` only: " + PURPOSE["description"]},
+     "reason": REASON},
+    ["flow", "reason"],
+)
+_IDS: Schema = {"type": "array", "items": UUID}
+INVALIDATION = _object(
+    {"user_id": {"type": "string"},
+     "invalidated_links": {"type": "integer", "minimum": 0,
+                           "description": "Open reset links withdrawn now; 0 for a user with none open, known "
+                                          "or not."},
+     "invalidated_codes": {"type": "integer", "minimum": 0, "description": "Open one-time codes withdrawn now."},
+     "request_ids": _IDS, "challenge_ids": _IDS},
+    ["user_id", "invalidated_links", "invalidated_codes", "request_ids", "challenge_ids"],
+)
+RESENT = _object(
+    {"user_id": {"type": "string"}, "flow": {"enum": ["reset", "otp"]},
+     "request_id": {**UUID, "description": "The reset request (flow `reset`)."},
+     "challenge_id": {**UUID, "description": "The OTP challenge (flow `otp`)."},
+     "message_id": UUID, "expires_at": TIMESTAMP, "reused": REUSED},
+    ["user_id", "flow", "message_id", "expires_at", "reused"],
+)
 TIMELINE_EVENT = _object(
     {
         "position": {"type": "integer"},

@@ -41,8 +41,10 @@ CATCH_UP_KIND = "catch-up"
 # named here reads every event.
 FOLDED_EVENTS: dict[str, tuple[type, ...]] = {
     "email_outbox": EMAIL_EVENTS,
-    "reset_tokens": (reset_events.ResetRequested, reset_events.ResetSuperseded, reset_events.ResetCompleted),
+    "reset_tokens": (reset_events.ResetRequested, reset_events.ResetSuperseded, reset_events.ResetCompleted,
+                     reset_events.ResetInvalidated),
     "otp_challenges": (otp_events.OtpChallengeIssued, otp_events.OtpChallengeSuperseded,
+                       otp_events.OtpChallengeInvalidated,
                        otp_events.OtpVerificationFailed, otp_events.OtpChallengeVerified,
                        otp_events.OtpChallengeLockedOut),
     "receipts": (reset_events.ResetRequested, otp_events.OtpChallengeIssued, request_rules.IdempotencyKeyBound),
@@ -52,8 +54,9 @@ FOLDED_EVENTS: dict[str, tuple[type, ...]] = {
     "address_index": (reset_events.ResetRequested, otp_events.OtpChallengeIssued, privacy.SubjectErased),
     # Every event of a reset or OTP stream: the two folds refuse any other (UnknownEventType).
     "stream_snapshots": (reset_events.ResetRequested, reset_events.ResetSuperseded, reset_events.ResetRequestRefused,
-                         reset_events.ResetCompleted, reset_events.ResetTokenRejected,
+                         reset_events.ResetCompleted, reset_events.ResetTokenRejected, reset_events.ResetInvalidated,
                          otp_events.OtpChallengeIssued, otp_events.OtpChallengeSuperseded,
+                         otp_events.OtpChallengeInvalidated,
                          otp_events.OtpVerificationFailed, otp_events.OtpChallengeVerified,
                          otp_events.OtpChallengeLockedOut, otp_events.OtpRequestRefused, otp_events.OtpCodeRejected,
                          request_rules.IdempotencyKeyBound, counting.RequestsCounted),

@@ -19,8 +19,6 @@ from attrs import evolve, frozen
 from sqlalchemy import Engine
 
 from domain.errors import TenantUnknown
-from domain.otp import CODE_REFUSALS
-from domain.reset import LINK_REFUSALS
 from infra.clock import ManualClock
 from infra.http.app import create_app
 from infra.http.codes import CATALOGUE, CODES
@@ -236,11 +234,6 @@ CASES: dict[str, Callable[[Caller], httpx.Response]] = {
     "body_too_large": _raw(b'{"user_id": "' + b"4" * 20_000 + b'"}'),
     "unsupported_media_type": _raw(b"user_id=42", "application/x-www-form-urlencoded"),
 }
-# Reasons a helper's change brings (support's invalidation): provoked once the reason exists on the branch.
-PENDING = {
-    "token_invalidated": "invalidated" not in LINK_REFUSALS,
-    "challenge_invalidated": "invalidated" not in CODE_REFUSALS,
-}
 LISTED = {entry.code.name: entry for entry in CATALOGUE}
 
 
@@ -259,11 +252,7 @@ def test_every_code_of_the_catalogue_is_provoked_here_or_by_a_named_test() -> No
     assert not set(CASES) & set(PROVOKED_ELSEWHERE)
 
 
-@pytest.mark.parametrize("code", [
-    pytest.param(code, marks=pytest.mark.skip(reason="the support invalidation is not on this branch"))
-    if PENDING.get(code) else code
-    for code in CASES
-])
+@pytest.mark.parametrize("code", list(CASES))
 def test_a_refusal_carries_its_code_beside_its_status_and_type(caller: Caller, code: str) -> None:
     entry = LISTED[code]
     assert_problem(CASES[code](caller), entry.status, entry.problem_type, code)

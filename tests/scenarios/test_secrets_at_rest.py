@@ -6,7 +6,7 @@ database with pg_dump and searches both for the secret the email carried
 and for the request's nonce (known to the test: it hands the service its
 nonce generator), which is stored only sealed under the user's data key.
 The last test does the same after two tenants' flows over a real server:
-rotation and client creation over HTTP, an admin erasure, rejected
+rotation and client creation over HTTP, a support invalidation, an admin erasure, rejected
 presentations, and codes bound to a purpose; it also looks for every API
 key and every address.
 """
@@ -133,6 +133,8 @@ def test_a_dump_and_the_logs_after_two_tenants_flows_over_a_real_server_hold_no_
         made = world.call(shop, "admin", "POST", "/v1/admin/clients", {"name": "shop-ops", "scopes": ["admin"]})
         assert rotated.status_code == made.status_code == 201
         world.api_keys += [rotated.json()["api_key"], made.json()["api_key"]]
+        withdrawn = world.call(shop, "admin", "POST", "/v1/users/8/invalidation", {"reason": "ticket 2026-15"})
+        assert withdrawn.status_code == 200 and withdrawn.json()["invalidated_codes"] == 1, withdrawn.text
         erased = world.call(acme, "admin", "POST", "/v1/users/7/erasure", {"reason": "GDPR request 2026-14"})
         assert erased.status_code == 200, erased.text
         assert world.call(acme, "verify", "POST", "/v1/password-resets/verify", {"token": outstanding}
@@ -143,6 +145,7 @@ def test_a_dump_and_the_logs_after_two_tenants_flows_over_a_real_server_hold_no_
 
     logged, dumped = logs(), dump(database_url)
     assert "ResetTokenRejected" in dumped and "SubjectErased" in dumped and "ClientKeyIssued" in dumped
+    assert "OtpChallengeInvalidated" in dumped
     assert "http request" in logged and "/v1/users/7/erasure" in logged, "the server's lines were captured"
     secrets = {"token": world.tokens, "code": world.codes, "nonce": world.nonces,
                "api key": world.api_keys, "address": world.addresses}

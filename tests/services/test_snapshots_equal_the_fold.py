@@ -27,6 +27,8 @@ from domain.policy import OtpPolicy, ResetPolicy
 from domain.reset import RequestReset, decide_consume, decide_reset_request, decide_verify_link, reset_delivery_verdict
 from domain.reset_events import PASSWORD_CHANGED, RESET_LINK, reset_stream
 from domain.reset_state import fold_reset
+from domain.support import decide_otp_invalidation, decide_reset_invalidation
+from domain.tenants import DEFAULT_TENANT
 from projections.snapshots import live_part, request_id_of, requests_of
 from tests.support.secrets import otp_code_of, reset_token_of
 from infra.clock import ManualClock
@@ -39,6 +41,7 @@ from infra.projector.snapshots import Lookups, load_for_decision, load_snapshots
 from infra.projector.verify import verify
 from infra.services.otp import request_otp, verify_code
 from infra.services.reset import consume_token, request_reset
+from infra.services.support import invalidate_user
 from infra.services.unit_of_work import ServiceContext, load_state
 from tests.support.replay import assert_projections_match_log
 
@@ -51,6 +54,7 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("consume"), st.integers(0, 5)),
     st.tuples(st.just("verify"), st.integers(0, 5), st.booleans()),
     st.tuples(st.just("wait"), st.sampled_from([1, 30, 61, 700, 1900, 3700, 2 * 86400])),
+    st.tuples(st.just("invalidate")),
 ), min_size=1, max_size=40)
 
 
@@ -89,6 +93,8 @@ def run(ctx: ServiceContext, clock: ManualClock, user: str, steps: list[tuple]) 
                     clock.advance(timedelta(seconds=seconds))
                 case ("flood", flow, calls):  # creates varying address and key, past the ceiling of the window
                     flood(ctx, user, flow, calls)
+                case ("invalidate",):  # support withdraws whatever is open
+                    invalidate_user(ctx, DEFAULT_TENANT, user, reason="ticket 1")
         except (RateLimited, TokenInvalid, CodeRejected, LockedOut, IdempotencyMismatch):
             pass  # refused, rejected or locked: what matters is what the stream holds now
 
@@ -159,6 +165,11 @@ def assert_every_next_decision_agrees(ctx: ServiceContext, user: str) -> None:
                     policy=ctx.otp_policy)) == outcome(lambda: decide_otp_request(
                     otp_whole, otp_cmd, now=now, challenge_id=ids[0], message_id=ids[1], nonce=ids[2],
                     keys=ctx.keys, policy=ctx.otp_policy))
+    read_reset, read_otp = load_state(ctx, reset_stream(user), fold_reset), load_state(ctx, otp_stream(user), fold_otp)
+    assert decide_reset_invalidation(read_reset, reason="ticket 2", now=now) == \
+        decide_reset_invalidation(reset_whole, reason="ticket 2", now=now)
+    assert decide_otp_invalidation(read_otp, reason="ticket 2", now=now) == \
+        decide_otp_invalidation(otp_whole, reason="ticket 2", now=now)
     for request_id, request in reset_whole.requests.items():
         read = load_state(ctx, reset_stream(user), fold_reset, lookups=Lookups(token_hash=request.token_hash))
         assert outcome(lambda: decide_consume(read, request.token_hash, now=now, notice_message_id=ids[1])) == \
@@ -184,6 +195,9 @@ def assert_every_next_decision_agrees(ctx: ServiceContext, user: str) -> None:
 @given(steps=operations)
 # Always this one: both flows past the ceiling of a window, wrong codes and the window closing in between.
 @example(steps=FLOODS)
+# And this one: support withdraws an open link and code, which are then presented, and a new request follows.
+@example(steps=[("reset", None, None, ADA), ("otp", "k1", "app", ADA), ("invalidate",), ("consume", 0),
+                ("verify", 0, True), ("wait", 61), ("reset", None, None, EVE), ("invalidate",)])
 def test_every_snapshot_equals_a_fresh_fold_of_its_whole_stream(
     ctx: ServiceContext, engine: Engine, clock: ManualClock, steps: list[tuple]
 ) -> None:
@@ -205,6 +219,9 @@ def test_every_snapshot_equals_a_fresh_fold_of_its_whole_stream(
 @example(steps=[("reset", None, None, ADA), ("wait", 61), ("reset", None, None, EVE), ("wait", 61),
                 ("reset", "k1", "app", ADA), ("otp", None, None, ADA), ("wait", 61), ("otp", None, None, EVE),
                 ("wait", 61), ("otp", "k2", None, ADA)])
+# And this one: withdrawn by support, then presented, and replaced by a request of the same hour.
+@example(steps=[("reset", None, None, ADA), ("otp", None, None, ADA), ("invalidate",), ("consume", 0),
+                ("verify", 0, True), ("wait", 61), ("reset", "k1", None, EVE)])
 def test_every_next_call_decided_on_the_live_part_and_its_look_ups_is_decided_as_on_the_whole_fold(
     ctx: ServiceContext, clock: ManualClock, steps: list[tuple]
 ) -> None:
@@ -218,7 +235,8 @@ def test_projections_verify_and_the_replay_check_cover_the_snapshots(
 ) -> None:
     steps = [("reset", "k1", "app", ADA), ("wait", 61), ("reset", None, None, ADA), ("consume", 0),
              ("otp", None, None, ADA), ("verify", 0, False), ("verify", 0, False), ("otp", "k2", None, ADA),
-             ("verify", 1, True), ("reset", None, None, ADA), ("reset", None, None, ADA), ("reset", "k3", None, ADA)]
+             ("verify", 1, True), ("reset", None, None, ADA), ("reset", None, None, ADA), ("reset", "k3", None, ADA),
+             ("otp", None, None, EVE), ("invalidate",)]
     for user in ("1", "2"):
         run(tight(ctx), clock, user, steps)
     report = verify(admin_engine, projection_named("stream_snapshots"))
