@@ -158,8 +158,7 @@ def sentences(browser: Any) -> list[str]:
 
 def addresses(browser: Any) -> set[str]:
     """The event list's address column."""
-    return {row.find_elements(By.TAG_NAME, "td")[4].text
-            for row in browser.find_elements(By.CSS_SELECTOR, "table.events tbody tr")}
+    return {cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "table.events tbody td.address")}
 
 
 def shapes(browser: Any, kind: str) -> list[tuple[str | None, ...]]:
