@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from typing import Any
+from uuid import UUID
 
 import httpx
 
+from domain.errors import CodeRejected
+from domain.otp import RequestOtp
 from domain.tenants import DEFAULT_TENANT
 from infra.services.clients import create_client
+from infra.services.otp import request_otp, verify_code
 from infra.services.tenants import create_tenant, list_tenants
 from infra.services.unit_of_work import ServiceContext
+from tests.support.incidents import WEB, SmtpMailer, at, deliver_due, incident_context
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
@@ -83,3 +89,22 @@ STALE_LINK_ANSWERS = [  # user 9: the link of the first email was replaced by a 
                                   "+5 min, when request …00000c02 replaced it; the latest link, of request "
                                   "…00000c02, was used at +8 min."),
 ]
+
+
+def a_code_entered_wrong_twice_then_right_and_again_hours_later(ctx: ServiceContext) -> UUID:
+    """User 5's OTP challenge: two wrong codes and the right one in one second, the used code again at 13:00."""
+    ctx, clock = incident_context(ctx, 0xE00)
+    mailer = SmtpMailer()
+    challenge = request_otp(ctx, RequestOtp("5", "di@example.test"), WEB)
+    at(clock, "10:00:01")
+    deliver_due(ctx, mailer, "w1")
+    code = next(line for line in mailer.emails[-1].text_body.splitlines() if line.strip().isdigit()).strip()
+    wrong = str((int(code) + 1) % 10 ** len(code)).zfill(len(code))
+    at(clock, "10:00:30")
+    for presented in (wrong, wrong, code):
+        with contextlib.suppress(CodeRejected):
+            verify_code(ctx, challenge.request_id, presented, WEB, user_id="5")
+    at(clock, "13:00:00")
+    with contextlib.suppress(CodeRejected):
+        verify_code(ctx, challenge.request_id, code, WEB, user_id="5")
+    return challenge.request_id
