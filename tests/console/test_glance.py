@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from uuid import UUID
 
 import pytest
@@ -112,3 +113,10 @@ def test_times_are_told_relative_to_the_first_request() -> None:
     told = [after(START, START + timedelta(seconds=s)) for s in (0, 45, 120, 131, 3600 + 300, 90000, -5)]
 
     assert told == ["+0 s", "+45 s", "+2 min", "+2 min 11 s", "+1 h 5 min", "+1 d 1 h", "-5 s"]
+
+
+def test_the_console_guide_quotes_the_first_cases_answers_as_the_page_gives_them() -> None:
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "console.md").read_text()
+
+    for question, answer in TWO_EMAILS_ANSWERS:
+        assert f"| {question} | {answer} |" in guide
