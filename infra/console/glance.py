@@ -15,7 +15,9 @@ shows it.
 
 Events this module does not know (facts added later: a bounce, an
 invalidation) are not dropped: one about an email is told after the email's
-ending, one about a request or challenge ends it under its own event type.
+ending (and among the bounced when its type says it is trouble: a bounce, a
+complaint), one about a request or challenge ends it under its own event
+type.
 
 Pure: the caller passes the lookup's events and ``now``, which says whether an
 open request has expired.
@@ -23,6 +25,7 @@ open request has expired.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from datetime import datetime
 from uuid import UUID
@@ -40,6 +43,8 @@ TWO_EMAILS, NO_EMAIL, NOT_WORKING = "Two emails?", "No email?", "Link or code no
 # Events that only say what the log already tells otherwise (a lease taken, released), or that ``glance``
 # reads elsewhere: not "unknown" facts.
 QUIET = (email.LeaseClaimed, email.LeaseReleased, email.DeliveryRedriven)
+# Which of those later facts about an email (provider feedback, say) count as "bounced", by their event type.
+TROUBLE = re.compile(r"Bounce|Complain|Reject|Fail", re.IGNORECASE)
 
 
 def short_id(value: UUID) -> str:
@@ -283,8 +288,8 @@ class _Telling:
                 return (f"not used: it expired at {self.t(request.expires_at)}{wrong}",)
             case None:
                 return (f"not used yet{wrong}: it works until {self.t(request.expires_at)}",)
-            case other:
-                return (f"{other} at {at}{wrong}",)
+            case other:  # an ending of a kind this module does not know, by its event type
+                return (f"not used: {other} at {at}{wrong}",)
 
     def refused(self) -> Line:
         refusals = self.fold.refusals
@@ -306,7 +311,7 @@ class _Telling:
         parts: list[Part] = []
         for mail in self.fold.mails.values():
             told = [self.loss(mail)] if mail.ending in ("abandoned", "refused") and mail.ended_at else []
-            told += [f"{kind} at {self.t(at)}" for kind, at in mail.later]
+            told += [f"{kind} at {self.t(at)}" for kind, at in mail.later if TROUBLE.search(kind)]
             if told:
                 parts += ["; " if parts else "", "email ", mail.message_id, " ", ", ".join(told)]
         return (*parts, ".") if parts else ("none.",)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from uuid import UUID
 
@@ -107,6 +107,36 @@ def test_a_fact_of_a_kind_it_does_not_know_is_told_by_its_event_type_after_the_e
 
     assert facts(summary)["Abandoned or bounced"] == "email …0000000c EmailBounced at +10 min."
     assert "sent at +3 min 1 s through smtp on attempt 2, then EmailBounced at +10 min" in facts(summary)["Latest link"]
+
+
+def test_a_later_fact_that_is_no_trouble_is_told_after_the_email_but_not_among_the_bounced() -> None:
+    delivered = RecordedEvent(99, f"email:{UUID(int=12)}", 9, UUID(int=1099), "EmailDelivered", 1,
+                              EmailBounced(UUID(int=12), "250 ok"), recorded_at=START + timedelta(minutes=4),
+                              transaction_id=99)
+
+    summary = glance([*a_superseded_link_and_a_worker_killed_mid_lease(), delivered], now=START)
+
+    assert facts(summary)["Abandoned or bounced"] == "none."
+    assert "on attempt 2, then EmailDelivered at +4 min;" in facts(summary)["Latest link"]
+
+
+@frozen
+class RequestWithdrawn:
+    """An ending of a request the summary does not know (a support action, say)."""
+
+    request_id: UUID
+    withdrawn_at: datetime
+
+
+def test_a_request_ended_by_a_fact_of_a_kind_it_does_not_know_is_not_used_under_that_event_type() -> None:
+    events = a_superseded_link_and_a_worker_killed_mid_lease()[:-1]  # not erased
+    withdrawn = RecordedEvent(99, "reset-user:42", 9, UUID(int=1099), "RequestWithdrawn", 1,
+                              RequestWithdrawn(UUID(int=2), START + timedelta(minutes=6)),
+                              recorded_at=START + timedelta(minutes=6), transaction_id=99)
+
+    summary = glance([*events, withdrawn], now=START)
+
+    assert facts(summary)["Latest link"].endswith("; not used: RequestWithdrawn at +6 min.")
 
 
 def test_times_are_told_relative_to_the_first_request() -> None:
