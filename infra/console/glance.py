@@ -123,6 +123,7 @@ class _Fold:
     requests: dict[UUID, _Request] = field(factory=dict)
     mails: dict[UUID, _Mail] = field(factory=dict)
     refusals: list[_Refusal] = field(factory=list)
+    refused_requests: list[tuple[str, str, datetime]] = field(factory=list)  # (link or code, reason, when)
 
     def take(self, event: object, at: datetime, event_type: str) -> None:
         match event:
@@ -148,6 +149,9 @@ class _Fold:
             case counting.RequestsCounted() if event.answer == "rejected":
                 thing = "link" if event.flow == "reset" else "code"
                 self.refusals.append(_Refusal(None, thing, "counted", event.last_at, event.count))
+            case reset_events.ResetRequestRefused() | otp_events.OtpRequestRefused():
+                thing = "link" if isinstance(event, reset_events.ResetRequestRefused) else "code"
+                self.refused_requests.append((thing, event.reason, at))
             case email.EmailQueued():
                 self.mails[event.message_id] = _Mail(event.message_id, event.template, at)
                 if event.request_id in self.requests and event.message_id not in self.requests[event.request_id].mails:
@@ -336,6 +340,11 @@ class _Telling:
 
     def no_email(self) -> Line:
         request = self.last_of()
+        refused = [r for r in self.fold.refused_requests if request is None or r[2] >= request.made_at]
+        if refused:  # the latest ask was refused: no email was queued for it
+            thing, reason, at = refused[-1]
+            return (f"No {thing} was sent for the latest request: it was refused ({reason}) at {self.t(at)}, and "
+                    "no email was queued.",)
         if request is None:
             return ("No link or code was requested.",)
         mail = self.mail_of(request)

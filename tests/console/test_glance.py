@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 
 from domain.errors import TokenInvalid
 from domain.log import RecordedEvent
+from domain.reset_events import ResetRequestRefused
 from domain.tenants import DEFAULT_TENANT
 from infra.clock import ManualClock
 from infra.console.cases import find_case
@@ -150,3 +151,15 @@ def test_the_console_guide_quotes_the_first_cases_answers_as_the_page_gives_them
 
     for question, answer in TWO_EMAILS_ANSWERS:
         assert f"| {question} | {answer} |" in guide
+
+
+def test_no_email_for_a_request_refused_past_the_limit_says_so() -> None:
+    events = a_superseded_link_and_a_worker_killed_mid_lease()[:-1]
+    refused = RecordedEvent(99, "reset-user:42", 9, UUID(int=1099), "ResetRequestRefused", 1,
+                            ResetRequestRefused("42", "rate_limited", START + timedelta(minutes=7),
+                                                START + timedelta(hours=1)), transaction_id=99)
+
+    summary = glance([*events, refused], now=START)
+
+    assert answers(summary)[1] == ("No email?", "No link was sent for the latest request: it was refused "
+                                                "(rate_limited) at +7 min, and no email was queued.")
