@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
+from uuid import UUID
 
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
@@ -18,6 +20,7 @@ from domain.privacy import erasure_reason, subject_of
 from infra.audit.export import export_case
 from infra.console import svg
 from infra.console.cases import KINDS, AddressIndex, Case, find_case, search
+from infra.console.glance import Line, after, glance, short_id
 from infra.console.sessions import Session
 from infra.console.shell import ADMIN, PREFIX, Shell
 from infra.services.address_index import users_by_address
@@ -91,7 +94,7 @@ class CasePages:
     def _case(self, session: Session, case: Case, *, status: int = 200, notice: str | None = None,
               error: str | None = None) -> Response:
         return self.shell.render("case.html", status, session, csrf=session.csrf, admin=session.caller.may(ADMIN),
-                                 notice=notice, error=error, **_case_context(case))
+                                 notice=notice, error=error, **_case_context(case, self.shell.ctx.clock.now()))
 
     async def case_download(self, request: Request, session: Session) -> Response:
         """The case as JSON Lines: its events in full, the rest of their stretch of the chain as hashes, signed."""
@@ -143,11 +146,25 @@ class CasePages:
                                 status_code=303)
 
 
-def _case_context(case: Case) -> dict[str, Any]:
+def _case_context(case: Case, now: datetime) -> dict[str, Any]:
+    summary = glance(case.events, now=now)
+    anchor = summary.anchor
+
+    def since(moment: datetime | None) -> str:
+        return after(anchor, moment) if anchor is not None and moment is not None else ""
+
     # Addresses as the one lookup gives every reviewer: plain text, or [erased] once the user's key is gone.
-    rows = [{"position": e.global_position, "at": format_time(e.at), "event": e.event_type, "client": e.actor or "-",
-             "request_id": str(e.request_id) if e.request_id else "-", "address": e.recipient or "",
-             "what": e.summary} for e in case.review.timeline]
+    rows = [{"position": e.global_position, "at": format_time(e.at), "after": since(e.at), "event": e.event_type,
+             "client": e.actor or "-", "request_id": _parts((e.request_id,)) if e.request_id else None,
+             "address": e.recipient or "", "what": e.summary} for e in case.review.timeline]
     return {"case": case, "heading": f"{case.kind.capitalize()} {case.value}",
+            "anchor": format_time(anchor) if anchor else None,
+            "facts": [(name, _parts(line)) for name, line in summary.facts],
+            "answers": [(question, _parts(line)) for question, line in summary.answers],
             "sentences": [f.sentence for f in case.review.findings], "rows": rows,
             "unindexed": case.review.unindexed_events, "picture": Markup(svg.draw(case.events))}
+
+
+def _parts(line: Line) -> list[tuple[str, UUID | None]]:
+    """A line for the template: each part's text, and for an id the whole id (shown on hover, and copied)."""
+    return [(short_id(part), part) if isinstance(part, UUID) else (part, None) for part in line]

@@ -238,8 +238,7 @@ def test_another_tenants_review_key_finds_nothing_by_any_id_or_address(
 
 def addresses(browser: Any) -> set[str]:
     """The case page's event list, its address column."""
-    return {row.find_elements(By.TAG_NAME, "td")[4].text
-            for row in browser.find_elements(By.CSS_SELECTOR, "table.events tbody tr")}
+    return {cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "table.events tbody td.address")}
 
 
 def test_the_audit_page_runs_a_verification_to_intact_with_progress_from_its_script(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -131,6 +132,57 @@ def test_the_outbox_page_draws_the_chart_and_lists_an_abandoned_message_with_its
     assert f'<tr data-message="{message}" data-state="abandoned">' in page.text
     assert "provider busy" in page.text
     assert 'action="/console/outbox/redrive"' not in page.text, "a review session is offered no re-drive"
+
+
+def row_of(page: httpx.Response, message: str) -> str:
+    """The outbox list's row of one message, as HTML."""
+    start = page.text.index(f'<tr data-message="{message}"')
+    return page.text[start:page.text.index("</tr>", start)]
+
+
+def test_an_admin_is_warned_before_re_driving_an_email_whose_request_a_newer_one_replaced(
+    ctx: ServiceContext, browser: Browser
+) -> None:
+    replaced = abandoned_message(ctx, "7")
+    still_wanted = abandoned_message(ctx, "8")
+    ctx.clock.advance(timedelta(minutes=2))  # past the cooldown
+    request_reset(ctx, RequestReset("7", "user7@example.test"))  # supersedes user 7's first request
+    signed_in(browser, ctx, "operator")
+
+    page = browser.get("/console/outbox")
+
+    assert ("A re-drive would not send it: a newer request replaced its request, so the worker would skip it."
+            in row_of(page, replaced))
+    assert ">Re-drive anyway</button>" in row_of(page, replaced)
+    assert "would not send it" not in row_of(page, still_wanted)
+    assert ">Re-drive</button>" in row_of(page, still_wanted)
+
+
+def test_a_review_session_is_warned_too_and_the_reason_is_read_as_the_worker_reads_it(
+    ctx: ServiceContext, browser: Browser
+) -> None:
+    message = abandoned_message(ctx, "7")
+    ctx.clock.advance(timedelta(hours=1))  # past the link's lifetime
+    signed_in(browser, ctx, "support")
+
+    page = browser.get("/console/outbox")
+
+    assert "A re-drive would not send it: its link or code has expired" in row_of(page, message)
+
+
+def test_the_outbox_lists_say_times_to_the_second_and_commands_apart_without_backticks(
+    ctx: ServiceContext, browser: Browser
+) -> None:
+    ctx.clock.advance(timedelta(microseconds=123456))
+    message = abandoned_message(ctx)
+    signed_in(browser, ctx, "support")
+
+    row = row_of(browser.get("/console/outbox"), message)
+
+    assert "`" not in row
+    assert re.search(r"Abandoned at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC after 1 attempt;", row), row
+    assert ".123" not in row and "123456" not in row
+    assert f'<code class="command">authledger outbox retry --message-id {message}</code>' in row
 
 
 def test_a_review_session_that_posts_a_re_drive_anyway_is_refused_and_nothing_is_written(

@@ -8,13 +8,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from attrs import frozen
+
 from domain.counting import RequestsCounted
-from domain.email import EmailQueued, LeaseClaimed, LeaseExpired, ProviderAccepted, SendAttemptFailed
+from domain.email import (
+    DeliveryAbandoned, EmailQueued, LeaseClaimed, LeaseExpired, ProviderAccepted, SendAttemptFailed,
+)
 from domain.log import RecordedEvent
 from domain.privacy import SubjectErased
-from domain.otp_events import OtpCodeRejected
+from domain.otp_events import OtpChallengeIssued, OtpChallengeVerified, OtpCodeRejected, OtpVerificationFailed
 from domain.reset_events import ResetRequested, ResetSuperseded, ResetTokenRejected
-from infra.console.svg import draw
+from infra.console.svg import BREAK, LABEL, RIGHT, WIDTH, draw
 
 T0 = datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
 OLD, NEW = UUID(int=1), UUID(int=2)
@@ -162,3 +166,112 @@ def test_text_from_the_log_is_escaped_in_the_picture() -> None:
 
 def test_an_empty_case_is_an_empty_picture() -> None:
     assert shapes(draw([]), "lease") == []
+
+
+CODE = UUID(int=5)
+
+
+def a_code_entered_wrong_twice_then_right_and_presented_again_hours_later() -> list[RecordedEvent]:
+    return recorded([
+        ("otp-user:5", OtpChallengeIssued(CODE, "5", "di@example.test", "k2", 6, "login", at(0), at(600), M1, None,
+                                          "shop")),
+        (f"email:{M1}", queued(M1, CODE, 0)),
+        (f"email:{M1}", claimed(M1, "w1", L1, 1, 1)),
+        (f"email:{M1}", ProviderAccepted(M1, L1, 1, at(1), "smtp", "<m1@relay>", "k2")),
+        ("otp-user:5", OtpVerificationFailed(CODE, 1, 1, at(30))),
+        ("otp-user:5", OtpVerificationFailed(CODE, 2, 2, at(30))),
+        ("otp-user:5", OtpChallengeVerified(CODE, at(30))),
+        ("otp-user:5", OtpCodeRejected(CODE, "used", at(3 * 3600))),
+    ])
+
+
+def a_failed_last_attempt_and_the_abandonment_it_caused() -> list[RecordedEvent]:
+    return recorded([
+        ("reset-user:7", requested(OLD, M1, 0)),
+        (f"email:{M1}", queued(M1, OLD, 0)),
+        (f"email:{M1}", claimed(M1, "w1", L1, 1, 60)),
+        (f"email:{M1}", SendAttemptFailed(M1, L1, 1, at(60), "provider busy (421)", False, None)),
+        (f"email:{M1}", DeliveryAbandoned(M1, at(60), 1, "provider busy (421)", L1)),
+    ])
+
+
+def marks(svg: str) -> list[dict[str, str]]:
+    """The point shapes: requests, presentations, emails queued, attempts, skips, abandonments, other facts."""
+    return [m for kind in ("request", "verification", "queued", "attempt", "abandoned", "fact")
+            for m in shapes(svg, kind)]
+
+
+def y_of(mark: dict[str, str]) -> float:
+    return float(mark.get("cy") or mark.get("y") or mark["d"].split(",")[1].split()[0])
+
+
+def test_two_wrong_codes_and_the_right_one_are_three_marks_each_in_a_row_of_its_own() -> None:
+    svg = draw(a_code_entered_wrong_twice_then_right_and_presented_again_hours_later())
+
+    presented = [m for m in shapes(svg, "verification") if m["data-outcome"] in ("failed", "verified")]
+
+    assert [m["data-outcome"] for m in presented] == ["failed", "failed", "verified"]
+    assert len({m["x"] for m in presented}) == 1, "at one moment, so at one x"
+    assert len({m["y"] for m in presented}) == 3, "one above the other, not on top of one another"
+
+
+def test_each_mark_has_a_short_label_beside_it() -> None:
+    svg = draw(a_code_entered_wrong_twice_then_right_and_presented_again_hours_later())
+
+    root = ElementTree.fromstring(svg)
+    labels = [t.text for t in root.iter(f"{SVG}text") if t.attrib.get("class") == "mark-label"]
+
+    assert labels == ["code requested", "sent via smtp", "wrong code", "wrong code", "verified",
+                      "refused: used"]
+
+
+def test_a_failed_attempt_and_the_abandonment_at_the_same_moment_are_two_marks_one_above_the_other() -> None:
+    svg = draw(a_failed_last_attempt_and_the_abandonment_it_caused())
+
+    [failed] = shapes(svg, "attempt")
+    [abandoned] = shapes(svg, "abandoned")
+
+    assert y_of(abandoned) - y_of(failed) >= 16
+
+
+def test_a_presentation_hours_after_the_rest_is_drawn_past_a_cut_in_the_axis_and_the_rest_keeps_the_width() -> None:
+    svg = draw(a_code_entered_wrong_twice_then_right_and_presented_again_hours_later())
+
+    [cut] = shapes(svg, "axis-break")
+    xs = {m["data-outcome"]: float(m["x"]) for m in shapes(svg, "verification")}
+    plot = WIDTH - LABEL - RIGHT - BREAK
+
+    assert float(cut["data-seconds"]) == 3 * 3600 - 30
+    assert xs["verified"] - LABEL >= plot * 0.9, "the first 30 seconds take the width, not 0.3% of it"
+    assert xs["rejected"] + 5 <= WIDTH - RIGHT
+
+
+def test_no_cut_when_no_stretch_is_quiet_for_long() -> None:
+    assert shapes(draw(a_superseded_link_and_a_worker_killed_mid_lease()), "axis-break") == []
+
+
+def test_a_mark_at_the_right_edge_writes_its_label_to_its_left_inside_the_picture() -> None:
+    svg = draw(a_code_entered_wrong_twice_then_right_and_presented_again_hours_later())
+
+    root = ElementTree.fromstring(svg)
+    [last] = [t for t in root.iter(f"{SVG}text") if t.text == "refused: used"]
+
+    assert last.attrib["text-anchor"] == "end"
+    assert float(last.attrib["x"]) - float(last.attrib["textLength"]) >= LABEL
+
+
+def test_a_fact_of_a_kind_the_picture_does_not_name_is_a_dot_named_by_its_event_type() -> None:
+    bounce = RecordedEvent(99, f"email:{M2}", 9, UUID(int=1099), "EmailBounced", 1, Bounced(M2, "mailbox full"),
+                           recorded_at=at(200), transaction_id=99)
+
+    svg = draw([*a_superseded_link_and_a_worker_killed_mid_lease(), bounce])
+
+    [fact] = shapes(svg, "fact")
+    assert fact["data-event"] == "EmailBounced"
+    assert ">EmailBounced</text>" in svg
+
+
+@frozen
+class Bounced:
+    message_id: UUID
+    reason: str

@@ -1,6 +1,7 @@
 // The console's one script: pointing at a shape of the case timeline highlights its row in the event
-// list, and the other way round; on the audit page, a running verification's progress is polled and
-// shown. Everything else works without it (the audit page has a reload link).
+// list, and the other way round; a click on a short id copies the whole id; on the audit page, a
+// running verification's progress is polled and shown. Everything else works without it (a short id
+// still shows the whole id on hover; the audit page has a reload link).
 "use strict";
 document.addEventListener("DOMContentLoaded", () => {
   const shapes = document.querySelectorAll("svg.timeline [data-position]");
@@ -20,6 +21,20 @@ document.addEventListener("DOMContentLoaded", () => {
     const position = row.getAttribute("data-position");
     row.addEventListener("mouseenter", () => mark(position, true));
     row.addEventListener("mouseleave", () => mark(position, false));
+  });
+  document.querySelectorAll("button.id[data-copy]").forEach((button) => {
+    button.addEventListener("click", () => {
+      const done = (state) => {
+        button.setAttribute("data-copied", state);
+        window.setTimeout(() => button.removeAttribute("data-copied"), 1500);
+      };
+      // No clipboard (a page not served over https or from localhost): select the whole id to copy by hand.
+      if (!navigator.clipboard) {
+        done("no");
+        return;
+      }
+      navigator.clipboard.writeText(button.getAttribute("data-copy")).then(() => done("yes"), () => done("no"));
+    });
   });
   const verification = document.getElementById("verification");
   if (verification && verification.getAttribute("data-state") === "running") {
