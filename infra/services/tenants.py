@@ -266,3 +266,14 @@ def settings_of_tenants(connection: Connection, tenants: Collection[str]) -> dic
 def display_texts(settings: TenantSettings, defaults: tuple[Purpose, ...]) -> dict[str, str]:
     """Purpose name -> display text of the purposes a tenant with ``settings`` allows now."""
     return {p.name: p.text for p in allowed_purposes(settings.purposes, defaults)}
+
+
+TAKEOVERS = select(tables.tenant_settings.c.tenant, tables.tenant_settings.c.takeover_changes).where(
+    tables.tenant_settings.c.takeover_changes > 0)
+
+
+def takeover_changes(engine: Engine, tenant: str | None = None) -> dict[str, int]:
+    """Tenant -> configurations that changed where its links or mail go, for tenants with any (or ``tenant``)."""
+    query = TAKEOVERS if tenant is None else TAKEOVERS.where(tables.tenant_settings.c.tenant == tenant)
+    with engine.connect() as connection:
+        return {row.tenant: row.takeover_changes for row in connection.execute(query)}

@@ -47,6 +47,8 @@ OPERATIONS: dict[str, tuple[str | None, dict[str, str], object | None]] = {
     "revokeClient": ("admin", {"name": "nobody"}, {}),
     "redriveMessage": ("admin", {"message_id": SOME_ID}, {"reason": "relay fixed"}),
     "eraseUser": ("admin", {"user_id": "nobody"}, {"reason": "walking the routes"}),
+    "getTenant": ("admin", {}, None),
+    "configureTenant": ("admin", {}, {"product_name": "Walked", "reason": "walking the routes"}),
     "metrics": ("metrics", {}, None),
     "ready": ("metrics", {}, None),  # open without a key; a key must hold metrics
     "health": (None, {}, None),
