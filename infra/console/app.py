@@ -3,7 +3,7 @@
 ``Console`` builds the ``Shell`` every page stands on (``infra.console.shell``:
 sessions, forms, templates, security headers) and the pages by room:
 ``sign_in_pages``, ``case_pages`` (search, case, download, erase),
-``outbox_pages`` and ``audit_pages``. ``Console.routes`` is their routes in one
+``outbox_pages``, ``audit_pages`` and ``tenant_pages``. ``Console.routes`` is their routes in one
 list; the pages import the shell, and only this module imports the pages.
 """
 
@@ -23,6 +23,7 @@ from infra.console.outbox_pages import OutboxPages
 from infra.console.sessions import DEFAULT_IDLE
 from infra.console.shell import PREFIX, SecurityHeaders, Shell, SigningKey
 from infra.console.sign_in_pages import SignInPages
+from infra.console.tenant_pages import TenantPages
 from infra.services.unit_of_work import ServiceContext
 
 STATIC = Path(__file__).parent / "static"
@@ -42,7 +43,7 @@ class Console:
         self.shell = Shell(ctx, idle=idle, signing_key=signing_key)
         self.verification = verification or VerificationRunner(ctx.engine, clock=ctx.clock)
         pages = (SignInPages(self.shell), CasePages(self.shell, address_index), OutboxPages(self.shell),
-                 AuditPages(self.shell, self.verification))
+                 AuditPages(self.shell, self.verification), TenantPages(self.shell))
         self.routes: list[BaseRoute] = [
             *(route for page in pages for route in page.routes),
             Mount("/static", StaticFiles(directory=STATIC), name="console-static"),
