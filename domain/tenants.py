@@ -14,8 +14,14 @@ tenant's.
 
 A tenant's settings are ``TenantConfigured`` facts on its stream (the
 default tenant's too, on ``tenant:default``), each naming the fields it
-set, who set them and why; their fold is the tenant's current settings.
-The first setting is the allow-list of OTP purposes (``Purpose``): a code
+set (or cleared back to the deployment's), who set them and why; their fold
+is the tenant's current settings (``TenantSettings``, its ``version`` the
+number of facts folded). Besides the purposes below, a tenant sets its
+branding (reset URL, sender, reply-to, product name, support contact,
+default locale), template overrides per locale and policy overrides; each
+value is judged by the one rule its deployment-wide setting is judged by
+(``check_setting``: ``domain.branding``, ``domain.templates``,
+``domain.policy``). One setting is the allow-list of OTP purposes (``Purpose``): a code
 may be asked for only for a declared purpose, and its email names the code
 by the purpose's display text, so nothing a caller writes reaches an email.
 A tenant that declares none has the deployment's purposes

@@ -2,10 +2,12 @@
 exists.
 
 A tenant's settings are ``TenantConfigured`` facts on its stream, folded
-inline into ``tenant_settings``. Today they hold the OTP purposes it allows:
-``PurposeCheck`` refuses a code for any other in the request's own
-transaction, and ``display_texts`` gives the worker the words its emails
-use for each, read fresh at send time.
+inline into ``tenant_settings``. ``PurposeCheck`` refuses a code for a
+purpose the tenant does not allow in the request's own transaction;
+``policies_of`` gives a new request the deployment's rules with the tenant's
+overrides; ``settings_of_tenants`` gives the worker each email's tenant's
+settings (branding, templates, display texts), read fresh at send time. A
+change of where a tenant's links or mail go is logged at WARNING.
 """
 
 from __future__ import annotations
