@@ -147,6 +147,8 @@ def _setting(field: str, value: Any) -> Any:
         return tuple(Purpose(item["name"], item["text"]) for item in value)
     if field == "templates":
         return tuple(TemplateOverride(item["locale"], item["file"], item["text"]) for item in value)
+    if isinstance(value, float):  # a whole number sent as 600.0, which the schema admits as an integer
+        return int(value)
     return value
 
 

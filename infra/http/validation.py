@@ -63,7 +63,8 @@ def schema_errors(schema: Schema, value: Any, pointer: str = "") -> list[dict[st
                                              if "enum" in schema else {})}
     if kind == "integer":
         low, high = schema.get("minimum"), schema.get("maximum")
-        if isinstance(value, bool) or not isinstance(value, int):
+        # JSON Schema's integer is a number without a fraction: 600.0 is one (the handler reads it as 600).
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
             return [{"pointer": pointer, "detail": f"{name} must be a whole number"}]
         if (low is not None and value < low) or (high is not None and value > high):
             return [{"pointer": pointer, "detail": f"{name} must be between {low} and {high}"}]

@@ -2,10 +2,9 @@
 exists.
 
 A tenant's settings are ``TenantConfigured`` facts on its stream, folded
-inline into ``tenant_settings``. ``PurposeCheck`` refuses a code for a
-purpose the tenant does not allow in the request's own transaction;
-``policies_of`` gives a new request the deployment's rules with the tenant's
-overrides; ``settings_of_tenants`` gives the worker each email's tenant's
+inline into ``tenant_settings``. ``TenantRules`` reads them in a create's
+own transaction: the deployment's rules with the tenant's overrides, and
+whether it allows a code's purpose; ``settings_of_tenants`` gives the worker each email's tenant's
 settings (branding, templates, display texts), read fresh at send time. A
 change of where a tenant's links or mail go is logged at WARNING.
 """
@@ -46,7 +45,7 @@ from infra.db.pipeline import Pending, execute_deferred
 from infra.eventlog.postgres import PostgresEventStore
 from infra.logs import log_event
 from infra.services.unit_of_work import ServiceContext, StreamOf, decide_events_on_stream
-from projections.tenants import SettingsChange, purposes_of, settings_history, settings_of, shown
+from projections.tenants import SettingsChange, settings_history, settings_of, shown
 
 log = logging.getLogger("authledger.tenants")
 
@@ -157,12 +156,6 @@ def tenant_policies(ctx: ServiceContext, settings: TenantSettings) -> TenantPoli
         raise InvalidInput(f"the tenant's rules would break one across them: {error.message}") from None
 
 
-def policies_of(ctx: ServiceContext, tenant: str) -> TenantPolicies:
-    """The rules tenant ``tenant``'s new requests are decided by, read now (one indexed row)."""
-    with ctx.engine.connect() as connection:
-        return tenant_policies(ctx, _settings(connection, tenant))
-
-
 def settings_data(view: TenantView) -> dict[str, Any]:
     """A tenant's settings as ``show --json`` and the HTTP API give them: None for the deployment's default."""
     settings, configured_at = view.settings, view.settings.configured_at
@@ -210,44 +203,57 @@ def tenant_history(ctx: ServiceContext, name: str) -> list[SettingsChange]:
         return settings_history(r.event for r in PostgresEventStore(connection).load(tenant_stream(name)))
 
 
-DECLARED = select(tables.tenant_settings.c.purposes).where(tables.tenant_settings.c.tenant == bindparam("tenant"))
+class TenantRules:
+    """A tenant's settings as a create's decision needs them, read in the request's own transaction at no wait
+    of its own: the rules it is decided by (the deployment's, with the tenant's overrides) and, for a code,
+    whether the tenant allows its purpose.
 
-
-class PurposeCheck:
-    """Whether a tenant allows a purpose, judged in an OTP request's own transaction at no wait of its own.
-
-    ``asked_with`` sends the look-up of the tenant's purposes ahead of the
+    ``asked_with`` sends the look-up of the tenant's settings ahead of the
     stream's read (``decide_on_stream``'s look-up), so that its answer comes
-    back with the read; ``before`` judges it before the decision.
-    ``PurposeUnknown`` then ends the transaction with nothing written.
+    back with the read; ``before`` judges the purpose before the decision, and
+    ``policies`` is known from then on. ``PurposeUnknown`` ends the
+    transaction with nothing written.
     """
 
-    def __init__(self, ctx: ServiceContext, tenant: str, purpose: str) -> None:
-        self.defaults, self.tenant, self.purpose = ctx.otp_purposes, tenant, purpose
-        self._declared: Pending | None = None
+    def __init__(self, ctx: ServiceContext, tenant: str, purpose: str | None = None) -> None:
+        self.ctx, self.tenant, self.purpose = ctx, tenant, purpose
+        self._asked: Pending | None = None
+        self._policies: TenantPolicies | None = None
 
     def asked_with(self, stream_id: str) -> StreamOf:
         def stream_of(connection: Connection) -> str:
-            self._declared = execute_deferred(connection, DECLARED, {"tenant": self.tenant}, answer=True)
+            self._asked = execute_deferred(connection, SETTINGS_OF, {"tenant": self.tenant}, answer=True)
+            self._policies = None  # a retried transaction reads them again
             return stream_id
 
         return stream_of
 
-    def require(self) -> None:
-        """``PurposeUnknown`` unless the tenant allows the purpose (once the stream's read has waited)."""
-        assert self._declared is not None, "asked_with's look-up runs first"
-        rows = self._declared.all()
-        declared = tuple(purposes_of(rows[0][0])) if rows else ()
-        allowed = allowed_purposes(declared, self.defaults)
+    def settings(self) -> TenantSettings:
+        """The tenant's settings (once the stream's read has waited)."""
+        assert self._asked is not None, "asked_with's look-up runs first"
+        rows = self._asked.all()
+        return _row_settings(rows[0]) if rows else TenantSettings()
+
+    def policies(self) -> TenantPolicies:
+        """The rules the request is decided by (once the stream's read has waited)."""
+        if self._policies is None:
+            self._policies = tenant_policies(self.ctx, self.settings())
+        return self._policies
+
+    def require_purpose(self) -> None:
+        """``PurposeUnknown`` unless the tenant allows the purpose (a reset names none)."""
+        if self.purpose is None:
+            return
+        allowed = allowed_purposes(self.settings().purposes, self.ctx.otp_purposes)
         if self.purpose not in {p.name for p in allowed}:
             raise PurposeUnknown(f"purpose {self.purpose!r} is not declared for tenant {self.tenant!r}; it allows "
                                  f"{', '.join(p.name for p in allowed)} (`authledger tenants show {self.tenant}`)")
 
     def before(self, decide: Callable[..., Decided]) -> Callable[..., Decided]:
-        """``decide``, run once the purpose is found allowed."""
+        """``decide``, given the tenant's policies as ``policies`` once the purpose (if any) is found allowed."""
         def checked(*args: Any, **kwargs: Any) -> Decided:
-            self.require()
-            return decide(*args, **kwargs)
+            self.require_purpose()
+            return decide(*args, policies=self.policies(), **kwargs)
 
         return checked
 
