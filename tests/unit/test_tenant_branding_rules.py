@@ -24,6 +24,7 @@ from domain.tenants import (
     fold_tenant,
 )
 from infra.config import values
+from infra.eventlog.codec import default_codec
 from infra.config.settings import load_settings
 from projections.tenants import evolve_tenant_settings, settings_history
 
@@ -130,3 +131,12 @@ def test_every_email_may_name_the_product_and_the_support_contact() -> None:
                           brand=Brand("Acme <Books>", "help@acme.example"))
     assert rendered.subject == "Reset your Acme <Books> password"
     assert rendered.text.endswith("Help: help@acme.example")
+
+
+def test_a_configuration_recorded_before_branding_reads_as_setting_only_its_purposes() -> None:
+    payload = {"name": "acme", "configured_at": T0.isoformat(), "actor": "cli:ops", "reason": "OPS-7",
+               "purposes": [{"name": "login", "text": "sign-in code"}]}
+    event = default_codec().decode("TenantConfigured", 1, payload)
+    assert isinstance(event, TenantConfigured)
+    assert event.changed == ("purposes",) and event.cleared == () and event.sender is None
+    assert default_codec().encode(event)[1] == 2
