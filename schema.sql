@@ -339,6 +339,16 @@ CREATE TABLE IF NOT EXISTS tenant_settings (
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON tenant_settings TO authledger_app;
 
+-- Version 7 (issue 38): every other setting of the tenant (its reset URL,
+-- sender, reply-to, product name, support contact, default locale, template
+-- overrides and policy overrides) as one JSON object of the fields it set;
+-- a field it never set, or cleared, is absent: the deployment's applies.
+-- takeover_changes counts the configurations that changed where its links
+-- or mail go (reset URL, sender, sender name, reply-to), for the metric
+-- authledger_tenant_takeover_changes_total.
+ALTER TABLE tenant_settings ADD COLUMN IF NOT EXISTS overrides text NOT NULL DEFAULT '{}';
+ALTER TABLE tenant_settings ADD COLUMN IF NOT EXISTS takeover_changes integer NOT NULL DEFAULT 0;
+
 -- Catch-up projections (issue 6, see infra/projector/registry.py): they
 -- follow the log by the transaction-id horizon and store how far they got in
 -- projection_checkpoints, in the same transaction as the rows they write, so
@@ -537,5 +547,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON console_sessions TO authledger_app;
 --   6  tenant_settings (a tenant's declared OTP purposes); limit_counts (emails per recipient
 --      address and per end-user IP)
 --   7  email_outbox.unknown_outcomes and the 'unknown' state (a non-idempotent provider's
---      message is not sent again past the retries an unknown outcome allows)
+--      message is not sent again past the retries an unknown outcome allows);
+--      tenant_settings.overrides (a tenant's branding, templates and policy overrides) and
+--      .takeover_changes
 INSERT INTO schema_version (version) VALUES (1), (2), (3), (4), (5), (6), (7) ON CONFLICT DO NOTHING;

@@ -84,6 +84,9 @@ class ProviderAccepted:
     provider: str
     provider_message_id: str
     key_id: str | None  # which token key rendered the secret, if any
+    # The version of its tenant's settings the email was rendered with (0: the deployment's alone); None for
+    # emails sent before tenants had settings beyond their purposes.
+    settings_version: int | None = None
 
 
 @frozen

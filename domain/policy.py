@@ -6,12 +6,15 @@ rather than discovered later on a user's request.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any, TypeVar
 
-from attrs import frozen
+from attrs import evolve, frozen
 
 from domain.request_rules import KEPT_FOR
-from domain.errors import ConfigError
+from domain.errors import ConfigError, InvalidInput
+from domain.send_limits import SendLimits
 from domain.tokens import MAX_OTP_DIGITS
 
 # A reset link is a bearer credential for the account: however the operator
@@ -140,3 +143,81 @@ class OtpPolicy:
                 break
             backoff *= 2
         return min(backoff, self.account_lock_max)
+
+
+# -- what a tenant may set of these rules --------------------------------------------------------------
+
+
+@frozen
+class Bounds:
+    """The whole numbers a setting accepts, and the standard behind an end when one is: the one check of a
+    deployment's setting (``infra.config.values.whole``) and of a tenant's override of it alike."""
+
+    low: int
+    high: int
+    low_because: str = ""
+    high_because: str = ""
+
+    def problem(self, value: object) -> str | None:
+        """Why ``value`` is not accepted, or None."""
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"must be a whole number, got {value!r}"
+        if not self.low <= value <= self.high:
+            because = self.low_because if value < self.low else self.high_because
+            return f"must be between {self.low} and {self.high}{f' ({because})' if because else ''}, got {value}"
+        return None
+
+
+@frozen
+class Override:
+    """A rule a tenant may set for itself: the policy field it replaces (seconds for a duration), within bounds."""
+
+    policy: str  # "reset", "otp" or "send_limits": which of the deployment's policies it replaces a field of
+    field: str
+    bounds: Bounds
+    doc: str
+
+
+# The rules a tenant may set, by the name its settings and flags use; the deployment's setting of the same
+# name (AUTHLEDGER_<NAME>) is declared with the same bounds, so that no tenant goes below a floor.
+POLICY_OVERRIDES: dict[str, Override] = {
+    "reset_ttl": Override("reset", "ttl", Bounds(1, int(RESET_TTL_HARD_CAP.total_seconds())),
+                          "Seconds a reset link stays valid."),
+    "reset_cooldown": Override("reset", "cooldown", Bounds(0, 3600),
+                               "Seconds during which the same reset request returns the open link."),
+    "reset_hourly_limit": Override("reset", "hourly_limit", Bounds(1, 1000), "Reset requests per user per hour."),
+    "otp_ttl": Override("otp", "ttl", Bounds(1, 3600), "Seconds a one-time code stays valid."),
+    "otp_cooldown": Override("otp", "cooldown", Bounds(0, 3600),
+                             "Seconds during which the same code request returns the open challenge."),
+    "otp_hourly_limit": Override("otp", "hourly_limit", Bounds(1, 1000), "Code requests per user per hour."),
+    "otp_digits": Override("otp", "digits", Bounds(OTP_DIGITS_FLOOR, MAX_OTP_DIGITS,
+                                                   low_because="NIST SP 800-63B: at least 6 digits"),
+                           "Digits of new one-time codes."),
+    "limit_per_address": Override("send_limits", "per_address", Bounds(2, 100),
+                                  "Emails per recipient address per hour."),
+}
+
+
+def check_override(name: str, value: object) -> int:
+    """``value`` for the rule ``name``, or ``InvalidInput`` naming the bound it breaks."""
+    if name not in POLICY_OVERRIDES:
+        raise InvalidInput(f"{name!r} is not a rule a tenant may set; it may set {', '.join(POLICY_OVERRIDES)}")
+    if (problem := POLICY_OVERRIDES[name].bounds.problem(value)) is not None:
+        raise InvalidInput(f"{name} {problem}")
+    assert isinstance(value, int)
+    return value
+
+
+Policy = TypeVar("Policy", ResetPolicy, OtpPolicy, SendLimits)
+
+
+def with_overrides(policy: Policy, kind: str, overrides: Mapping[str, int]) -> Policy:
+    """``policy`` (the deployment's ``kind`` policy) with a tenant's overrides of it; ``ConfigError`` when the
+    result breaks a rule across fields (a per-address limit at or below its per-IP share)."""
+    changes: dict[str, Any] = {}
+    for name, value in overrides.items():
+        override = POLICY_OVERRIDES[name]
+        if override.policy == kind:
+            current = getattr(policy, override.field)
+            changes[override.field] = timedelta(seconds=value) if isinstance(current, timedelta) else value
+    return evolve(policy, **changes) if changes else policy

@@ -14,8 +14,14 @@ tenant's.
 
 A tenant's settings are ``TenantConfigured`` facts on its stream (the
 default tenant's too, on ``tenant:default``), each naming the fields it
-set, who set them and why; their fold is the tenant's current settings.
-The first setting is the allow-list of OTP purposes (``Purpose``): a code
+set (or cleared back to the deployment's), who set them and why; their fold
+is the tenant's current settings (``TenantSettings``, its ``version`` the
+number of facts folded). Besides the purposes below, a tenant sets its
+branding (reset URL, sender, reply-to, product name, support contact,
+default locale), template overrides per locale and policy overrides; each
+value is judged by the one rule its deployment-wide setting is judged by
+(``check_setting``: ``domain.branding``, ``domain.templates``,
+``domain.policy``). One setting is the allow-list of OTP purposes (``Purpose``): a code
 may be asked for only for a declared purpose, and its email names the code
 by the purpose's display text, so nothing a caller writes reaches an email.
 A tenant that declares none has the deployment's purposes
@@ -26,15 +32,28 @@ never asked for.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from typing import Any
 
+import attrs
 from attrs import frozen
 
+from domain.branding import (
+    check_locale,
+    check_mailbox,
+    check_product_name,
+    check_reset_url,
+    check_sender_name,
+    check_support_contact,
+)
 from domain.characters import readable_form
 from domain.errors import InvalidInput
 from domain.input_checks import check_actor, free_text_problem, operator_reason, require_utc
+from domain.policy import POLICY_OVERRIDES, check_override
+from domain.templates import template_problem
 
 DEFAULT_TENANT = "default"
 TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -178,8 +197,41 @@ def purpose_list_text(purposes: Iterable[Purpose]) -> str:
 
 
 @frozen
+class TemplateOverride:
+    """One template file a tenant's emails in ``locale`` use instead of the deployment's."""
+
+    locale: str
+    file: str  # "reset_link.subject", "otp_code.html"...
+    text: str
+
+
+def check_template_overrides(overrides: Iterable[TemplateOverride]) -> tuple[TemplateOverride, ...]:
+    """The overrides, ordered by locale and file; ``InvalidInput`` naming the first that breaks the one template
+    rule (``domain.templates.template_problem``), a locale that does not ship, or a file given twice."""
+    checked: dict[tuple[str, str], TemplateOverride] = {}
+    for override in overrides:
+        locale = check_locale(override.locale)
+        if (problem := template_problem(override.file, override.text)) is not None:
+            raise InvalidInput(f"email template {locale}/{override.file} {problem}")
+        if (locale, override.file) in checked:
+            raise InvalidInput(f"email template {locale}/{override.file} is given twice")
+        if len(override.text) > MAX_TEMPLATE:
+            raise InvalidInput(f"email template {locale}/{override.file} is over {MAX_TEMPLATE} characters")
+        checked[locale, override.file] = TemplateOverride(locale, override.file, override.text)
+    return tuple(checked[key] for key in sorted(checked))
+
+
+MAX_TEMPLATE = 20_000  # an email's part; the settings fact stays small enough to read on every send
+
+
+@frozen
 class TenantConfigured:
-    """A tenant's settings were changed: the fields set (None: left as they were), by whom and why."""
+    """A tenant's settings were changed: the fields set (None: left as they were), by whom and why.
+
+    ``cleared`` names the settings given back to the deployment's default.
+    Every value was checked by the rule its deployment-wide setting passes
+    (``check_setting``) before this fact was decided.
+    """
 
     name: str  # the tenant
     configured_at: datetime
@@ -187,23 +239,90 @@ class TenantConfigured:
     reason: str
     # The tenant's OTP purposes from now on; () gives it back the deployment's purposes.
     purposes: tuple[Purpose, ...] | None = None
+    reset_url: str | None = None
+    sender: str | None = None  # the From address of its emails
+    sender_name: str | None = None  # the From line's display name
+    reply_to: str | None = None
+    product_name: str | None = None
+    support_contact: str | None = None
+    default_locale: str | None = None
+    templates: tuple[TemplateOverride, ...] | None = None  # the whole set from now on; () for none
+    reset_ttl: int | None = None
+    reset_cooldown: int | None = None
+    reset_hourly_limit: int | None = None
+    otp_ttl: int | None = None
+    otp_cooldown: int | None = None
+    otp_hourly_limit: int | None = None
+    otp_digits: int | None = None
+    limit_per_address: int | None = None
+    cleared: tuple[str, ...] = ()
 
     @property
     def changed(self) -> tuple[str, ...]:
-        """The names of the settings this configuration set."""
-        return tuple(name for name in SETTING_FIELDS if getattr(self, name) is not None)
+        """The names of the settings this configuration set or cleared."""
+        return tuple(name for name in SETTING_FIELDS if getattr(self, name) is not None or name in self.cleared)
 
 
-SETTING_FIELDS = ("purposes",)  # the fields of TenantConfigured that are settings, in the order shown
+BRANDING_FIELDS = ("reset_url", "sender", "sender_name", "reply_to", "product_name", "support_contact",
+                   "default_locale")
+POLICY_FIELDS = tuple(POLICY_OVERRIDES)
+# The fields of TenantConfigured that are settings, in the order shown.
+SETTING_FIELDS = (*BRANDING_FIELDS, "purposes", "templates", *POLICY_FIELDS)
+# A change of these may send a tenant's links or mail somewhere else: it needs an admin key, is logged at
+# WARNING, counted, and highlighted wherever the history is shown.
+TAKEOVER_FIELDS = frozenset({"reset_url", "sender", "sender_name", "reply_to"})
+
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "reset_url": check_reset_url,
+    "sender": lambda value: check_mailbox(value, "the sender"),
+    "sender_name": check_sender_name,
+    "reply_to": lambda value: check_mailbox(value, "the reply-to"),
+    "product_name": check_product_name,
+    "support_contact": check_support_contact,
+    "default_locale": check_locale,
+    "purposes": lambda value: parse_purposes(f"{p.name}={p.text}" for p in value),
+    "templates": check_template_overrides,
+    **{name: functools.partial(check_override, name) for name in POLICY_FIELDS},
+}
+
+
+def check_setting(name: str, value: object) -> Any:
+    """``value`` as setting ``name`` holds it, checked by the one rule of that setting; ``InvalidInput`` else."""
+    if name not in _CHECKS:
+        raise InvalidInput(f"{name!r} is not a tenant setting; the settings are {', '.join(SETTING_FIELDS)}")
+    return _CHECKS[name](value)
 
 
 @frozen
 class TenantSettings:
-    """A tenant's current settings: the fold of its ``TenantConfigured`` facts."""
+    """A tenant's current settings: the fold of its ``TenantConfigured`` facts. None: the deployment's."""
 
     version: int = 0  # how many configurations made them: 0 for a tenant never configured
     purposes: tuple[Purpose, ...] = ()  # declared; () means the deployment's
     configured_at: datetime | None = None
+    reset_url: str | None = None
+    sender: str | None = None
+    sender_name: str | None = None
+    reply_to: str | None = None
+    product_name: str | None = None
+    support_contact: str | None = None
+    default_locale: str | None = None
+    templates: tuple[TemplateOverride, ...] = ()  # () means the deployment's templates
+    reset_ttl: int | None = None
+    reset_cooldown: int | None = None
+    reset_hourly_limit: int | None = None
+    otp_ttl: int | None = None
+    otp_cooldown: int | None = None
+    otp_hourly_limit: int | None = None
+    otp_digits: int | None = None
+    limit_per_address: int | None = None
+
+    def policy_overrides(self) -> dict[str, int]:
+        """The rules the tenant set, by name (``domain.policy.POLICY_OVERRIDES``)."""
+        return {name: value for name in POLICY_FIELDS if (value := getattr(self, name)) is not None}
+
+
+_EMPTY = TenantSettings()
 
 
 @frozen
@@ -213,9 +332,10 @@ class TenantState:
 
 
 def evolve_settings(settings: TenantSettings, event: TenantConfigured) -> TenantSettings:
-    """The settings after one configuration."""
-    return TenantSettings(settings.version + 1,
-                          event.purposes if event.purposes is not None else settings.purposes, event.configured_at)
+    """The settings after one configuration: each field it set, each it cleared back to the deployment's."""
+    changes: dict[str, Any] = {name: getattr(_EMPTY, name) for name in event.cleared if name in SETTING_FIELDS}
+    changes.update({name: value for name in SETTING_FIELDS if (value := getattr(event, name)) is not None})
+    return attrs.evolve(settings, version=settings.version + 1, configured_at=event.configured_at, **changes)
 
 
 def fold_tenant(name: str) -> Callable[[Iterable[object]], TenantState]:
@@ -239,22 +359,30 @@ def configuration_reason(reason: object) -> str:
 
 
 def decide_configure_tenant(
-    state: TenantState, name: str, *, purposes: tuple[Purpose, ...] | None, actor: str, reason: str, now: datetime,
+    state: TenantState, name: str, *, changes: Mapping[str, Any], actor: str, reason: str, now: datetime,
 ) -> list[TenantConfigured]:
-    """Set tenant ``name``'s settings given (None: unchanged); nothing when they already are so.
+    """Set tenant ``name``'s settings in ``changes`` (a value sets, None clears back to the deployment's);
+    nothing when they already are so.
 
-    ``InvalidInput`` for a tenant that does not exist, no setting given, or
-    a bad actor or reason: nothing is recorded then.
+    ``InvalidInput`` for a tenant that does not exist, no setting given, a
+    value its setting's rule refuses, or a bad actor or reason: nothing is
+    recorded then.
     """
     require_utc(now)
     check_tenant_name(name)
     if not state.exists:
         raise InvalidInput(f"no tenant named {name!r}; create it with `authledger tenants create {name}`")
-    if purposes is None:
-        raise InvalidInput("name a setting to change: --purpose NAME=TEXT (repeated) or --default-purposes")
-    purposes = parse_purposes(f"{p.name}={p.text}" for p in purposes)  # the same checks, whoever built them
-    event = TenantConfigured(name, now, check_actor(actor), configuration_reason(reason), purposes)
-    return [] if purposes == state.settings.purposes else [event]
+    if not changes:
+        raise InvalidInput("name a setting to change, e.g. --product-name TEXT or --purpose NAME=TEXT "
+                           "(`authledger tenants configure --help` lists them)")
+    if unknown := sorted(set(changes) - set(SETTING_FIELDS)):
+        raise InvalidInput(f"{unknown[0]!r} is not a tenant setting; the settings are {', '.join(SETTING_FIELDS)}")
+    values = {field: check_setting(field, value) for field, value in changes.items() if value is not None}
+    cleared = tuple(field for field in SETTING_FIELDS if field in changes and changes[field] is None)
+    event = TenantConfigured(name, now, check_actor(actor), configuration_reason(reason), cleared=cleared, **values)
+    after = evolve_settings(state.settings, event)
+    unchanged = all(getattr(after, field) == getattr(state.settings, field) for field in SETTING_FIELDS)
+    return [] if unchanged else [event]
 
 
 def allowed_purposes(declared: tuple[Purpose, ...], defaults: tuple[Purpose, ...]) -> tuple[Purpose, ...]:

@@ -114,6 +114,8 @@ class App:
             send_limits=policy(s, SendLimits),
             fairness=policy(s, FairnessPolicy),
             reset_url=s.reset_url,
+            product_name=s.product_name,
+            support_contact=s.support_contact,
             email_templates=load_templates(s.templates_dir),
             otp_purposes=parse_purpose_list(s.otp_purposes),
         )

@@ -275,6 +275,8 @@ def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
             after = f", after the lease of {expired[-1]} expired" if expired else ""
             said = (f"{label} was accepted by provider {e.provider} at {T(at)}, id {e.provider_message_id}, on "
                     f"attempt {e.attempt}{by}{after}.")
+            if e.settings_version is not None:
+                said += f" It was rendered with tenant settings version {e.settings_version}."
             ended, message.finished, message.accepted = "sent", True, True
         case email.DeliverySkipped():
             worker = (r.metadata or {}).get("actor") or "a worker"

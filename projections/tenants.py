@@ -15,7 +15,18 @@ from typing import Any
 
 from attrs import frozen
 
-from domain.tenants import SETTING_FIELDS, Purpose, TenantConfigured, TenantCreated, TenantSettings, evolve_settings
+from domain.tenants import (
+    BRANDING_FIELDS,
+    POLICY_FIELDS,
+    SETTING_FIELDS,
+    TAKEOVER_FIELDS,
+    Purpose,
+    TemplateOverride,
+    TenantConfigured,
+    TenantCreated,
+    TenantSettings,
+    evolve_settings,
+)
 
 
 @frozen
@@ -40,10 +51,30 @@ class TenantSettingsRow:
     version: int  # configurations so far: the settings version an email could name
     purposes: str  # JSON object, purpose name -> display text, in declared order; {} for the deployment's
     configured_at: datetime
+    overrides: str = "{}"  # JSON object of every other setting the tenant set (``overrides_text``)
+    takeover_changes: int = 0  # configurations that changed where its links or mail go (TAKEOVER_FIELDS)
 
     @property
     def settings(self) -> TenantSettings:
-        return TenantSettings(self.version, purposes_of(self.purposes), self.configured_at)
+        return settings_of(self.version, self.purposes, self.configured_at, self.overrides)
+
+
+def overrides_text(settings: TenantSettings) -> str:
+    """The settings besides the purposes as the ``overrides`` column holds them: the fields set, templates as
+    ``[locale, file, text]`` triples."""
+    data: dict[str, Any] = {name: value for name in (*BRANDING_FIELDS, *POLICY_FIELDS)
+                            if (value := getattr(settings, name)) is not None}
+    if settings.templates:
+        data["templates"] = [[t.locale, t.file, t.text] for t in settings.templates]
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def settings_of(version: int, purposes: str, configured_at: datetime | None, overrides: str | None) -> TenantSettings:
+    """A ``tenant_settings`` row's columns read back as the settings they hold."""
+    data = json.loads(overrides or "{}")
+    templates = tuple(TemplateOverride(*triple) for triple in data.pop("templates", ()))
+    return TenantSettings(version=version, purposes=purposes_of(purposes), configured_at=configured_at,
+                          templates=templates, **data)
 
 
 def purposes_text(purposes: Iterable[Purpose]) -> str:
@@ -65,7 +96,9 @@ def evolve_tenant_settings(row: TenantSettingsRow | None, event: object) -> Tena
         return row
     settings = evolve_settings(row.settings if row is not None else TenantSettings(), event)
     assert settings.configured_at is not None
-    return TenantSettingsRow(event.name, settings.version, purposes_text(settings.purposes), settings.configured_at)
+    takeovers = (row.takeover_changes if row is not None else 0) + bool(TAKEOVER_FIELDS & set(event.changed))
+    return TenantSettingsRow(event.name, settings.version, purposes_text(settings.purposes), settings.configured_at,
+                             overrides_text(settings), takeovers)
 
 
 @frozen
@@ -79,9 +112,15 @@ class SettingsChange:
     changes: dict[str, dict[str, Any]]  # field -> {"from": ..., "to": ...}
 
 
-def _shown(field: str, value: Any) -> Any:
+def shown(field: str, value: Any) -> Any:
+    """A setting's value as history and ``show`` tell it (JSON-ready)."""
     if field == "purposes":
         return {p.name: p.text for p in value}
+    if field == "templates":
+        by_locale: dict[str, dict[str, str]] = {}
+        for template in value:
+            by_locale.setdefault(template.locale, {})[template.file] = template.text
+        return by_locale
     return value
 
 
@@ -92,7 +131,7 @@ def settings_history(events: Iterable[object]) -> list[SettingsChange]:
         if not isinstance(event, TenantConfigured):
             continue
         after = evolve_settings(settings, event)
-        changes = {field: {"from": _shown(field, getattr(settings, field)), "to": _shown(field, getattr(after, field))}
+        changes = {field: {"from": shown(field, getattr(settings, field)), "to": shown(field, getattr(after, field))}
                    for field in SETTING_FIELDS if field in event.changed}
         history.append(SettingsChange(after.version, event.configured_at, event.actor, event.reason, changes))
         settings = after

@@ -187,7 +187,9 @@ def summary(event: object) -> str:
             unknown = " (the provider may have received it)" if event.outcome_unknown else ""
             return f"send failed: {event.error}{unknown}; retry at {format_time(event.retry_at)}"
         case email.ProviderAccepted():
-            return f"accepted by provider {event.provider}, id {event.provider_message_id}"
+            rendered = (f"; rendered with tenant settings version {event.settings_version}"
+                        if event.settings_version is not None else "")
+            return f"accepted by provider {event.provider}, id {event.provider_message_id}{rendered}"
         case email.DeliverySkipped():
             return f"not sent: skipped ({event.reason})"
         case email.DeliveryAbandoned():

@@ -23,10 +23,9 @@ from attrs import field, fields, frozen
 from domain.delivery import RECORD_WITHIN, DeliveryPolicy
 from domain.errors import ConfigError
 from domain.fairness import FairnessPolicy
-from domain.policy import ACCOUNT_LOCK_CEILING, OTP_DIGITS_FLOOR, OtpPolicy, ResetPolicy
+from domain.policy import ACCOUNT_LOCK_CEILING, POLICY_OVERRIDES, OtpPolicy, ResetPolicy
 from domain.tenants import DEFAULT_PURPOSES, purpose_list_text
 from domain.send_limits import SendLimits
-from domain.tokens import MAX_OTP_DIGITS
 from infra.config import values
 from infra.config.cores import usable_cores
 
@@ -38,6 +37,11 @@ LOG_FORMATS = ("auto", "json", "text")
 # than four, whose pools fit within PostgreSQL's default max_connections of
 # 100 with room for the CLI and other workers.
 MOST_DEFAULT_API_PROCESSES = 4
+
+
+def _overridable(name: str) -> Callable[[str], int]:
+    """The parser of a rule a tenant may set too: the bounds both are held to (``domain.policy.POLICY_OVERRIDES``)."""
+    return values.bounded(POLICY_OVERRIDES[name].bounds)
 
 
 def default_api_processes() -> int:
@@ -91,8 +95,15 @@ class Settings:
             "`https://`; `http://` only to a loopback host.")
     http_provider_key: str | None = _setting("AUTHLEDGER_HTTP_PROVIDER_KEY", None, secret=True,
         doc="API key sent to the HTTP JSON provider.")
-    sender: str = _setting("AUTHLEDGER_SENDER", "authledger <no-reply@authledger.localhost>",
-        doc="From address of every email.")
+    sender: str = _setting("AUTHLEDGER_SENDER", "authledger <no-reply@authledger.localhost>", values.sender,
+        doc="From address of every email, `name@example.com` or `Name <name@example.com>`: one plain address, "
+            "a display name without quotes, @ or brackets. A tenant's `--sender` and `--sender-name` replace it "
+            "in its emails' From (the envelope sender, where bounces go, stays this one).")
+    product_name: str = _setting("AUTHLEDGER_PRODUCT_NAME", "authledger", values.product_name,
+        doc="What emails call the application (`$product_name` in templates) for a tenant that names none.")
+    support_contact: str | None = _setting("AUTHLEDGER_SUPPORT_CONTACT", None, values.support_contact,
+        doc="Where users get help (`$support_contact` in templates; empty when unset): an address or an "
+            "`https://` page, for a tenant that names none.")
     reset_url: str = _setting("AUTHLEDGER_RESET_URL", "http://localhost:8000/reset", values.https_url, url=True,
         doc="Page that reset links open, with `?token=` added. `https://`; `http://` only on localhost "
             "or a loopback address.")
@@ -104,15 +115,15 @@ class Settings:
     token_keys: str | None = _setting("AUTHLEDGER_TOKEN_KEYS", None, values.checked_text(values.parse_token_keys),
         secret=True, doc="`id:base64key,...` newest first, each at least 32 bytes: derive tokens and codes.")
     # DESIGN: a reset link never lives past 24 h.
-    reset_ttl: int = _setting("AUTHLEDGER_RESET_TTL", 30 * 60, values.whole(1, 24 * 3600), feeds=(ResetPolicy, "ttl"),
+    reset_ttl: int = _setting("AUTHLEDGER_RESET_TTL", 30 * 60, _overridable("reset_ttl"), feeds=(ResetPolicy, "ttl"),
         doc="Seconds a reset link stays valid.")
-    reset_cooldown: int = _setting("AUTHLEDGER_RESET_COOLDOWN", 60, values.whole(0, 3600),
+    reset_cooldown: int = _setting("AUTHLEDGER_RESET_COOLDOWN", 60, _overridable("reset_cooldown"),
         feeds=(ResetPolicy, "cooldown"),
         doc="Seconds during which the same reset request returns the open one instead of a new link.")
-    reset_hourly_limit: int = _setting("AUTHLEDGER_RESET_HOURLY_LIMIT", 5, values.whole(1, 1000),
+    reset_hourly_limit: int = _setting("AUTHLEDGER_RESET_HOURLY_LIMIT", 5, _overridable("reset_hourly_limit"),
         feeds=(ResetPolicy, "hourly_limit"), doc="Reset requests per user per hour.")
     # Limits beyond the user (domain/send_limits.py); each default's reasoning is in docs/limits.md.
-    limit_per_address: int = _setting("AUTHLEDGER_LIMIT_PER_ADDRESS", 6, values.whole(2, 100),
+    limit_per_address: int = _setting("AUTHLEDGER_LIMIT_PER_ADDRESS", 6, _overridable("limit_per_address"),
         feeds=(SendLimits, "per_address"),
         doc="Emails per recipient address per hour within a tenant, whatever the user ids (reset and code "
             "emails together).")
@@ -129,14 +140,15 @@ class Settings:
     limit_verifies_per_ip: int = _setting("AUTHLEDGER_LIMIT_VERIFIES_PER_IP", 60, values.whole(1, 100_000),
         feeds=(SendLimits, "verifies_per_ip"),
         doc="Codes and links one end-user IP (`client_ip`) may have checked per hour within a tenant.")
-    otp_ttl: int = _setting("AUTHLEDGER_OTP_TTL", 10 * 60, values.whole(1, 3600), feeds=(OtpPolicy, "ttl"),
+    otp_ttl: int = _setting("AUTHLEDGER_OTP_TTL", 10 * 60, _overridable("otp_ttl"), feeds=(OtpPolicy, "ttl"),
         doc="Seconds a one-time code stays valid.")
-    otp_cooldown: int = _setting("AUTHLEDGER_OTP_COOLDOWN", 60, values.whole(0, 3600), feeds=(OtpPolicy, "cooldown"),
+    otp_cooldown: int = _setting("AUTHLEDGER_OTP_COOLDOWN", 60, _overridable("otp_cooldown"),
+        feeds=(OtpPolicy, "cooldown"),
         doc="Seconds during which the same code request returns the open challenge instead of a new code.")
-    otp_hourly_limit: int = _setting("AUTHLEDGER_OTP_HOURLY_LIMIT", 5, values.whole(1, 1000),
+    otp_hourly_limit: int = _setting("AUTHLEDGER_OTP_HOURLY_LIMIT", 5, _overridable("otp_hourly_limit"),
         feeds=(OtpPolicy, "hourly_limit"), doc="Code requests per user per hour.")
     otp_digits: int = _setting("AUTHLEDGER_OTP_DIGITS", 6,
-        values.whole(OTP_DIGITS_FLOOR, MAX_OTP_DIGITS, low_because="NIST SP 800-63B: at least 6 digits"),
+        _overridable("otp_digits"),
         feeds=(OtpPolicy, "digits"), doc="Digits of new one-time codes, 6 to 10; challenges already sent keep theirs.")
     otp_max_attempts: int = _setting("AUTHLEDGER_OTP_MAX_ATTEMPTS", 5, values.whole(1, 100),
         feeds=(OtpPolicy, "max_attempts"), doc="Wrong codes that lock one challenge.")

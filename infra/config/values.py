@@ -11,27 +11,39 @@ from __future__ import annotations
 
 import base64
 import binascii
-import ipaddress
 import re
 from collections.abc import Callable
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from attrs import frozen
 
+from domain.branding import (
+    check_product_name,
+    check_support_contact,
+    is_loopback,
+    split_sender,
+    url_scheme_and_host,
+    web_url_problem,
+)
 from domain.errors import InvalidInput
+from domain.policy import Bounds
 from domain.tenants import parse_purpose_list
 
 
 def whole(low: int, high: int, *, low_because: str = "", high_because: str = "") -> Callable[[str], int]:
     # A bound set by a standard names it, so that the refusal says why.
+    return bounded(Bounds(low, high, low_because, high_because))
+
+
+def bounded(bounds: Bounds) -> Callable[[str], int]:
+    """A whole number within ``bounds``: the one check a tenant's override of the same rule passes too."""
     def parse(raw: str) -> int:
         try:
             value = int(raw.strip())
         except ValueError:
             raise ValueError(f"must be a whole number, got {raw!r}") from None
-        if not low <= value <= high:
-            because = low_because if value < low else high_because
-            raise ValueError(f"must be between {low} and {high}{f' ({because})' if because else ''}, got {value}")
+        if (problem := bounds.problem(value)) is not None:
+            raise ValueError(problem)
         return value
 
     return parse
@@ -162,42 +174,32 @@ def _masked_parameter(item: str) -> str:
     return f"{name}=***" if has_value else "***"
 
 
-def is_loopback(host: str | None) -> bool:
-    """Whether ``host`` names this machine: localhost, a ``.localhost`` name (RFC 6761) or a
-    loopback address. Nothing is resolved: the check reads the configuration, not the network."""
-    if not host:
-        return False
-    host = host.lower().rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _url_parts(raw: str, schemes: tuple[str, ...]) -> tuple[str, str | None]:
+def _url_parts(raw: str, schemes: tuple[str, ...]) -> tuple[str, str]:
     """(scheme, host) of ``raw``; ``ValueError`` unless it is a URL of one of ``schemes`` with a host."""
-    try:
-        parts = urlsplit(raw.strip())
-        scheme, host = parts.scheme.lower(), parts.hostname
-        parts.port  # noqa: B018 - read for its check: an invalid port raises ValueError
-    except ValueError:
-        scheme, host = "", None
-    if scheme not in schemes or not host:
+    found = url_scheme_and_host(raw, schemes)
+    if found is None:
         names = [f"{name}://" for name in schemes]
         listed = ", ".join(names[:-1]) + " or " + names[-1]
         raise ValueError(f"must be a URL with a host, starting with {listed}; got {mask_url(raw)!r}")
-    return scheme, host
+    return found
 
 
 def https_url(raw: str) -> str:
-    # Floor: a reset link or a provider call carries a credential (the token,
-    # the provider key, the recipient); in clear text only to this machine.
-    scheme, host = _url_parts(raw, ("http", "https"))
-    if scheme != "https" and not is_loopback(host):
-        raise ValueError(f"must use https:// (http:// only for localhost or a loopback address), "
-                         f"got {mask_url(raw)!r}")
+    # Floor: a reset link or a provider call carries a credential (the token, the provider key, the
+    # recipient); in clear text only to this machine. The rule is the domain's, which a tenant's reset URL
+    # passes too (domain.branding).
+    _url_parts(raw, ("http", "https"))
+    if (problem := web_url_problem(raw)) is not None:
+        raise ValueError(f"{problem}, got {mask_url(raw)!r}")
+    return raw.strip()
+
+
+def sender(raw: str) -> str:
+    """``name@example.com`` or ``Display Name <name@example.com>``: the rule a tenant's sender passes too."""
+    try:
+        split_sender(raw)
+    except InvalidInput as error:
+        raise ValueError(error.message) from None
     return raw.strip()
 
 
@@ -278,3 +280,17 @@ def host_name(raw: str) -> str:
     if not HOST_NAME.fullmatch(raw):
         raise ValueError("must be 1-40 of A-Z, a-z, 0-9, '.', '_', ':' and '-', starting with a letter or digit")
     return raw
+def product_name(raw: str) -> str:
+    """The product name emails name: the rule a tenant's passes too (``domain.branding``)."""
+    try:
+        return check_product_name(raw)
+    except InvalidInput as error:
+        raise ValueError(error.message) from None
+
+
+def support_contact(raw: str) -> str:
+    """An address or an https page: the rule a tenant's support contact passes too (``domain.branding``)."""
+    try:
+        return check_support_contact(raw)
+    except InvalidInput as error:
+        raise ValueError(error.message) from None

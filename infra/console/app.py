@@ -4,7 +4,7 @@
 sessions, forms, templates, security headers) and the pages by room:
 ``sign_in_pages``, ``case_pages`` (search, case, download, erase),
 ``support_pages`` (the case page's invalidate and resend forms),
-``outbox_pages`` and ``audit_pages``. ``Console.routes`` is their routes in one
+``outbox_pages``, ``audit_pages`` and ``tenant_pages``. ``Console.routes`` is their routes in one
 list; the pages import the shell, and only this module imports the pages.
 """
 
@@ -25,6 +25,7 @@ from infra.console.sessions import DEFAULT_IDLE
 from infra.console.shell import PREFIX, SecurityHeaders, Shell, SigningKey
 from infra.console.sign_in_pages import SignInPages
 from infra.console.support_pages import SUPPORT_DONE, SupportPages
+from infra.console.tenant_pages import TenantPages
 from infra.services.unit_of_work import ServiceContext
 
 STATIC = Path(__file__).parent / "static"
@@ -45,7 +46,7 @@ class Console:
         self.verification = verification or VerificationRunner(ctx.engine, clock=ctx.clock)
         cases = CasePages(self.shell, address_index, notices=SUPPORT_DONE)
         pages = (SignInPages(self.shell), cases, SupportPages(self.shell, cases), OutboxPages(self.shell),
-                 AuditPages(self.shell, self.verification))
+                 AuditPages(self.shell, self.verification), TenantPages(self.shell))
         self.routes: list[BaseRoute] = [
             *(route for page in pages for route in page.routes),
             Mount("/static", StaticFiles(directory=STATIC), name="console-static"),

@@ -1,7 +1,7 @@
 """What every console page stands on: the signed-in session, posted forms, templates and security headers.
 
 The page modules (``sign_in_pages``, ``case_pages``, ``outbox_pages``,
-``audit_pages``) each take one ``Shell``; ``infra.console.app`` builds the shell
+``audit_pages``, ``tenant_pages``) each take one ``Shell``; ``infra.console.app`` builds the shell
 and the pages and mounts their routes. The shell imports none of them.
 
 A page is a handler of ``(request, session)`` that ``Shell.page`` serves to a
@@ -44,7 +44,8 @@ HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
 ]
-NAV = [("Search", f"{PREFIX}/"), ("Outbox", f"{PREFIX}/outbox"), ("Audit", f"{PREFIX}/audit")]
+NAV = [("Search", f"{PREFIX}/"), ("Outbox", f"{PREFIX}/outbox"), ("Audit", f"{PREFIX}/audit"),
+       ("Tenant", f"{PREFIX}/tenant")]
 FORM_EXPIRED = "This form had expired. Reload the page and try again."
 SigningKey = Callable[[], Ed25519PrivateKey]
 Endpoint = Callable[[Request], Awaitable[Response]]

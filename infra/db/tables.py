@@ -94,7 +94,8 @@ tenants = Table(
 tenant_settings = Table(
     "tenant_settings", metadata,
     Column("tenant", Text, primary_key=True),
-    Column("version", Integer), Column("purposes", Text), Column("configured_at", _tz()),
+    Column("version", Integer), Column("purposes", Text), Column("configured_at", _tz()), Column("overrides", Text),
+    Column("takeover_changes", Integer),
 )
 
 address_index = Table(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
+from email.headerregistry import Address
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -20,13 +21,13 @@ from attrs import frozen
 from sqlalchemy import Connection
 
 from domain import otp, otp_events, otp_state, reset, reset_events, reset_state, templates
-from domain.tenants import UNDECLARED_CODE_NAME, tenant_of
+from domain.tenants import UNDECLARED_CODE_NAME, TenantSettings, tenant_of
 from domain.tokens import SecretUnavailable
 from infra.delivery.leases import Claim
-from infra.delivery.providers import OutboundEmail
+from infra.delivery.providers import OutboundEmail, sender_address
 from infra.eventlog.personal_data import ERASED
 from infra.projector.snapshots import Lookups
-from infra.services.tenants import display_texts
+from infra.services.tenants import display_texts, settings_of_tenants
 from infra.services.unit_of_work import ServiceContext, load_states
 from projections.outbox import OutboxRow
 
@@ -39,6 +40,49 @@ class Prepared:
     skip_reason: str | None
     key_id: str | None = None
     useful_until: datetime | None = None  # when the link or code expires: no retry is worth it after
+    settings_version: int | None = None  # the tenant settings version it was rendered with (0: none configured)
+
+
+@frozen
+class Branding:
+    """How one tenant's emails look and where they point, built from its settings over the deployment's.
+
+    Read fresh with the request, like the code names: an email is rendered
+    with the settings of the moment it is sent, and names their version.
+    Locale: ``default_locale`` and the per-locale ``overrides`` are handed
+    over whole; choosing the locale of one email (the request's, the
+    tenant's, English) is the rendering's, which today renders the default
+    locale's overrides.
+    """
+
+    version: int
+    sender: str  # the From line
+    reply_to: str | None
+    reset_url: str
+    brand: templates.Brand
+    default_locale: str | None
+    overrides: Mapping[str, Mapping[str, str]]  # locale -> template file -> text
+    code_names: Mapping[str, str]  # purpose name -> display text
+
+    def templates_for(self, ctx: ServiceContext, locale: str | None = None) -> templates.EmailTemplates:
+        """The deployment's templates with the tenant's overrides for ``locale`` (its default when None)."""
+        return templates.with_files(ctx.email_templates, self.overrides.get(locale or self.default_locale or "en", {}))
+
+
+def branding(ctx: ServiceContext, settings: TenantSettings, *, sender: str) -> Branding:
+    """A tenant's branding: each setting it made, else the deployment's (``sender`` is the worker's From)."""
+    from_line = sender
+    if settings.sender is not None or settings.sender_name is not None:
+        deployment = sender_address(sender)
+        from_line = str(Address(settings.sender_name if settings.sender_name is not None else deployment.display_name,
+                                addr_spec=settings.sender or deployment.addr_spec))
+    overrides: dict[str, dict[str, str]] = {}
+    for override in settings.templates:
+        overrides.setdefault(override.locale, {})[override.file] = override.text
+    brand = templates.Brand(settings.product_name or ctx.product_name,
+                            settings.support_contact or ctx.support_contact or "")
+    return Branding(settings.version, from_line, settings.reply_to, settings.reset_url or ctx.reset_url, brand,
+                    settings.default_locale, overrides, display_texts(settings, ctx.otp_purposes))
 
 
 def prepare(ctx: ServiceContext, claim: Claim, *, sender: str, connection: Connection | None = None) -> Prepared:
@@ -64,25 +108,24 @@ def prepare_all(
             asked.setdefault(stream, []).append(claim.row.request_id)
     states = load_states(ctx, folds, connection,
                          {stream: Lookups(request_ids=tuple(ids)) for stream, ids in asked.items()})
-    texts = _code_names(ctx, claims, connection)
+    brandings = {tenant: branding(ctx, settings, sender=sender)
+                 for tenant, settings in _tenant_settings(ctx, claims, connection).items()}
     prepared = []
     for claim in claims:
         stream, _ = requests[claim.row.message_id]
-        prepared.append(_decide(ctx, claim, states[stream] if stream else None, now=now, sender=sender,
-                                code_names=texts.get(tenant_of(claim.row.user_id), {})))
+        prepared.append(_decide(ctx, claim, states[stream] if stream else None, now=now,
+                                brand=brandings[tenant_of(claim.row.user_id)]))
     return prepared
 
 
-def _code_names(ctx: ServiceContext, claims: Sequence[Claim], connection: Connection | None
-                ) -> dict[str, dict[str, str]]:
-    """The display texts of the purposes each code email's tenant allows now, read fresh like its request."""
-    tenants = {tenant_of(claim.row.user_id) for claim in claims if claim.row.flow == "otp"}
-    if not tenants:
-        return {}
+def _tenant_settings(ctx: ServiceContext, claims: Sequence[Claim], connection: Connection | None
+                     ) -> dict[str, TenantSettings]:
+    """The settings of each email's tenant now, read fresh like its request."""
+    tenants = {tenant_of(claim.row.user_id) for claim in claims}
     if connection is not None:
-        return display_texts(connection, tenants, ctx.otp_purposes)
+        return settings_of_tenants(connection, tenants)
     with ctx.engine.connect() as fresh:
-        return display_texts(fresh, tenants, ctx.otp_purposes)
+        return settings_of_tenants(fresh, tenants)
 
 
 def _request_stream(row: OutboxRow) -> tuple[str | None, Callable[[Iterable[object]], Any] | None]:
@@ -94,18 +137,23 @@ def _request_stream(row: OutboxRow) -> tuple[str | None, Callable[[Iterable[obje
     return None, None
 
 
-def _decide(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sender: str,
-            code_names: Mapping[str, str]) -> Prepared:
+def _decide(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, brand: Branding) -> Prepared:
     try:
-        return _render(ctx, claim, state, now=now, sender=sender, code_names=code_names)
+        return _render(ctx, claim, state, now=now, brand=brand)
     except SecretUnavailable:
         # The request's nonce reads [erased]: its user was forgotten, and no one can derive its secret now.
         return Prepared(None, "erased")
 
 
-def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sender: str,
-            code_names: Mapping[str, str]) -> Prepared:
+def _link(reset_url: str, token: str) -> str:
+    """The reset page with the token added to its query (a page may have one of its own)."""
+    return f"{reset_url}{'&' if '?' in reset_url else '?'}{urlencode({'token': token})}"
+
+
+def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, brand: Branding) -> Prepared:
     row = claim.row
+    # LANGUAGES: the locale of this email (request's, tenant's default, English) is chosen here.
+    texts = brand.templates_for(ctx)
     if row.flow == "reset":
         reason = reset.reset_delivery_verdict(state, row.request_id, now=now, template=row.template)
         if reason:
@@ -115,13 +163,14 @@ def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sen
             return Prepared(None, "erased")
         if row.template == reset_events.PASSWORD_CHANGED:
             assert request.completed_at is not None
-            content = templates.password_changed(ctx.email_templates.password_changed, changed_at=request.completed_at)
+            content = templates.password_changed(texts.password_changed, changed_at=request.completed_at,
+                                                 brand=brand.brand)
             key_id = None
             useful_until = request.completed_at + ctx.delivery_policy.notice_useful_for
         else:
             token = reset.reset_token_for(request, ctx.keys)
-            link = f"{ctx.reset_url}?{urlencode({'token': token})}"
-            content = templates.reset_link(ctx.email_templates.reset_link, link, expires_at=request.expires_at)
+            content = templates.reset_link(texts.reset_link, _link(brand.reset_url, token),
+                                           expires_at=request.expires_at, brand=brand.brand)
             key_id = request.key_id
             useful_until = request.expires_at
         recipient = request.recipient
@@ -135,10 +184,12 @@ def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sen
         code = otp.otp_code_for(challenge, ctx.keys)
         # The words the tenant declared for the purpose, never the purpose a caller sent; a purpose withdrawn
         # since the request still gets its code, under a neutral name.
-        content = templates.otp_code(ctx.email_templates.otp_code, code, expires_at=challenge.expires_at,
-                                     code_name=code_names.get(challenge.purpose, UNDECLARED_CODE_NAME))
+        content = templates.otp_code(texts.otp_code, code, expires_at=challenge.expires_at,
+                                     code_name=brand.code_names.get(challenge.purpose, UNDECLARED_CODE_NAME),
+                                     brand=brand.brand)
         recipient, key_id, useful_until = challenge.recipient, challenge.key_id, challenge.expires_at
     else:
         return Prepared(None, f"unknown_flow:{row.flow}")
-    email = OutboundEmail(row.message_id, sender, recipient, content.subject, content.text, content.html)
-    return Prepared(email, None, key_id, useful_until)
+    email = OutboundEmail(row.message_id, brand.sender, recipient, content.subject, content.text, content.html,
+                          reply_to=brand.reply_to)
+    return Prepared(email, None, key_id, useful_until, brand.version)

@@ -93,7 +93,7 @@ def after_sending(
         return Attempt(events, "send_failed", state, error=answer.message)
     accepted = ProviderAccepted(
         row.message_id, claim.lease_token, row.attempt_count, now,
-        answer.provider, answer.provider_message_id, prepared.key_id,
+        answer.provider, answer.provider_message_id, prepared.key_id, prepared.settings_version,
     )
     return Attempt([accepted], "accepted", "sent", provider_message_id=answer.provider_message_id)
 

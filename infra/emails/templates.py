@@ -15,10 +15,9 @@ from __future__ import annotations
 import functools
 from importlib import resources
 from pathlib import Path
-from string import Template
 
 from domain.errors import ConfigError
-from domain.templates import EMAILS, PARTS, EmailTemplate, EmailTemplates
+from domain.templates import EMAILS, PARTS, EmailTemplate, EmailTemplates, template_problem
 
 _FILES = {f"{email}.{part}" for email in EMAILS for part in PARTS}
 
@@ -64,14 +63,6 @@ def _check_folder(folder: Path) -> None:
 def _check(
     name: str, part: str, text: str, allowed: frozenset[str], required: frozenset[str], path: Path | None
 ) -> None:
-    where = f"email template {path or name}"
-    template = Template(text)
-    if not template.is_valid():
-        raise ConfigError(f"{where} has a malformed placeholder (write $$ for a dollar sign)")
-    used = set(template.get_identifiers())
-    if unknown := sorted(used - allowed):
-        raise ConfigError(f"{where} uses ${', $'.join(unknown)}; it may use ${', $'.join(sorted(allowed))}")
-    if part != "subject" and (missing := sorted(required - used)):
-        raise ConfigError(f"{where} lacks ${', $'.join(missing)}, which the email exists to carry")
-    if part == "subject" and len(text.strip().splitlines()) != 1:
-        raise ConfigError(f"{where} must be one line")
+    # The one rule of a template (domain.templates), which a tenant's overrides pass too.
+    if (problem := template_problem(name, text)) is not None:
+        raise ConfigError(f"email template {path or name} {problem}")

@@ -45,7 +45,7 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "ClientKeyIssued": (clients.ClientKeyIssued, 1),
     "ClientKeyRevoked": (clients.ClientKeyRevoked, 1),
     "TenantCreated": (tenants.TenantCreated, 1),
-    "TenantConfigured": (tenants.TenantConfigured, 1),
+    "TenantConfigured": (tenants.TenantConfigured, 2),
     "SubjectErased": (privacy.SubjectErased, 2),  # 2: records the reason
     "DataKeysRewrapped": (privacy.DataKeysRewrapped, 1),
 }

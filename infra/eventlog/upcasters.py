@@ -38,9 +38,16 @@ def before_nonces(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "derivation": 1, "nonce": None}
 
 
+def tenant_configured_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 could set only the OTP purposes; every setting since (reset URL, sender, templates, policy
+    overrides...) reads as not set by it, and nothing as cleared."""
+    return dict(payload)
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("OtpChallengeIssued", 1): otp_challenge_issued_v1_to_v2,
     ("SubjectErased", 1): subject_erased_v1_to_v2,
     ("OtpChallengeIssued", 2): before_nonces,
     ("ResetRequested", 1): before_nonces,
+    ("TenantConfigured", 1): tenant_configured_v1_to_v2,
 }

@@ -1,7 +1,9 @@
 """Admin operations over HTTP, for a key with the ``admin`` scope and within its own tenant only.
 
-Clients and their keys (list, create, rotate, revoke) and the re-drive of an
-abandoned or failed message, with a reason. Another tenant's client or
+Clients and their keys (list, create, rotate, revoke), the re-drive of an
+abandoned or failed message, with a reason, and the tenant's own settings
+(``GET``/``PATCH /v1/admin/tenant``: each change a ``TenantConfigured`` fact
+with the key's client as actor and the body's reason). Another tenant's client or
 message is answered exactly as one that does not exist: 404. A key may only
 create or rotate keys whose scopes it holds itself, never ``operator`` (the
 CLI's alone), and may not revoke an operator client: 403, nothing written
@@ -19,11 +21,13 @@ from starlette.routing import Route
 
 from domain.clients import CLIENT_NAME, Caller
 from domain.errors import NotFound
+from domain.tenants import Purpose, TemplateOverride
 from infra.delivery.redrive import Selection, redrive
 from infra.http import schemas
 from infra.http.problems import safe_json
 from infra.http.validation import bearer_key, canonical_uuid
 from infra.services import clients as client_service
+from infra.services import tenants as tenant_service
 from infra.services.clients import IssuedKey, key_json
 from infra.services.unit_of_work import ServiceContext
 
@@ -109,8 +113,49 @@ class Admin:
         return _json({"message_id": str(message_id), "redriven": True, "state": "pending"})
 
 
+    async def show_tenant(self, request: Request) -> Response:
+        bearer_key(request)
+
+        def work(caller: Caller) -> dict[str, Any]:
+            ctx = self.api.ctx
+            history = tenant_service.tenant_history(ctx, caller.tenant)
+            return {**tenant_service.settings_data(tenant_service.show_tenant(ctx, caller.tenant)),
+                    "history": [tenant_service.change_data(change) for change in history]}
+
+        return _json(await self.api._authenticated(request, ADMIN, work))
+
+    async def configure_tenant(self, request: Request) -> Response:
+        body, _ = await self.api._checked(request, schemas.TENANT_PATCH)
+        changes = {field: _setting(field, value) for field, value in body.items() if field != "reason"}
+
+        def work(caller: Caller) -> dict[str, Any]:
+            metadata = {**self.api._metadata(request, caller), "command": "admin tenant"}
+            outcome = tenant_service.configure_tenant(self.api.ctx, caller.tenant, changes=changes,
+                                                      actor=metadata["actor"], reason=body["reason"],
+                                                      metadata=metadata)
+            return {**tenant_service.settings_data(outcome.tenant), "recorded": outcome.recorded,
+                    "changed": list(outcome.changed)}
+
+        return _json(await self.api._authenticated(request, ADMIN, work))
+
+
+def _setting(field: str, value: Any) -> Any:
+    """A setting as the body gives it, in the domain's form: purposes and templates as tuples of their values."""
+    if value is None:
+        return None
+    if field == "purposes":
+        return tuple(Purpose(item["name"], item["text"]) for item in value)
+    if field == "templates":
+        return tuple(TemplateOverride(item["locale"], item["file"], item["text"]) for item in value)
+    if isinstance(value, float):  # a whole number sent as 600.0, which the schema admits as an integer
+        return int(value)
+    return value
+
+
 def admin_routes(admin: Admin) -> list[Route]:
     return [
+        Route("/v1/admin/tenant", admin.show_tenant, methods=["GET"]),
+        Route("/v1/admin/tenant", admin.configure_tenant, methods=["PATCH"]),
         Route("/v1/admin/clients", admin.list_clients, methods=["GET"]),
         Route("/v1/admin/clients", admin.create_client, methods=["POST"]),
         Route("/v1/admin/clients/{name}/rotate", admin.rotate_client, methods=["POST"]),

@@ -34,6 +34,7 @@ from infra.db.reading import reading
 from infra.eventlog.queries import delivery_events_after, horizon_head
 from infra.delivery.status import outbox_status
 from infra.projector.status import projection_status
+from infra.services.tenants import takeover_changes
 from infra.services.unit_of_work import ServiceContext
 from infra.delivery.worker import Worker
 
@@ -267,10 +268,25 @@ def outbox_lines(ctx: ServiceContext, tenant: str | None = None) -> list[str]:
     ]
 
 
+TAKEOVER_METRIC = "authledger_tenant_takeover_changes_total"
+
+
+def takeover_lines(ctx: ServiceContext, tenant: str | None = None) -> list[str]:
+    """Changes of where a tenant's links or mail go (reset URL, sender, sender name, reply-to), by tenant: from
+    the settings' projection, so the count is the log's since the tenant began, whichever process scrapes."""
+    counts = takeover_changes(ctx.engine, tenant)
+    out = [f"# HELP {TAKEOVER_METRIC} Configurations that changed a tenant's reset URL, sender, sender name or "
+           "reply-to (a takeover path: each is also logged at WARNING).",
+           f"# TYPE {TAKEOVER_METRIC} counter"]
+    if tenant is not None:
+        return [*out, f'{TAKEOVER_METRIC}{{tenant="{tenant}"}} {counts.get(tenant, 0)}']
+    return [*out, *(f'{TAKEOVER_METRIC}{{tenant="{name}"}} {n}' for name, n in sorted(counts.items()))]
+
+
 def render(ctx: ServiceContext, log_metrics: LogMetrics, worker: Worker | None = None, *,
            tenant: str | None = None) -> str:
     """The whole exposition, gauges first: the deployment's (``tenant`` None), or one tenant's series only."""
-    out = outbox_lines(ctx, tenant)
+    out = outbox_lines(ctx, tenant) + takeover_lines(ctx, tenant)
     with ctx.engine.connect() as connection:
         log_metrics.catch_up(connection)
     deployment = operations_lines(ctx, worker) if tenant is None else []

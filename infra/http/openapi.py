@@ -69,6 +69,23 @@ MESSAGE_ID: Json = {
 
 
 ADMIN_PATHS: Json = {
+    "/v1/admin/tenant": {
+        "get": admin_operation(
+            "This key's tenant's settings (null: the deployment's default) and every change to them", "getTenant",
+            {"200": json_response("The settings now, with `history`: when, who, why and what changed.",
+                                  "TenantSettings")}, not_found=False),
+        "patch": admin_operation(
+            "Change this key's tenant's settings, with a reason recorded in the log", "configureTenant",
+            {"200": json_response("The settings now; `recorded` false when they already were so.",
+                                  "TenantSettings")}, body="TenantPatch", not_found=False,
+            bad_request="No setting named, or a value its deployment-wide setting's rule refuses: a reset URL "
+                        "in http:// to a host other than loopback, a sender or reply-to other than one plain "
+                        "address, a sender name with address syntax (quotes, @, <, >), a template with a "
+                        "placeholder its email does not have or without its link or code, rules that together "
+                        "break one (`invalid-input`). Nothing is written. A change of the reset URL, sender, "
+                        "sender name or reply-to is logged at WARNING and counted in "
+                        "`authledger_tenant_takeover_changes_total`."),
+    },
     "/v1/admin/clients": {
         "get": admin_operation(
             "Every key of this tenant's clients, live or revoked (never a key itself)", "listClients",
@@ -291,6 +308,8 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 "ApiKeys": schemas.API_KEYS,
                 "KeysRevoked": schemas.KEYS_REVOKED,
                 "Redriven": schemas.REDRIVEN,
+                "TenantPatch": schemas.TENANT_PATCH,
+                "TenantSettings": schemas.TENANT_SETTINGS,
                 "Problem": schemas.PROBLEM,
                 "ProblemCode": PROBLEM_CODE,
             },

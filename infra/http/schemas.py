@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from domain.branding import SHIPPED_LOCALES
 from domain.clients import SCOPES
+from domain.policy import POLICY_OVERRIDES
+from domain.templates import FILES as TEMPLATE_FILES
 
 Schema = dict[str, Any]
 
@@ -288,6 +291,90 @@ REDRIVEN = _object(
     {"message_id": UUID, "redriven": {"const": True}, "state": {"const": "pending"}},
     ["message_id", "redriven", "state"],
 )
+# Admin: the key's own tenant's settings (domain.tenants). Each field is checked by the rule of the
+# deployment-wide setting it stands in for, which no JSON Schema states whole (an https URL except to
+# loopback, one plain address, a display name without address syntax, template placeholders): the
+# document gives the shape and says the rest in words; a value the rule refuses is a 400 `invalid-input`.
+# null gives a setting back to the deployment's default.
+def _nullable(schema: Schema) -> Schema:
+    kind = schema.get("type", "string")
+    return {**schema, "type": [kind, "null"]}
+
+
+_SETTING_TEXT: dict[str, Schema] = {
+    "reset_url": {"maxLength": 2000, "description": "The page its reset links open, `?token=` added: https://; "
+                                                    "http:// only to localhost or a loopback address."},
+    "sender": {"maxLength": 254, "description": "The From address of its emails: one plain address."},
+    "sender_name": {"maxLength": 64, "description": "The From line's display name: no quotes, @, <, >, commas "
+                                                    "or brackets."},
+    "reply_to": {"maxLength": 254, "description": "Where replies go (Reply-To): one plain address."},
+    "product_name": {"maxLength": 60, "description": "What its emails call the application ($product_name)."},
+    "support_contact": {"maxLength": 2000, "description": "Where its users get help ($support_contact): one "
+                                                          "plain address or an https:// page."},
+}
+TENANT_PURPOSE = _object(
+    {"name": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_.:-]+$"},
+     "text": {"type": "string", "minLength": 1, "maxLength": 60,
+              "description": "What its emails call the code: a short line, no address or link."}},
+    ["name", "text"],
+)
+TEMPLATE_OVERRIDE = _object(
+    {"locale": {"type": "string", "enum": list(SHIPPED_LOCALES)},
+     "file": {"type": "string", "enum": sorted(TEMPLATE_FILES)},
+     "text": {"type": "string", "minLength": 1, "maxLength": 8000,
+              "description": "The template (`$name` placeholders of that email, $product_name and "
+                             "$support_contact; a body carries the link or code)."}},
+    ["locale", "file", "text"],
+)
+TENANT_SETTINGS_FIELDS: dict[str, Schema] = {
+    **{name: _nullable({"type": "string", **schema}) for name, schema in _SETTING_TEXT.items()},
+    "default_locale": {"type": ["string", "null"], "enum": [*SHIPPED_LOCALES, None],
+                       "description": "The language of its emails."},
+    "purposes": {"type": ["array", "null"], "items": TENANT_PURPOSE, "maxItems": 20,
+                 "description": "The OTP purposes it allows, replacing its list whole; [] or null for the "
+                                "deployment's."},
+    "templates": {"type": ["array", "null"], "items": TEMPLATE_OVERRIDE, "maxItems": 18,
+                  "description": "Template files replacing the deployment's, per locale; the set replaces its "
+                                 "whole; null for none."},
+    **{name: {"type": ["integer", "null"], "minimum": o.bounds.low, "maximum": o.bounds.high,
+              "description": f"{o.doc} Within what AUTHLEDGER_{name.upper()} accepts."}
+       for name, o in POLICY_OVERRIDES.items()},
+}
+TENANT_PATCH = _object(
+    {**TENANT_SETTINGS_FIELDS,
+     "reason": {"type": "string", "minLength": 1, "maxLength": 500,
+                "description": "Why, recorded in the log in clear (no email address)."}},
+    ["reason"],
+)
+_SETTING_CHANGE = {"type": "object", "required": ["version", "configured_at", "actor", "reason", "changes",
+                                                  "takeover"],
+                   "properties": {"version": {"type": "integer"}, "configured_at": TIMESTAMP,
+                                  "actor": {"type": "string"}, "reason": {"type": "string"},
+                                  "changes": {"type": "object", "description": "Setting -> {from, to}."},
+                                  "takeover": {"type": "boolean", "description": "It changed where links or mail "
+                                                                                 "go (reset URL, sender, reply-to)."}}}
+TENANT_SETTINGS: Schema = {
+    "type": "object",
+    "description": "A tenant's settings now; null is the deployment's default.",
+    "properties": {
+        "name": {"type": "string"}, "version": {"type": "integer", "minimum": 0},
+        "configured_at": {"type": ["string", "null"], "format": "date-time"},
+        **{name: _nullable({"type": "string"}) for name in _SETTING_TEXT},
+        "default_locale": {"type": ["string", "null"]},
+        **{name: {"type": ["integer", "null"]} for name in POLICY_OVERRIDES},
+        "templates": {"type": "object", "description": "Locale -> file -> text.",
+                      "additionalProperties": {"type": "object", "additionalProperties": {"type": "string"}}},
+        "purposes": {"type": "object", "description": "The purposes it allows now: name -> display text.",
+                     "additionalProperties": {"type": "string"}},
+        "purposes_from": {"enum": ["tenant", "deployment"]},
+        "history": {"type": "array", "items": _SETTING_CHANGE},
+        "recorded": {"type": "boolean", "description": "Whether this call changed anything."},
+        "changed": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["name", "version", "configured_at", *_SETTING_TEXT, "default_locale", *POLICY_OVERRIDES,
+                 "templates", "purposes", "purposes_from"],
+    "additionalProperties": False,
+}
 PROBLEM: Schema = {
     "type": "object",
     "description": "RFC 9457 problem details; `code` names the answer for programs (switch on it), `type` the "

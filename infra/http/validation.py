@@ -55,6 +55,20 @@ def schema_errors(schema: Schema, value: Any, pointer: str = "") -> list[dict[st
     """Every way ``value`` breaks ``schema``, each with a JSON pointer to the culprit."""
     name = pointer.rsplit("/", 1)[-1] or "the body"
     kind = schema.get("type")
+    if isinstance(kind, list):  # [kind, "null"]: null gives a setting back to its default
+        if value is None and "null" in kind:
+            return []
+        [kind] = [one for one in kind if one != "null"]
+        schema = {**schema, "type": kind, **({"enum": [v for v in schema["enum"] if v is not None]}
+                                             if "enum" in schema else {})}
+    if kind == "integer":
+        low, high = schema.get("minimum"), schema.get("maximum")
+        # JSON Schema's integer is a number without a fraction: 600.0 is one (the handler reads it as 600).
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+            return [{"pointer": pointer, "detail": f"{name} must be a whole number"}]
+        if (low is not None and value < low) or (high is not None and value > high):
+            return [{"pointer": pointer, "detail": f"{name} must be between {low} and {high}"}]
+        return []
     if kind == "object":
         if not isinstance(value, dict):
             return [{"pointer": pointer, "detail": f"{name} must be a JSON object"}]

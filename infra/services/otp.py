@@ -34,7 +34,7 @@ from infra.db import tables
 from infra.services.address_index import address_hmac
 from infra.logs import log_event
 from infra.services.locks import IdempotencyLock, InFlight
-from infra.services.tenants import PurposeCheck
+from infra.services.tenants import TenantRules
 from infra.services.send_limits import send_admission, verify_admission
 from infra.projector.snapshots import Lookups, receipt_lookup
 from infra.services.unit_of_work import ServiceContext, StreamOf, decide_on_stream
@@ -58,18 +58,20 @@ def request_otp(
     ``RequestInFlight``.
     """
     address_hash = address_hmac(ctx.keys, cmd.recipient)  # for the address index and the address's limit
-    admit = send_admission(ctx.keys, ctx.send_limits, flow="otp", hourly_limit=ctx.otp_policy.hourly_limit,
-                           tenant=cmd.tenant, scoped_user_id=cmd.scoped_user_id, address_hash=address_hash,
-                           client_ip=client_ip)
+    # The tenant's purposes, and the deployment's rules with its overrides, read with the stream: no wait of
+    # their own.
+    rules = TenantRules(ctx, cmd.tenant, cmd.purpose)
+    admit = send_admission(ctx.keys, lambda: (rules.policies().send_limits, rules.policies().otp.hourly_limit),
+                           flow="otp", tenant=cmd.tenant, scoped_user_id=cmd.scoped_user_id,
+                           address_hash=address_hash, client_ip=client_ip)
     challenge_id, message_id, nonce = ctx.new_id(), ctx.new_id(), ctx.new_nonce()
     lock = IdempotencyLock.for_request("otp", cmd.client, cmd.scoped_user_id, cmd.idempotency_key, in_flight)
-    allowed = PurposeCheck(ctx, cmd.tenant, cmd.purpose)
     decision = decide_on_stream(
-        ctx, allowed.asked_with(otp_stream(cmd.scoped_user_id)), fold_otp,
-        lambda state, now: allowed.before(decide_otp_request)(
+        ctx, rules.asked_with(otp_stream(cmd.scoped_user_id)), fold_otp,
+        rules.before(lambda state, now, policies: decide_otp_request(
             state, cmd, now=now, challenge_id=challenge_id, message_id=message_id, nonce=nonce,
-            keys=ctx.keys, policy=ctx.otp_policy, address_hmac=address_hash,
-        ),
+            keys=ctx.keys, policy=policies.otp, address_hmac=address_hash,
+        )),
         metadata,
         idempotency_lock=lock,
         lookups=receipt_lookup(cmd.client, cmd.idempotency_key),
@@ -80,7 +82,8 @@ def request_otp(
                   retry_at=decision.outcome.retry_at)
         raise RateLimited(
             f"too many one-time codes for this user; retry after {decision.outcome.retry_at.isoformat()}",
-            retry_at=decision.outcome.retry_at, quota=Quota("per-user", ctx.otp_policy.hourly_limit, RATE_WINDOW),
+            retry_at=decision.outcome.retry_at, quota=Quota("per-user", rules.policies().otp.hourly_limit,
+                                                             RATE_WINDOW),
         )
     outcome = decision.outcome
     assert isinstance(outcome, RequestOutcome)  # decide_otp_request answers with one or refuses

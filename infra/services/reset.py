@@ -28,6 +28,7 @@ from infra.db import tables
 from infra.services.address_index import address_hmac
 from infra.services.locks import IdempotencyLock, InFlight
 from infra.services.send_limits import send_admission, verify_admission
+from infra.services.tenants import TenantRules
 from infra.projector.snapshots import Lookups, receipt_lookup
 from infra.services.unit_of_work import ServiceContext, StreamOf, decide_on_stream
 
@@ -51,17 +52,19 @@ def request_reset(
     with ``RequestInFlight``.
     """
     address_hash = address_hmac(ctx.keys, cmd.recipient)  # for the address index and the address's limit
-    admit = send_admission(ctx.keys, ctx.send_limits, flow="reset", hourly_limit=ctx.reset_policy.hourly_limit,
-                           tenant=cmd.tenant, scoped_user_id=cmd.scoped_user_id, address_hash=address_hash,
-                           client_ip=client_ip)
+    # The deployment's rules with the tenant's overrides, read with the stream: no wait of their own.
+    rules = TenantRules(ctx, cmd.tenant)
+    admit = send_admission(ctx.keys, lambda: (rules.policies().send_limits, rules.policies().reset.hourly_limit),
+                           flow="reset", tenant=cmd.tenant, scoped_user_id=cmd.scoped_user_id,
+                           address_hash=address_hash, client_ip=client_ip)
     lock = IdempotencyLock.for_request("reset", cmd.client, cmd.scoped_user_id, cmd.idempotency_key, in_flight)
     request_id, message_id, nonce = ctx.new_id(), ctx.new_id(), ctx.new_nonce()
     decision = decide_on_stream(
-        ctx, reset_stream(cmd.scoped_user_id), fold_reset,
-        lambda state, now: decide_reset_request(
+        ctx, rules.asked_with(reset_stream(cmd.scoped_user_id)), fold_reset,
+        rules.before(lambda state, now, policies: decide_reset_request(
             state, cmd, now=now, request_id=request_id, message_id=message_id, nonce=nonce,
-            keys=ctx.keys, policy=ctx.reset_policy, address_hmac=address_hash,
-        ),
+            keys=ctx.keys, policy=policies.reset, address_hmac=address_hash,
+        )),
         metadata,
         idempotency_lock=lock,
         lookups=receipt_lookup(cmd.client, cmd.idempotency_key),
@@ -70,7 +73,8 @@ def request_reset(
     if isinstance(decision.outcome, Refused):
         raise RateLimited(
             f"too many reset emails for this user; retry after {decision.outcome.retry_at.isoformat()}",
-            retry_at=decision.outcome.retry_at, quota=Quota("per-user", ctx.reset_policy.hourly_limit, RATE_WINDOW),
+            retry_at=decision.outcome.retry_at, quota=Quota("per-user", rules.policies().reset.hourly_limit,
+                                                             RATE_WINDOW),
         )
     assert isinstance(decision.outcome, RequestOutcome)  # decide_reset_request answers with one or refuses
     return decision.outcome

@@ -30,7 +30,7 @@ import functools
 import hashlib
 import hmac
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -113,20 +113,23 @@ _WORDS = {
 }
 
 
-def send_admission(keys: TokenKeys, limits: SendLimits, *, flow: str, hourly_limit: int, tenant: str,
+def send_admission(keys: TokenKeys, limits_of: Callable[[], tuple[SendLimits, int]], *, flow: str, tenant: str,
                    scoped_user_id: str, address_hash: str, client_ip: str | None) -> Admit:
     """What a create checks before its decision is appended: an email it queues takes a unit of each counter.
 
-    ``address_hash`` is the recipient's index hash (``infra.services.address_index.address_hmac``).
-
-    ``InvalidInput`` now, before any database work, for a ``client_ip`` that is no IP address.
+    ``limits_of`` gives the limits and the flow's hourly limit per user, the
+    tenant's (read in the same transaction, ``infra.services.tenants.TenantRules``)
+    by the time the decision is made. ``address_hash`` is the recipient's
+    index hash (``infra.services.address_index.address_hmac``). ``InvalidInput``
+    now, before any database work, for a ``client_ip`` that is no IP address.
     """
     ip_hash = None if client_ip is None else client_ip_hmac(keys, client_ip)
-    counters = send_counters(limits, flow=flow, hourly_limit=hourly_limit, tenant=tenant, scoped_user_id=scoped_user_id,
-                             address_hash=address_hash, ip_hash=ip_hash)
 
     def admit(connection: Connection, decision: Any, now: datetime) -> None:
         if isinstance(decision, Decision) and decision.emails:
+            limits, hourly_limit = limits_of()
+            counters = send_counters(limits, flow=flow, hourly_limit=hourly_limit, tenant=tenant,
+                                     scoped_user_id=scoped_user_id, address_hash=address_hash, ip_hash=ip_hash)
             take(connection, counters, now=now, user_id=scoped_user_id)
 
     return admit

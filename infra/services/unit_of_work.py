@@ -100,6 +100,9 @@ class ServiceContext:
     # callers build it: nothing is limited; ``App`` builds it from the settings, defaults included.
     fairness: FairnessPolicy | None = None
     reset_url: str = "http://localhost:8000/reset"
+    # What emails name as the product and where to get help, for a tenant that names neither.
+    product_name: str = "authledger"
+    support_contact: str | None = None
     email_templates: EmailTemplates = field(factory=default_templates)
     # The OTP purposes of a tenant that declares none (AUTHLEDGER_OTP_PURPOSES; domain.tenants).
     otp_purposes: tuple[Purpose, ...] = DEFAULT_PURPOSES

@@ -30,7 +30,7 @@ ACME_PURPOSES = (Purpose("checkout", "payment approval code"), Purpose("wire_tra
 def acme(ctx: ServiceContext) -> str:
     """The send key of tenant acme, which declares two purposes of its own."""
     create_tenant(ctx, "acme")
-    configure_tenant(ctx, "acme", purposes=ACME_PURPOSES, actor="cli:ops", reason="ticket OPS-7")
+    configure_tenant(ctx, "acme", changes={"purposes": ACME_PURPOSES}, actor="cli:ops", reason="ticket OPS-7")
     return create_client(ctx, "acme-app", tenant="acme", scopes=["send"]).api_key
 
 
@@ -95,7 +95,7 @@ async def test_a_purpose_withdrawn_before_the_send_still_sends_the_code_under_a_
 ) -> None:
     async with asgi_client(ctx, acme) as api:
         assert (await create(api, "checkout")).status_code == 202
-    configure_tenant(ctx, "acme", purposes=ACME_PURPOSES[1:], actor="cli:ops", reason="ticket OPS-8")
+    configure_tenant(ctx, "acme", changes={"purposes": ACME_PURPOSES[1:]}, actor="cli:ops", reason="ticket OPS-8")
 
     [email] = delivered(ctx).emails
     assert email.subject == "Your one-time code" and "checkout" not in email.text_body

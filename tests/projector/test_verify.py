@@ -20,7 +20,8 @@ def test_every_projection_verifies_after_traffic(ctx: ServiceContext, clock: Man
                                                  admin_engine: Engine) -> None:
     some_traffic(ctx, clock)
     create_tenant(ctx, "acme")  # configured, and clients: keys issued, rotated and revoked
-    configure_tenant(ctx, "acme", purposes=(Purpose("login", "sign-in code"),), actor="cli:ops", reason="T-1")
+    configure_tenant(ctx, "acme", changes={"purposes": (Purpose("login", "sign-in code"),)}, actor="cli:ops",
+                     reason="T-1")
     first = create_client(ctx, "shop", tenant="acme", scopes=["send", "metrics"])
     rotate_client(ctx, "shop", tenant="acme")
     revoke_client(ctx, "shop", key_id=first.key_id, tenant="acme")

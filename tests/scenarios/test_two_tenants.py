@@ -49,6 +49,8 @@ OPERATIONS: dict[str, tuple[str | None, dict[str, str], object | None]] = {
     "eraseUser": ("admin", {"user_id": "nobody"}, {"reason": "walking the routes"}),
     "invalidateUser": ("admin", {"user_id": "nobody"}, {"reason": "walking the routes"}),
     "resendToUser": ("admin", {"user_id": "nobody"}, {"flow": "reset", "reason": "walking the routes"}),
+    "getTenant": ("admin", {}, None),
+    "configureTenant": ("admin", {}, {"product_name": "Walked", "reason": "walking the routes"}),
     "metrics": ("metrics", {}, None),
     "ready": ("metrics", {}, None),  # open without a key; a key must hold metrics
     "health": (None, {}, None),

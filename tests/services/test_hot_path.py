@@ -58,12 +58,13 @@ def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements_and_wa
 
     # Locks, the stream's read, the address's count, the user's new data key, the address index (its row's lock,
     # shared with the user's OTP stream, then the row, asked for before the append so that it comes back with it),
-    # the append, three new rows, the index's row, the snapshot. Waits: the read, the count (a full one refuses
-    # before anything is written), the append (with the index's read), the COMMIT.
-    assert cost_of(engine, create_reset) == (12, 1, 4)
+    # the append, three new rows, the index's row, the snapshot; and the tenant's settings (its link lifetime,
+    # cooldown and limits), sent with the stream's read: a statement, no wait of its own. Waits: the read, the
+    # count (a full one refuses before anything is written), the append (with the index's read), the COMMIT.
+    assert cost_of(engine, create_reset) == (13, 1, 4)
     # The API refuses a key in flight rather than wait for it: whether the key was free comes with the read.
     as_the_api_asks = RequestReset(new_user(), "bo@example.test", idempotency_key=uuid4().hex)
-    assert cost_of(engine, lambda: request_reset(ctx, as_the_api_asks, in_flight="refuse")) == (12, 1, 4)
+    assert cost_of(engine, lambda: request_reset(ctx, as_the_api_asks, in_flight="refuse")) == (13, 1, 4)
     token = reset_token_of(engine, ctx.keys, created[0].request_id)
     # The token's owner, the lock, the stream's read: the look-up shares the decision's transaction.
     assert cost_of(engine, lambda: verify_token(ctx, token)) == (3, 1, 3)
@@ -77,8 +78,8 @@ def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements_and_wa
         challenges.append(request_otp(ctx, RequestOtp(user, "ada@example.test", idempotency_key=uuid4().hex)))
 
     # The user has a data key now, and the address is indexed already: the index is locked and read (with the
-    # append), and not written. The tenant's purposes are read too, sent with the stream's read: no wait of their
-    # own. The address's count is taken as for a reset.
+    # append), and not written. The tenant's settings (its purposes and rules) are read too, sent with the
+    # stream's read: no wait of their own. The address's count is taken as for a reset.
     assert cost_of(engine, create_otp) == (11, 1, 4)
     code = otp_code_of(engine, ctx.keys, challenges[0].request_id)
     # The owner, the lock, the read, the append, the challenge's row (read with the append, then written),
@@ -144,8 +145,8 @@ def test_a_flood_costs_its_victim_no_wait_while_refused_or_after(
             request_reset(ctx, RequestReset(victim, "ada@example.test"))
 
     refused()  # the first refusal of the run is logged; the ones after it are counted
-    # The lock and the read, then the count, which goes with the COMMIT.
-    assert cost_of(engine, refused) == (3, 1, 2)
+    # The lock, the tenant's settings (its hourly limit) and the read, then the count, which goes with the COMMIT.
+    assert cost_of(engine, refused) == (4, 1, 2)
     clock.advance(timedelta(hours=1))
     peers = cost_of(engine, lambda: request_reset(ctx, RequestReset(peer, "ada@example.test")))
     # The counts came with the stream's read: emptying them is one statement more, and no wait.

@@ -19,6 +19,13 @@ DEPLOYMENT = {"login": "sign-in code", "verify_email": "email verification code"
               "mfa": "two-step verification code", "step_up": "confirmation code"}
 
 
+# Every setting besides the purposes, when the tenant set none: the deployment's default applies.
+NOTHING_SET = {**dict.fromkeys(("reset_url", "sender", "sender_name", "reply_to", "product_name", "support_contact",
+                                "default_locale", "reset_ttl", "reset_cooldown", "reset_hourly_limit", "otp_ttl",
+                                "otp_cooldown", "otp_hourly_limit", "otp_digits", "limit_per_address")),
+               "templates": {}}
+
+
 @pytest.fixture
 def env(env: Env) -> Env:
     return {**env, "USER": "ops"}
@@ -46,7 +53,7 @@ def test_a_tenant_declares_purposes_and_show_lists_them_with_every_change_who_wh
 ) -> None:
     assert ok(env, "tenants", "show", "acme") == {
         "name": "acme", "version": 0, "configured_at": None, "purposes": DEPLOYMENT, "purposes_from": "deployment",
-        "history": []}
+        **NOTHING_SET, "history": []}
 
     first = ok(env, "tenants", "configure", "acme", "--purpose", "checkout=payment approval code",
                "--purpose", "login= Acme sign-in code ", "--reason", "ticket OPS-7")
@@ -70,9 +77,9 @@ def test_a_tenant_declares_purposes_and_show_lists_them_with_every_change_who_wh
     assert shown["configured_at"] == history[-1]["configured_at"]
     assert [e for e in events(engine) if e[0] == "tenant:acme"] == [
         ("tenant:acme", "TenantCreated"), *[("tenant:acme", "TenantConfigured")] * 3]
-    code, said = cli_outcome(env, "tenants", "show", "acme")
-    assert code == 0 and "2. " in said and "by cli:grace (OPS-9): purposes checkout=payment approval code, " \
-        "login=Acme sign-in code -> checkout=payment approval code" in said
+    code, said = cli_outcome(env, "tenants", "show", "acme", "--history")
+    assert code == 0 and "2. " in said and "by cli:grace (OPS-9)\n" in said and "purposes: checkout=payment " \
+        "approval code, login=Acme sign-in code -> checkout=payment approval code" in said
     assert_projections_match_log(engine)
 
 

@@ -31,7 +31,8 @@ def configured(*purposes: Purpose, reason: str = "OPS-1") -> TenantConfigured:
 
 
 def when(given: list[object], purposes: tuple[Purpose, ...] | None, name: str = "acme") -> list[TenantConfigured]:
-    return decide_configure_tenant(fold_tenant(name)(given), name, purposes=purposes, actor="cli:ops",
+    changes = {"purposes": purposes} if purposes is not None else {}
+    return decide_configure_tenant(fold_tenant(name)(given), name, changes=changes, actor="cli:ops",
                                    reason="OPS-2", now=T0)
 
 

@@ -65,6 +65,7 @@ class OutboundEmail:
     subject: str
     text_body: str = field(repr=False)
     html_body: str = field(repr=False)
+    reply_to: str | None = None  # one plain address (a tenant's setting), for the Reply-To header
 
 
 @frozen

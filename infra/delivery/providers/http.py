@@ -170,6 +170,8 @@ def _request(email: OutboundEmail) -> dict[str, Any]:
         "text": email.text_body,
         "html": email.html_body,
     }
+    if email.reply_to is not None:
+        payload["reply_to"] = email.reply_to
     return {"json": payload, "headers": {"Idempotency-Key": str(email.message_id)}}
 
 

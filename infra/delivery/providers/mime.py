@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.policy
 from datetime import UTC, datetime
+from email.headerregistry import Address
 from email.message import EmailMessage
 from email.utils import format_datetime
 
@@ -39,6 +40,8 @@ def render_mime(outbound: OutboundEmail, *, return_path: str | None = None) -> E
             message["Return-Path"] = f"<{return_path}>"
         message["From"] = sender_address(outbound.sender)
         message["To"] = recipient
+        if outbound.reply_to is not None:
+            message["Reply-To"] = Address(addr_spec=outbound.reply_to)
         message["Subject"] = outbound.subject
         message["Date"] = format_datetime(datetime.now(UTC))
         message["Message-ID"] = message_id_header(outbound.message_id)
