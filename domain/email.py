@@ -84,6 +84,7 @@ class ProviderAccepted:
     provider: str
     provider_message_id: str
     key_id: str | None  # which token key rendered the secret, if any
+    locale: str | None = None  # the language the email was written in; None on events from before languages
 
 
 @frozen

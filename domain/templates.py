@@ -1,19 +1,23 @@
-"""The words of every email authledger sends: plain text and HTML, pure.
+"""The words of every email authledger sends: plain text and HTML, in the languages there are texts for, pure.
 
 The texts themselves are templates (``string.Template``, ``$name``
 placeholders) that infra loads, from the package or from an operator's
-folder, and passes in; this module only fills them. The worker calls these
+folder, and passes in; this module picks the language (``localized``) and
+fills them. The worker calls these
 at send time with a freshly derived token or code; nothing rendered here is
 ever stored.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from html import escape
 from string import Template
 
 from attrs import frozen
+
+from domain.locales import ENGLISH, best_locale, fallback_chain
 
 PARTS = ("subject", "txt", "html")
 
@@ -44,13 +48,47 @@ class EmailTemplate:
     html: str
 
 
-@frozen
-class EmailTemplates:
-    """The templates of every email, one field per name in ``EMAILS``."""
+# One locale's template texts by file name ("reset_link.txt"), locale by locale ("en", "de").
+TemplateFiles = Mapping[str, Mapping[str, str]]
 
-    reset_link: EmailTemplate
-    password_changed: EmailTemplate
-    otp_code: EmailTemplate
+
+@frozen
+class TemplateSets:
+    """The template texts of every language: English has every file, another language any of them.
+
+    A file a language lacks is taken from the next language of the email's
+    fallback chain (``domain.locales.fallback_chain``), so a translation that
+    misses a part still sends, never fails.
+    """
+
+    by_locale: TemplateFiles
+
+    def overlaid(self, overrides: TemplateFiles | None) -> TemplateSets:
+        """These sets with ``overrides``' files over them, locale by locale (a tenant's own texts, checked
+        when they were set)."""
+        if not overrides:
+            return self
+        merged = {locale: dict(files) for locale, files in self.by_locale.items()}
+        for locale, files in overrides.items():
+            merged.setdefault(locale, {}).update(files)
+        return TemplateSets(merged)
+
+
+def localized(sets: TemplateSets, email: str, *, requested_locale: str | None,
+              tenant_default_locale: str | None = None,
+              template_overrides: TemplateFiles | None = None) -> tuple[str, EmailTemplate]:
+    """The language ``email`` is written in and its three parts: the best of the request's language, the
+    tenant's default and English among those with a text for the email, each part from the first language
+    of the chain that has it."""
+    by_locale = sets.overlaid(template_overrides).by_locale
+    names = [f"{email}.{part}" for part in PARTS]
+    available = [locale for locale, files in by_locale.items() if any(name in files for name in names)]
+    chosen = best_locale(requested_locale, tenant_default_locale, available)
+    chain = [chosen, *fallback_chain(requested_locale, tenant_default_locale), ENGLISH]
+    parts = {}
+    for part, name in zip(PARTS, names, strict=True):
+        parts[part] = next(by_locale[locale][name] for locale in chain if name in by_locale.get(locale, {}))
+    return chosen, EmailTemplate(**parts)
 
 
 @frozen

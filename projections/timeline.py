@@ -181,7 +181,8 @@ def summary(event: object) -> str:
             unknown = " (the provider may have received it)" if event.outcome_unknown else ""
             return f"send failed: {event.error}{unknown}; retry at {format_time(event.retry_at)}"
         case email.ProviderAccepted():
-            return f"accepted by provider {event.provider}, id {event.provider_message_id}"
+            written_in = f", written in {event.locale}" if event.locale else ""
+            return f"accepted by provider {event.provider}, id {event.provider_message_id}{written_in}"
         case email.DeliverySkipped():
             return f"not sent: skipped ({event.reason})"
         case email.DeliveryAbandoned():

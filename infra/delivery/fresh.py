@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -104,8 +105,12 @@ def _decide(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sen
 
 
 def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sender: str,
-            code_names: Mapping[str, str]) -> Prepared:
+            code_names: Mapping[str, str], tenant_default_locale: str | None = None,
+            template_overrides: templates.TemplateFiles | None = None) -> Prepared:
+    """The email for one message, in the best of its request's language, ``tenant_default_locale`` and English
+    (``templates.localized``), from ``ctx.email_templates`` with the tenant's ``template_overrides`` over them."""
     row = claim.row
+    fill: Callable[[templates.EmailTemplate], templates.Rendered]
     if row.flow == "reset":
         reason = reset.reset_delivery_verdict(state, row.request_id, now=now, template=row.template)
         if reason:
@@ -114,17 +119,19 @@ def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sen
         if request.recipient == ERASED:
             return Prepared(None, "erased")
         if row.template == reset_events.PASSWORD_CHANGED:
-            assert request.completed_at is not None
-            content = templates.password_changed(ctx.email_templates.password_changed, changed_at=request.completed_at)
+            completed_at = request.completed_at
+            assert completed_at is not None
+            fill = partial(templates.password_changed, changed_at=completed_at)
             key_id = None
-            useful_until = request.completed_at + ctx.delivery_policy.notice_useful_for
+            useful_until = completed_at + ctx.delivery_policy.notice_useful_for
         else:
             token = reset.reset_token_for(request, ctx.keys)
             link = f"{ctx.reset_url}?{urlencode({'token': token})}"
-            content = templates.reset_link(ctx.email_templates.reset_link, link, expires_at=request.expires_at)
+            fill = partial(templates.reset_link, link=link, expires_at=request.expires_at)
             key_id = request.key_id
             useful_until = request.expires_at
-        recipient = request.recipient
+        # The notice of a completed reset speaks the language of the request it completed.
+        recipient, requested_locale = request.recipient, request.locale
     elif row.flow == "otp":
         reason = otp.otp_delivery_verdict(state, row.request_id, now=now)
         if reason:
@@ -135,10 +142,15 @@ def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, sen
         code = otp.otp_code_for(challenge, ctx.keys)
         # The words the tenant declared for the purpose, never the purpose a caller sent; a purpose withdrawn
         # since the request still gets its code, under a neutral name.
-        content = templates.otp_code(ctx.email_templates.otp_code, code, expires_at=challenge.expires_at,
-                                     code_name=code_names.get(challenge.purpose, UNDECLARED_CODE_NAME))
+        fill = partial(templates.otp_code, code=code, expires_at=challenge.expires_at,
+                       code_name=code_names.get(challenge.purpose, UNDECLARED_CODE_NAME))
         recipient, key_id, useful_until = challenge.recipient, challenge.key_id, challenge.expires_at
+        requested_locale = challenge.locale
     else:
         return Prepared(None, f"unknown_flow:{row.flow}")
-    email = OutboundEmail(row.message_id, sender, recipient, content.subject, content.text, content.html)
+    locale, template = templates.localized(
+        ctx.email_templates, row.template, requested_locale=requested_locale,
+        tenant_default_locale=tenant_default_locale, template_overrides=template_overrides)
+    content = fill(template)
+    email = OutboundEmail(row.message_id, sender, recipient, content.subject, content.text, content.html, locale)
     return Prepared(email, None, key_id, useful_until)

@@ -47,7 +47,7 @@ from domain.fairness import FairnessPolicy
 from domain.log import RecordedEvent
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.send_limits import SendLimits
-from domain.templates import EmailTemplates
+from domain.templates import TemplateSets
 from domain.tenants import DEFAULT_PURPOSES, Purpose
 from domain.tokens import NONCE_BYTES, TokenKeys, nonce_text
 from projections.snapshots import Snapshot, evolve_snapshot, fold_of, with_found
@@ -100,7 +100,7 @@ class ServiceContext:
     # callers build it: nothing is limited; ``App`` builds it from the settings, defaults included.
     fairness: FairnessPolicy | None = None
     reset_url: str = "http://localhost:8000/reset"
-    email_templates: EmailTemplates = field(factory=default_templates)
+    email_templates: TemplateSets = field(factory=default_templates)
     # The OTP purposes of a tenant that declares none (AUTHLEDGER_OTP_PURPOSES; domain.tenants).
     otp_purposes: tuple[Purpose, ...] = DEFAULT_PURPOSES
     new_id: Callable[[], UUID] = time_ordered_id  # request, challenge and message ids: see infra/eventlog/ids.py

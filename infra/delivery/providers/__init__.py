@@ -65,6 +65,7 @@ class OutboundEmail:
     subject: str
     text_body: str = field(repr=False)
     html_body: str = field(repr=False)
+    locale: str = "en"  # the language the email is written in: its Content-Language
 
 
 @frozen
