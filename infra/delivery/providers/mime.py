@@ -43,7 +43,6 @@ def render_mime(outbound: OutboundEmail, *, return_path: str | None = None) -> E
         message["Date"] = format_datetime(datetime.now(UTC))
         message["Message-ID"] = message_id_header(outbound.message_id)
         message["Auto-Submitted"] = "auto-generated"  # RFC 3834: no vacation replies to a reset link
-        message["Content-Language"] = outbound.locale  # RFC 3282: the language the email is written in
     except (ValueError, IndexError, ConfigError) as e:
         # The header parser's message may quote the value; ours names the rule.
         raise PermanentSendError("invalid email header (line break or malformed address)") from e
@@ -53,4 +52,6 @@ def render_mime(outbound: OutboundEmail, *, return_path: str | None = None) -> E
         raise PermanentSendError("the To header does not hold exactly the one recipient")
     message.set_content(outbound.text_body, subtype="plain")
     message.add_alternative(outbound.html_body, subtype="html")
+    # RFC 3282: the language the email is written in. Set after the bodies: set_content drops Content-* headers.
+    message["Content-Language"] = outbound.locale
     return message
