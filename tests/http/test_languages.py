@@ -71,7 +71,7 @@ def text_of(message: EmailMessage) -> str:
     return str(body.get_content())
 
 
-def test_a_reset_asked_in_german_is_sent_in_german_and_its_notice_too(shop: Shop) -> None:
+def test_a_reset_asked_in_german_is_sent_in_german_and_its_notice_too(shop: Shop, env: Env) -> None:
     created = shop.created("/v1/password-resets", {"user_id": "ada", "email": "ada@example.test", "locale": "de"})
     [link] = shop.delivered("ada@example.test")
     consumed = shop.post("/v1/password-resets/consume", {"token": token_for(shop.ctx.engine, created["request_id"])})
@@ -83,6 +83,8 @@ def test_a_reset_asked_in_german_is_sent_in_german_and_its_notice_too(shop: Shop
     assert notice["Content-Language"] == "de" and notice["Subject"] == "Ihr Passwort wurde geändert"
     with shop.ctx.engine.connect() as connection:
         assert connection.execute(ACCEPTED_LANGUAGES).scalars().all() == ["de", "de"]
+    exit_code, history = cli_outcome(env, "history", "--user-id", "ada")
+    assert exit_code == 0 and history.count(", written in de") == 2, history
 
 
 @pytest.mark.parametrize(("asked", "written_in", "subject"), [
