@@ -26,6 +26,7 @@ from infra.services.clients import create_client
 from infra.services.unit_of_work import ServiceContext
 from tests.http.support import assert_problem, token_for
 from tests.support.cli import Env, cli_outcome
+from tests.support.replay import assert_projections_match_log
 from tests.support.servers import served
 from tests.support.two_tenants import events_digest
 
@@ -85,6 +86,7 @@ def test_a_reset_asked_in_german_is_sent_in_german_and_its_notice_too(shop: Shop
         assert connection.execute(ACCEPTED_LANGUAGES).scalars().all() == ["de", "de"]
     exit_code, history = cli_outcome(env, "history", "--user-id", "ada")
     assert exit_code == 0 and history.count(", written in de") == 2, history
+    assert_projections_match_log(shop.ctx.engine)  # the language is in the snapshots and request rows too
 
 
 @pytest.mark.parametrize(("asked", "written_in", "subject"), [
