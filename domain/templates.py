@@ -3,9 +3,8 @@
 The texts themselves are templates (``string.Template``, ``$name``
 placeholders) that infra loads, from the package or from an operator's
 folder, and passes in; this module picks the language (``localized``) and
-fills them. The worker calls these
-at send time with a freshly derived token or code; nothing rendered here is
-ever stored.
+fills them. The worker calls these at send time with a freshly derived token
+or code; nothing rendered here is ever stored.
 """
 
 from __future__ import annotations
@@ -79,7 +78,8 @@ def localized(sets: TemplateSets, email: str, *, requested_locale: str | None,
               template_overrides: TemplateFiles | None = None) -> tuple[str, EmailTemplate]:
     """The language ``email`` is written in and its three parts: the best of the request's language, the
     tenant's default and English among those with a text for the email, each part from the first language
-    of the chain that has it."""
+    of the chain that has it. ``template_overrides`` (a tenant's own texts) go over ``sets``, keyed by
+    normalised tags and checked when they were set (``infra.emails.templates.check_overrides``)."""
     by_locale = sets.overlaid(template_overrides).by_locale
     names = [f"{email}.{part}" for part in PARTS]
     available = [locale for locale, files in by_locale.items() if any(name in files for name in names)]
