@@ -6,7 +6,9 @@ import sys
 
 import click
 
-from commands.output import CLI_CLIENT, cli_metadata, emit, explained_mismatch, json_option, tenant_option
+from commands.output import (
+    CLI_CLIENT, cli_metadata, emit, explained_mismatch, json_option, locale_option, tenant_option,
+)
 from domain.errors import CodeRejected
 from domain.otp import RequestOtp
 from infra.bootstrap import App
@@ -25,13 +27,14 @@ def otp() -> None:
               help="What the code is for: a purpose the tenant allows (`tenants show`); the email shows its text.")
 @click.option("--idempotency-key", help="Retries with the same key return the first answer.")
 @click.option("--client-ip", help="The end user's IP address, for the per-IP limits (docs/limits.md).")
+@locale_option
 @tenant_option
 @json_option
 @click.pass_obj
 def otp_request(app: App, user_id: str, recipient: str, purpose: str, idempotency_key: str | None,
-                client_ip: str | None, tenant: str, as_json: bool) -> None:
+                client_ip: str | None, locale: str | None, tenant: str, as_json: bool) -> None:
     """Issue a one-time code for a user and queue its email."""
-    command = RequestOtp(user_id, recipient, purpose, idempotency_key, CLI_CLIENT, tenant)
+    command = RequestOtp(user_id, recipient, purpose, idempotency_key, CLI_CLIENT, tenant, locale)
     with explained_mismatch(idempotency_key, user_id, "a different email address or purpose"):
         outcome = otp_service.request_otp(app.services, command, cli_metadata("otp request"), client_ip=client_ip)
     data = {

@@ -47,6 +47,12 @@ tenant_option = click.option(
     help="The application (tenant) the user belongs to; user ids mean something only inside their tenant.",
 )
 
+# Checked by the command it builds (domain.locales.parse_locale): a bad tag is exit 2 with the same words as over HTTP.
+locale_option = click.option(
+    "--locale", help="The end user's language, a BCP 47 tag (de, de-AT); the email is in the best match, else "
+                     "the tenant's default, else English.",
+)
+
 
 def existing_tenant(help: str, default: str | None = DEFAULT_TENANT) -> Any:
     """A ``--tenant`` option with ``help`` that refuses a tenant that does not exist, as ``tenant_option``."""

@@ -6,7 +6,9 @@ import re
 
 import click
 
-from commands.output import CLI_CLIENT, cli_metadata, emit, explained_mismatch, json_option, tenant_option
+from commands.output import (
+    CLI_CLIENT, cli_metadata, emit, explained_mismatch, json_option, locale_option, tenant_option,
+)
 from domain.reset import RequestReset
 from domain.tenants import split_scoped_user
 from infra.bootstrap import App
@@ -39,13 +41,14 @@ def reset() -> None:
 @click.option("--email", "recipient", required=True, help="Where to send the link.")
 @click.option("--idempotency-key", help="Retries with the same key return the first answer.")
 @click.option("--client-ip", help="The end user's IP address, for the per-IP limits (docs/limits.md).")
+@locale_option
 @tenant_option
 @json_option
 @click.pass_obj
 def reset_request(app: App, user_id: str, recipient: str, idempotency_key: str | None, client_ip: str | None,
-                  tenant: str, as_json: bool) -> None:
+                  locale: str | None, tenant: str, as_json: bool) -> None:
     """Issue a reset link for a user and queue its email."""
-    command = RequestReset(user_id, recipient, idempotency_key, CLI_CLIENT, tenant)
+    command = RequestReset(user_id, recipient, idempotency_key, CLI_CLIENT, tenant, locale)
     with explained_mismatch(idempotency_key, user_id, "a different email address"):
         outcome = reset_service.request_reset(app.services, command, cli_metadata("reset request"),
                                               client_ip=client_ip)

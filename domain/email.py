@@ -87,6 +87,7 @@ class ProviderAccepted:
     # The version of its tenant's settings the email was rendered with (0: the deployment's alone); None for
     # emails sent before tenants had settings beyond their purposes.
     settings_version: int | None = None
+    locale: str | None = None  # the language the email was written in; None on events from before languages
 
 
 @frozen

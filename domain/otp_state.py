@@ -60,6 +60,7 @@ class OtpChallenge:
     failures: int = 0
     derivation: int = 1
     nonce: str | None = field(default=None, repr=False)
+    locale: str | None = None  # the language asked for, which the email is rendered in the best match of
 
     def past(self) -> PastRequest:
         """This challenge as the shared request rules see it."""
@@ -122,7 +123,7 @@ def _evolve_challenges(state: OtpState, event: object) -> OtpState:
         challenge = OtpChallenge(
             event.challenge_id, event.user_id, event.recipient, event.key_id, event.digits,
             event.purpose, event.issued_at, event.expires_at, event.message_id, event.idempotency_key,
-            event.client, derivation=event.derivation, nonce=event.nonce,
+            event.client, derivation=event.derivation, nonce=event.nonce, locale=event.locale,
         )  # fmt: skip
         state = evolve(_with_challenge(state, challenge), request_times=(*state.request_times, event.issued_at))
         if event.idempotency_key is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from attrs import frozen
+from attrs import field, frozen
 
 from domain.counting import count_floods, count_rejections
 from domain.decisions import (
@@ -22,6 +22,7 @@ from domain.decisions import (
     RequestOutcome,
 )
 from domain.input_checks import check_request_input, require_utc
+from domain.locales import optional_locale
 from domain.request_rules import (
     bind_key_to_reuse,
     replay_receipt,
@@ -53,6 +54,8 @@ class RequestReset:
     idempotency_key: str | None = None
     client: str | None = None
     tenant: str = DEFAULT_TENANT
+    # The end user's language (BCP 47), in its conventional case; the email is written in the best match.
+    locale: str | None = field(default=None, converter=optional_locale)
 
     def __attrs_post_init__(self) -> None:
         check_request_input(self.user_id, self.recipient, self.idempotency_key, self.client)
@@ -121,6 +124,7 @@ def decide_reset_request(
         address_hmac=address_hmac,
         derivation=CURRENT_DERIVATION,
         nonce=nonce,
+        locale=cmd.locale,
     )
     superseded = tuple(
         ResetSuperseded(r.request_id, superseded_by=request_id, reason="new_request")

@@ -37,6 +37,9 @@ class ResetRequested:
     # 2 also from ``nonce``, a secret sealed under the user's data key (a personal field).
     derivation: int = 1
     nonce: str | None = field(default=None, repr=False)
+    # The language the end user asked for (BCP 47), not personal data; None on events from before it
+    # existed and when not given: the email is then in the tenant's default language.
+    locale: str | None = None
 
 
 @frozen

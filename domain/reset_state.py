@@ -52,6 +52,7 @@ class ResetRequest:
     completed_at: datetime | None = None
     derivation: int = 1
     nonce: str | None = field(default=None, repr=False)
+    locale: str | None = None  # the language asked for, which the email is rendered in the best match of
 
     def past(self) -> PastRequest:
         """This request as the shared request rules see it."""
@@ -109,7 +110,7 @@ def _evolve_requests(state: ResetState, event: object) -> ResetState:
         request = ResetRequest(
             event.request_id, event.user_id, event.recipient, event.key_id, event.token_hash,
             event.requested_at, event.expires_at, event.message_id, event.idempotency_key,
-            event.client, derivation=event.derivation, nonce=event.nonce,
+            event.client, derivation=event.derivation, nonce=event.nonce, locale=event.locale,
         )  # fmt: skip
         state = evolve(
             _with_request(state, request),

@@ -1,10 +1,10 @@
-"""The words of every email authledger sends: plain text and HTML, pure.
+"""The words of every email authledger sends: plain text and HTML, in the languages there are texts for, pure.
 
 The texts themselves are templates (``string.Template``, ``$name``
 placeholders) that infra loads, from the package or from an operator's
-folder, and passes in; this module only fills them. The worker calls these
-at send time with a freshly derived token or code; nothing rendered here is
-ever stored.
+folder, and passes in; this module picks the language (``localized``) and
+fills them. The worker calls these at send time with a freshly derived token
+or code; nothing rendered here is ever stored.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from html import escape
 from string import Template
 
 from attrs import frozen
+
+from domain.locales import ENGLISH, best_locale, fallback_chain
 
 PARTS = ("subject", "txt", "html")
 
@@ -74,13 +76,48 @@ class EmailTemplate:
     html: str
 
 
-@frozen
-class EmailTemplates:
-    """The templates of every email, one field per name in ``EMAILS``."""
+# One locale's template texts by file name ("reset_link.txt"), locale by locale ("en", "de").
+TemplateFiles = Mapping[str, Mapping[str, str]]
 
-    reset_link: EmailTemplate
-    password_changed: EmailTemplate
-    otp_code: EmailTemplate
+
+@frozen
+class TemplateSets:
+    """The template texts of every language: English has every file, another language any of them.
+
+    A file a language lacks is taken from the next language of the email's
+    fallback chain (``domain.locales.fallback_chain``), so a translation that
+    misses a part still sends, never fails.
+    """
+
+    by_locale: TemplateFiles
+
+    def overlaid(self, overrides: TemplateFiles | None) -> TemplateSets:
+        """These sets with ``overrides``' files over them, locale by locale (a tenant's own texts, checked
+        when they were set)."""
+        if not overrides:
+            return self
+        merged = {locale: dict(files) for locale, files in self.by_locale.items()}
+        for locale, files in overrides.items():
+            merged.setdefault(locale, {}).update(files)
+        return TemplateSets(merged)
+
+
+def localized(sets: TemplateSets, email: str, *, requested_locale: str | None,
+              tenant_default_locale: str | None = None,
+              template_overrides: TemplateFiles | None = None) -> tuple[str, EmailTemplate]:
+    """The language ``email`` is written in and its three parts: the best of the request's language, the
+    tenant's default and English among those with a text for the email, each part from the first language
+    of the chain that has it. ``template_overrides`` (a tenant's own texts) go over ``sets``, keyed by
+    normalised tags and checked when they were set (``infra.emails.templates.check_overrides``)."""
+    by_locale = sets.overlaid(template_overrides).by_locale
+    names = [f"{email}.{part}" for part in PARTS]
+    available = [locale for locale, files in by_locale.items() if any(name in files for name in names)]
+    chosen = best_locale(requested_locale, tenant_default_locale, available)
+    chain = [chosen, *fallback_chain(requested_locale, tenant_default_locale), ENGLISH]
+    parts = {}
+    for part, name in zip(PARTS, names, strict=True):
+        parts[part] = next(by_locale[locale][name] for locale in chain if name in by_locale.get(locale, {}))
+    return chosen, EmailTemplate(**parts)
 
 
 @frozen
@@ -130,16 +167,3 @@ def otp_code(template: EmailTemplate, code: str, *, expires_at: datetime, code_n
     """
     values = {"code": code, "code_name": code_name, "purpose": code_name, "expires_at": _when(expires_at)}
     return _fill(template, values, brand)
-
-
-def with_files(templates: EmailTemplates, files: Mapping[str, str]) -> EmailTemplates:
-    """``templates`` with some files (``reset_link.subject`` -> text, each passing ``template_problem``) replaced:
-    a tenant's overrides over the deployment's templates."""
-    if not files:
-        return templates
-    emails = {}
-    for email in EMAILS:
-        template: EmailTemplate = getattr(templates, email)
-        parts = {part: files.get(f"{email}.{part}", getattr(template, part)) for part in PARTS}
-        emails[email] = EmailTemplate(**parts)
-    return EmailTemplates(**emails)

@@ -273,8 +273,9 @@ def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
         case email.ProviderAccepted():
             expired = [a.owner for a in message.attempts[:-1] if a.ended == "expired"]
             after = f", after the lease of {expired[-1]} expired" if expired else ""
+            written_in = f" It was written in {e.locale}." if e.locale else ""
             said = (f"{label} was accepted by provider {e.provider} at {T(at)}, id {e.provider_message_id}, on "
-                    f"attempt {e.attempt}{by}{after}.")
+                    f"attempt {e.attempt}{by}{after}.{written_in}")
             if e.settings_version is not None:
                 said += f" It was rendered with tenant settings version {e.settings_version}."
             ended, message.finished, message.accepted = "sent", True, True

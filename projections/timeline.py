@@ -189,7 +189,8 @@ def summary(event: object) -> str:
         case email.ProviderAccepted():
             rendered = (f"; rendered with tenant settings version {event.settings_version}"
                         if event.settings_version is not None else "")
-            return f"accepted by provider {event.provider}, id {event.provider_message_id}{rendered}"
+            written_in = f", written in {event.locale}" if event.locale else ""
+            return f"accepted by provider {event.provider}, id {event.provider_message_id}{written_in}{rendered}"
         case email.DeliverySkipped():
             return f"not sent: skipped ({event.reason})"
         case email.DeliveryAbandoned():

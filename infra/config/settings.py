@@ -111,7 +111,8 @@ class Settings:
         doc="Serve the development stand-in reset page at /reset with DATABASE_URL set too "
             "(it is always on for the embedded default).")
     templates_dir: Path | None = _setting("AUTHLEDGER_TEMPLATES_DIR", None, Path,
-        doc="Folder of email templates that replace the shipped ones, file by file (docs/emails.md).")
+        doc="Folder of email templates that replace the shipped ones, file by file: English at its top, "
+            "another language in a subfolder named by its tag, such as de/ (docs/emails.md).")
     token_keys: str | None = _setting("AUTHLEDGER_TOKEN_KEYS", None, values.checked_text(values.parse_token_keys),
         secret=True, doc="`id:base64key,...` newest first, each at least 32 bytes: derive tokens and codes.")
     # DESIGN: a reset link never lives past 24 h.

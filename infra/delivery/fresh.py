@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from email.headerregistry import Address
+from functools import partial
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -49,10 +50,9 @@ class Branding:
 
     Read fresh with the request, like the code names: an email is rendered
     with the settings of the moment it is sent, and names their version.
-    Locale: ``default_locale`` and the per-locale ``overrides`` are handed
-    over whole; choosing the locale of one email (the request's, the
-    tenant's, English) is the rendering's, which today renders the default
-    locale's overrides.
+    ``default_locale`` and the per-locale ``overrides`` are handed to the
+    rendering whole: it picks each email's language (the request's, the
+    tenant's default, English) among the shipped texts and these.
     """
 
     version: int
@@ -63,10 +63,6 @@ class Branding:
     default_locale: str | None
     overrides: Mapping[str, Mapping[str, str]]  # locale -> template file -> text
     code_names: Mapping[str, str]  # purpose name -> display text
-
-    def templates_for(self, ctx: ServiceContext, locale: str | None = None) -> templates.EmailTemplates:
-        """The deployment's templates with the tenant's overrides for ``locale`` (its default when None)."""
-        return templates.with_files(ctx.email_templates, self.overrides.get(locale or self.default_locale or "en", {}))
 
 
 def branding(ctx: ServiceContext, settings: TenantSettings, *, sender: str) -> Branding:
@@ -151,9 +147,10 @@ def _link(reset_url: str, token: str) -> str:
 
 
 def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, brand: Branding) -> Prepared:
+    """The email for one message, in the best of its request's language, the tenant's default and English
+    (``templates.localized``), from ``ctx.email_templates`` with the tenant's own texts over them."""
     row = claim.row
-    # LANGUAGES: the locale of this email (request's, tenant's default, English) is chosen here.
-    texts = brand.templates_for(ctx)
+    fill: Callable[[templates.EmailTemplate], templates.Rendered]
     if row.flow == "reset":
         reason = reset.reset_delivery_verdict(state, row.request_id, now=now, template=row.template)
         if reason:
@@ -162,18 +159,19 @@ def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, bra
         if request.recipient == ERASED:
             return Prepared(None, "erased")
         if row.template == reset_events.PASSWORD_CHANGED:
-            assert request.completed_at is not None
-            content = templates.password_changed(texts.password_changed, changed_at=request.completed_at,
-                                                 brand=brand.brand)
+            completed_at = request.completed_at
+            assert completed_at is not None
+            fill = partial(templates.password_changed, changed_at=completed_at, brand=brand.brand)
             key_id = None
-            useful_until = request.completed_at + ctx.delivery_policy.notice_useful_for
+            useful_until = completed_at + ctx.delivery_policy.notice_useful_for
         else:
             token = reset.reset_token_for(request, ctx.keys)
-            content = templates.reset_link(texts.reset_link, _link(brand.reset_url, token),
-                                           expires_at=request.expires_at, brand=brand.brand)
+            fill = partial(templates.reset_link, link=_link(brand.reset_url, token), expires_at=request.expires_at,
+                           brand=brand.brand)
             key_id = request.key_id
             useful_until = request.expires_at
-        recipient = request.recipient
+        # The notice of a completed reset speaks the language of the request it completed.
+        recipient, requested_locale = request.recipient, request.locale
     elif row.flow == "otp":
         reason = otp.otp_delivery_verdict(state, row.request_id, now=now)
         if reason:
@@ -184,12 +182,16 @@ def _render(ctx: ServiceContext, claim: Claim, state: Any, *, now: datetime, bra
         code = otp.otp_code_for(challenge, ctx.keys)
         # The words the tenant declared for the purpose, never the purpose a caller sent; a purpose withdrawn
         # since the request still gets its code, under a neutral name.
-        content = templates.otp_code(texts.otp_code, code, expires_at=challenge.expires_at,
-                                     code_name=brand.code_names.get(challenge.purpose, UNDECLARED_CODE_NAME),
-                                     brand=brand.brand)
+        fill = partial(templates.otp_code, code=code, expires_at=challenge.expires_at,
+                       code_name=brand.code_names.get(challenge.purpose, UNDECLARED_CODE_NAME), brand=brand.brand)
         recipient, key_id, useful_until = challenge.recipient, challenge.key_id, challenge.expires_at
+        requested_locale = challenge.locale
     else:
         return Prepared(None, f"unknown_flow:{row.flow}")
+    locale, template = templates.localized(
+        ctx.email_templates, row.template, requested_locale=requested_locale,
+        tenant_default_locale=brand.default_locale, template_overrides=brand.overrides)
+    content = fill(template)
     email = OutboundEmail(row.message_id, brand.sender, recipient, content.subject, content.text, content.html,
-                          reply_to=brand.reply_to)
+                          reply_to=brand.reply_to, locale=locale)
     return Prepared(email, None, key_id, useful_until, brand.version)

@@ -94,6 +94,7 @@ def after_sending(
     accepted = ProviderAccepted(
         row.message_id, claim.lease_token, row.attempt_count, now,
         answer.provider, answer.provider_message_id, prepared.key_id, prepared.settings_version,
+        prepared.email.locale if prepared.email is not None else None,
     )
     return Attempt([accepted], "accepted", "sent", provider_message_id=answer.provider_message_id)
 

@@ -125,7 +125,8 @@ class Api:
     async def create_reset(self, request: Request) -> Response:
         body, key = await self._checked(request, schemas.RESET_CREATE, create=True)
         outcome = await self._authenticated(request, "send", lambda caller: reset_service.request_reset(
-            self.ctx, RequestReset(body["user_id"], body["email"], key, caller.client, caller.tenant),
+            self.ctx, RequestReset(body["user_id"], body["email"], key, caller.client, caller.tenant,
+                                   body.get("locale")),
             self._metadata(request, caller),
             in_flight="refuse", client_ip=body.get("client_ip")))
         return _accepted({"request_id": str(outcome.request_id)}, outcome)
@@ -152,7 +153,7 @@ class Api:
         body, key = await self._checked(request, schemas.OTP_CREATE, create=True)
         outcome = await self._authenticated(request, "send", lambda caller: otp_service.request_otp(
             self.ctx, RequestOtp(body["user_id"], body["email"], body.get("purpose", "login"), key, caller.client,
-                                 caller.tenant),
+                                 caller.tenant, body.get("locale")),
             self._metadata(request, caller), in_flight="refuse", client_ip=body.get("client_ip")))
         return _accepted({"challenge_id": str(outcome.request_id)}, outcome)
 

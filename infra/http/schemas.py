@@ -13,6 +13,7 @@ from domain.branding import SHIPPED_LOCALES
 from domain.clients import SCOPES
 from domain.policy import POLICY_OVERRIDES
 from domain.templates import FILES as TEMPLATE_FILES
+from domain.locales import LOCALE_PATTERN, MAX_LOCALE
 
 Schema = dict[str, Any]
 
@@ -114,6 +115,15 @@ CLIENT_IP: Schema = {
                    "IPv6 address counts as its /64.",
     "examples": ["203.0.113.7"],
 }
+# The domain's own pattern (domain/locales.py), so the document and the server agree on every string.
+LOCALE: Schema = {
+    "type": "string", "minLength": 2, "maxLength": MAX_LOCALE, "pattern": LOCALE_PATTERN,
+    "description": "Optional: the end user's language, a BCP 47 tag (`de`, `de-AT`, `pt-BR`). The email is "
+                   "written in the best match of this tag, the tenant's default language and English: `de-AT` "
+                   "is served by `de`, a language nobody translated falls back, never fails. Sent as the "
+                   "email's `Content-Language`.",
+    "examples": ["de"],
+}
 
 # A Structured Field string (the IETF draft's form, quotes included, no
 # escapes) or the bare token most clients send; both name the same key.
@@ -134,10 +144,11 @@ REASON: Schema = {
 }
 
 # Request bodies.
-RESET_CREATE = _object({"user_id": NEW_USER_ID, "email": EMAIL, "client_ip": CLIENT_IP}, ["user_id", "email"])
+RESET_CREATE = _object({"user_id": NEW_USER_ID, "email": EMAIL, "client_ip": CLIENT_IP, "locale": LOCALE},
+                       ["user_id", "email"])
 TOKEN_BODY = _object({"token": TOKEN, "client_ip": CLIENT_IP}, ["token"])
-OTP_CREATE = _object({"user_id": NEW_USER_ID, "email": EMAIL, "purpose": PURPOSE, "client_ip": CLIENT_IP},
-                     ["user_id", "email"])
+OTP_CREATE = _object({"user_id": NEW_USER_ID, "email": EMAIL, "purpose": PURPOSE, "client_ip": CLIENT_IP,
+                      "locale": LOCALE}, ["user_id", "email"])
 # The user (and, when the application asked for one, the purpose) the code
 # must have been issued to: a challenge id alone could be the attacker's own.
 CODE_BODY = _object({"code": CODE, "user_id": USER_ID, "purpose": VERIFY_PURPOSE, "client_ip": CLIENT_IP},

@@ -21,6 +21,8 @@ from domain.addresses import RULE as ADDRESS_RULE
 from domain.addresses import address_problem
 from domain.input_checks import user_id_problem
 from domain.client_ips import RULE as CLIENT_IP_RULE
+from domain.locales import LOCALE_PATTERN
+from domain.locales import RULE as LOCALE_RULE
 from infra.errors import Unauthorized
 from infra.http.problems import (
     BodyTooLarge,
@@ -100,6 +102,8 @@ def schema_errors(schema: Schema, value: Any, pointer: str = "") -> list[dict[st
             # The pattern is long: say the rule in words rather than quote it.
             matched = len(value) <= schema["maxLength"] and _compiled(CLIENT_IP_PATTERN).search(value)
             return [] if matched else [{"pointer": pointer, "detail": f"{name} must be {CLIENT_IP_RULE}"}]
+        if schema.get("pattern") == LOCALE_PATTERN and _string_problem(name, schema, value):
+            return [{"pointer": pointer, "detail": f"{name} must be {LOCALE_RULE}"}]
         detail = _string_problem(name, schema, value)
         return [{"pointer": pointer, "detail": detail}] if detail else []
     raise ValueError(f"schema type {kind!r} is not supported by this checker")

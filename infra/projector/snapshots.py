@@ -103,6 +103,8 @@ def _without_personal(request: ResetRequest | OtpChallenge) -> dict[str, Any]:
     del data["recipient"], data["nonce"]
     if data["derivation"] == 1:  # as snapshots made before derivations were: they stay equal to a rebuild
         del data["derivation"]
+    if data["locale"] is None:  # likewise for requests made without a language, and before there were any
+        del data["locale"]
     return data
 
 

@@ -47,7 +47,7 @@ from domain.fairness import FairnessPolicy
 from domain.log import RecordedEvent
 from domain.policy import OtpPolicy, ResetPolicy
 from domain.send_limits import SendLimits
-from domain.templates import EmailTemplates
+from domain.templates import TemplateSets
 from domain.tenants import DEFAULT_PURPOSES, Purpose
 from domain.tokens import NONCE_BYTES, TokenKeys, nonce_text
 from projections.snapshots import Snapshot, evolve_snapshot, fold_of, with_found
@@ -103,7 +103,7 @@ class ServiceContext:
     # What emails name as the product and where to get help, for a tenant that names neither.
     product_name: str = "authledger"
     support_contact: str | None = None
-    email_templates: EmailTemplates = field(factory=default_templates)
+    email_templates: TemplateSets = field(factory=default_templates)
     # The OTP purposes of a tenant that declares none (AUTHLEDGER_OTP_PURPOSES; domain.tenants).
     otp_purposes: tuple[Purpose, ...] = DEFAULT_PURPOSES
     new_id: Callable[[], UUID] = time_ordered_id  # request, challenge and message ids: see infra/eventlog/ids.py

@@ -1,4 +1,4 @@
-"""The emails' words: natural subjects, templates an operator can replace, checked at start."""
+"""The emails' words: natural subjects, English and German, templates an operator can replace, checked at start."""
 
 from __future__ import annotations
 
@@ -10,10 +10,15 @@ import pytest
 
 from domain import templates
 from domain.errors import ConfigError
+from domain.templates import EmailTemplate, TemplateSets
 from infra.emails.templates import default_templates, load_templates
 from tests.support.cli import Env, run_cli
 
 EXPIRES = datetime(2030, 5, 1, 10, 30, tzinfo=UTC)
+
+
+def english(email: str, sets: TemplateSets | None = None) -> EmailTemplate:
+    return templates.localized(sets or default_templates(), email, requested_locale=None)[1]
 
 
 @pytest.mark.parametrize(("code_name", "subject"), [
@@ -22,7 +27,7 @@ EXPIRES = datetime(2030, 5, 1, 10, 30, tzinfo=UTC)
     ("two-step verification code", "Your two-step verification code"),
 ])
 def test_the_code_email_names_the_code_by_its_display_text(code_name: str, subject: str) -> None:
-    rendered = templates.otp_code(default_templates().otp_code, "042917", expires_at=EXPIRES, code_name=code_name)
+    rendered = templates.otp_code(english("otp_code"), "042917", expires_at=EXPIRES, code_name=code_name)
 
     assert rendered.subject == subject
     assert f"Here is your {code_name}:" in rendered.text
@@ -31,7 +36,7 @@ def test_the_code_email_names_the_code_by_its_display_text(code_name: str, subje
 
 
 def test_a_display_text_is_escaped_in_html() -> None:
-    rendered = templates.otp_code(default_templates().otp_code, "042917", expires_at=EXPIRES,
+    rendered = templates.otp_code(english("otp_code"), "042917", expires_at=EXPIRES,
                                   code_name="<b>code</b> & more")
 
     assert "&lt;b&gt;code&lt;/b&gt; &amp; more" in rendered.html and "<b>" not in rendered.html
@@ -39,7 +44,7 @@ def test_a_display_text_is_escaped_in_html() -> None:
 
 def test_the_reset_link_is_escaped_in_html_and_verbatim_in_text() -> None:
     link = "https://app.test/reset?token=a&b"
-    rendered = templates.reset_link(default_templates().reset_link, link, expires_at=EXPIRES)
+    rendered = templates.reset_link(english("reset_link"), link, expires_at=EXPIRES)
 
     assert rendered.subject == "Reset your password"
     assert f"\n{link}\n" in rendered.text
@@ -51,13 +56,13 @@ def test_a_folder_replaces_the_templates_it_holds_and_keeps_the_others(tmp_path:
     (tmp_path / "otp_code.txt").write_text("Code: $code ($purpose), until $expires_at. Costs $$0.\n")
 
     loaded = load_templates(tmp_path)
-    rendered = templates.otp_code(loaded.otp_code, "123456", expires_at=EXPIRES, code_name="sign-in code")
+    rendered = templates.otp_code(english("otp_code", loaded), "123456", expires_at=EXPIRES, code_name="sign-in code")
 
     assert rendered.subject == "sign-in code for Example Shop"
     # $purpose, from before purposes were declared, is the display text too: never what a caller sent.
     assert rendered.text == "Code: 123456 (sign-in code), until 2030-05-01 10:30 UTC. Costs $0.\n"
-    assert loaded.otp_code.html == default_templates().otp_code.html
-    assert loaded.reset_link == default_templates().reset_link
+    assert english("otp_code", loaded).html == english("otp_code").html
+    assert english("reset_link", loaded) == english("reset_link")
 
 
 @pytest.mark.parametrize(("name", "content", "says"), [

@@ -57,6 +57,7 @@ def test_posts_the_email_as_json_with_its_message_id_as_idempotency_key(
         "subject": email.subject,
         "text": email.text_body,
         "html": email.html_body,
+        "headers": {"Content-Language": "en"},
     }
     [sent] = provider.accepted
     assert receipt == ProviderReceipt(provider="http", provider_message_id=sent.id)

@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from aiosmtpd.smtp import AuthResult, LoginPassword
 from cryptography import x509
@@ -75,6 +76,20 @@ def test_delivers_headers_and_both_bodies_with_the_message_id(relay: Relay) -> N
     assert text is not None and html is not None
     assert text.get_content().strip() == email.text_body
     assert html.get_content().strip() == email.html_body
+    assert message["Content-Language"] == "en"
+
+
+def test_a_german_email_says_so_and_its_umlauts_survive_a_seven_bit_relay(relay: Relay) -> None:
+    email = attrs.evolve(an_email(), subject="Ihr Passwort wurde geändert", text_body="Es wurde geändert.",
+                         locale="de")
+
+    a_mailer(relay.port).send(email)
+
+    [message] = relay.messages()
+    assert message["Content-Language"] == "de"
+    assert message["Subject"] == "Ihr Passwort wurde geändert"
+    text = message.get_body(preferencelist=("plain",))
+    assert text is not None and text.get_content().strip() == "Es wurde geändert."
 
 
 @pytest.mark.parametrize("refusal", ["421 4.3.2 Service shutting down", "451 4.3.0 Try again later"])

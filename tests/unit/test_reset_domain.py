@@ -87,6 +87,27 @@ def test_a_first_request_issues_a_link_and_queues_one_email() -> None:
     assert decision.outcome == RequestOutcome(rid(1), mid(1), T0 + timedelta(minutes=30), False)
 
 
+def test_a_request_keeps_the_language_asked_for_in_its_conventional_case_and_its_state_knows_it() -> None:
+    decision = when_requested([], RequestReset(USER, ALICE, locale="de-at"), at=T0, n=1)
+
+    assert decision.events == (attrs.evolve(requested(1, T0), locale="de-AT"),)
+    assert fold_reset(decision.events).requests[rid(1)].locale == "de-AT"
+
+
+def test_a_language_that_is_no_tag_is_refused_before_anything_is_decided() -> None:
+    with pytest.raises(InvalidInput, match="locale must be a BCP 47 language tag"):
+        RequestReset(USER, ALICE, locale="Deutsch (Österreich)")
+
+
+def test_a_repeat_within_the_cooldown_in_another_language_reuses_the_open_request_as_it_was() -> None:
+    given = [requested(1, T0)]
+
+    decision = when_requested(given, RequestReset(USER, ALICE, locale="de"), at=T0 + timedelta(seconds=30), n=2)
+
+    assert decision.events == () and decision.outcome == RequestOutcome(rid(1), mid(1), T0 + POLICY.ttl, True)
+    assert fold_reset(given).requests[rid(1)].locale is None
+
+
 def test_the_token_itself_is_stored_nowhere_only_its_hash() -> None:
     decision = when_requested([], RequestReset(USER, ALICE), at=T0, n=1)
     token = token_of(1)

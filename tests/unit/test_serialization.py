@@ -13,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain.errors import UnknownEventType
+from domain.email import ProviderAccepted
 from domain.otp_events import OtpChallengeIssued
+from domain.reset_events import ResetRequested
 from infra.eventlog.tags import EVENT_TYPES
 from infra.eventlog.personal_data import MemoryKeyring, is_envelope
 from infra.eventlog.codec import EventCodec, default_codec
@@ -123,3 +125,19 @@ def test_a_request_written_before_nonces_is_read_as_derivation_1_without_a_nonce
     event = default_codec().decode(tag, version, made_before)
 
     assert (event.derivation, event.nonce) == (1, None)
+
+
+
+def test_events_written_before_languages_are_read_without_one() -> None:
+    when, ids = datetime(2026, 1, 1, tzinfo=UTC), UUID(int=1)
+    in_german = [
+        ResetRequested(ids, "42", "a@example.test", "k1", "0" * 64, when, when, ids, None, None, locale="de"),
+        OtpChallengeIssued(ids, "42", "a@example.test", "k1", 6, "login", when, when, ids, None, None, locale="de"),
+        ProviderAccepted(ids, ids, 1, when, "smtp", "<m@relay>", "k1", locale="de"),
+    ]
+    keyring = MemoryKeyring()
+    for event in in_german:
+        tag, version, payload = default_codec().encode(event, keyring)
+        assert payload.pop("locale") == "de"
+
+        assert default_codec().decode(tag, version, payload, keyring) == attrs.evolve(event, locale=None)

@@ -66,6 +66,7 @@ class OutboundEmail:
     text_body: str = field(repr=False)
     html_body: str = field(repr=False)
     reply_to: str | None = None  # one plain address (a tenant's setting), for the Reply-To header
+    locale: str = "en"  # the language the email is written in: its Content-Language
 
 
 @frozen

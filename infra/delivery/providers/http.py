@@ -163,12 +163,15 @@ def _request(email: OutboundEmail) -> dict[str, Any]:
     text a provider could split: ``single_recipient`` refuses anything but one
     plain addr-spec (``PermanentSendError``, raised before any request).
     """
-    payload = {
+    payload: dict[str, Any] = {
         "from": email.sender,
         "to": single_recipient(email).addr_spec,
         "subject": email.subject,
         "text": email.text_body,
         "html": email.html_body,
+        # The language, as a header of the email: the provider's API takes extra headers (Resend's
+        # ``headers`` object), so the recipient's client sees it as it would from SMTP.
+        "headers": {"Content-Language": email.locale},
     }
     if email.reply_to is not None:
         payload["reply_to"] = email.reply_to

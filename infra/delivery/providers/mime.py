@@ -55,4 +55,6 @@ def render_mime(outbound: OutboundEmail, *, return_path: str | None = None) -> E
         raise PermanentSendError("the To header does not hold exactly the one recipient")
     message.set_content(outbound.text_body, subtype="plain")
     message.add_alternative(outbound.html_body, subtype="html")
+    # RFC 3282: the language the email is written in. Set after the bodies: set_content drops Content-* headers.
+    message["Content-Language"] = outbound.locale
     return message
