@@ -3,7 +3,8 @@
 acme and shop each set their reset page, sender, reply-to, product name and
 an English subject through ``PATCH /v1/admin/tenant`` with their admin key.
 Their users' emails then come from their own sender, link to their own page
-and name their own product; ``explain`` (the timeline) names the settings
+and name their own product, in the user's language or else their tenant's;
+``explain`` (the timeline) names the settings
 version each was rendered with. A change that would send a tenant's links or
 mail somewhere unsafe is refused with nothing written, whether it comes over
 HTTP or from ``authledger tenants configure``, and ``tenants show --history``
@@ -71,8 +72,21 @@ def test_each_configured_tenants_email_has_its_own_sender_reset_url_and_product_
             assert link.startswith(f"{brand['reset_url']}?token=")
             assert f"Hello from {brand['product_name']}." in mail.text_body
             assert f"Questions? {brand['support_contact']}" in mail.text_body
-            # LANGUAGES: the request's locale, the tenant's default and Content-Language are checked here once
-            # the locale choice joins the branding.
+            assert headers["Content-Language"] == "en"
+
+        # Languages: the request's, else the tenant's default, else English; German ships for every email.
+        configure(world, world.shop, {"default_locale": "de"})
+        world.request_reset(world.acme, "43", "cy@acme.example", locale="de")
+        world.request_reset(world.shop, "43", "di@shop.example", locale="fr")  # nobody translated French
+        world.request_reset(world.acme, "44", "ed@acme.example", locale="fr")
+        [german] = world.mailer.sent_to("cy@acme.example")
+        [shops_default] = world.mailer.sent_to("di@shop.example")
+        [english] = world.mailer.sent_to("ed@acme.example")
+        for mail in (german, shops_default):
+            assert render_mime(mail)["Content-Language"] == "de" and mail.subject == "Passwort zurücksetzen"
+        assert render_mime(shops_default)["From"].addresses[0].addr_spec == BRANDS["shop"]["sender"]
+        assert render_mime(english)["Content-Language"] == "en"
+        assert english.subject == "Reset your Acme Books password", "acme has no default: English, its own words"
         code, explained = cli_outcome(env, "explain", "--message-id", acme_reset["message_id"], "--tenant", "acme")
         assert code == 0 and "It was rendered with tenant settings version 1." in explained, explained
 

@@ -92,9 +92,11 @@ class TwoTenants:
         [email] = [e for e in self.mailer.emails if str(e.message_id) == message_id]
         return email.text_body
 
-    def request_reset(self, tenant: Tenant, user_id: str, email: str) -> tuple[dict[str, Any], str]:
-        """A reset requested with ``tenant``'s send key, and the token its email carries."""
-        response = self.call(tenant, "send", "POST", "/v1/password-resets", {"user_id": user_id, "email": email})
+    def request_reset(self, tenant: Tenant, user_id: str, email: str,
+                      locale: str | None = None) -> tuple[dict[str, Any], str]:
+        """A reset requested with ``tenant``'s send key (in the user's ``locale``), and the token its email carries."""
+        body = {"user_id": user_id, "email": email, **({"locale": locale} if locale else {})}
+        response = self.call(tenant, "send", "POST", "/v1/password-resets", body)
         assert response.status_code == 202, response.text
         created = response.json()
         link = next(line for line in self._body_of(created["message_id"]).splitlines() if "token=" in line)
