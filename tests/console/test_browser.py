@@ -107,7 +107,7 @@ def test_a_reviewer_signs_in_searches_reads_a_case_and_signs_out_with_the_keyboa
     assert shows(browser, "Search")
     assert browser.find_element(By.CSS_SELECTOR, "label[for=q]").text == (
         "User id, request id, message id or email address")
-    assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "nav a")] == ["Search", "Outbox", "Audit"]
+    assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "nav a")] == ["Search", "Outbox", "Audit", "Tenant"]
     shot(browser, "search")
 
     search_for(browser, "no-such-user")
