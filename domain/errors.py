@@ -123,3 +123,13 @@ class LockedOut(AuthledgerError):
     def __init__(self, message: str | None = None, *, retry_at: datetime | None = None) -> None:
         super().__init__(message)
         self.retry_at = retry_at
+
+
+class RecipientSuppressed(AuthledgerError):
+    """The address is on the tenant's suppression list (it bounced for good, or its owner complained); nothing
+    was sent. An admin of the tenant can lift the suppression."""
+
+    # 409: the request is well formed, but the address's state refuses it until someone lifts the suppression.
+    http_status = 409
+    exit_code = 14
+    problem_type = "address-suppressed"

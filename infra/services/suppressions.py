@@ -1,0 +1,119 @@
+"""The suppression list at work: refusing a create to a suppressed address, listing, lifting.
+
+A create's recipient is hashed under every configured token key
+(``infra.services.address_index.candidate_hmacs``), so an address suppressed
+before a key rotation stays suppressed for as long as its key is configured,
+and its hashes are looked up in the ``suppressions`` projection of the
+create's tenant, in the create's own transaction, only when the decision
+queues an email: a replayed idempotency key still answers its first outcome.
+The refusal (``RecipientSuppressed``) rolls the transaction back, so a
+refused create writes nothing.
+
+Lifting is an admin's act, with a reason: one ``SuppressionLifted`` per
+suppressed hash of the address, on each suppressing user's
+``suppression:`` stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from attrs import frozen
+from sqlalchemy import Connection, text
+
+from domain.errors import NotFound, RecipientSuppressed
+from domain.suppression import decide_lift, lift_reason, suppression_stream
+from domain.tenants import check_tenant_name, split_scoped_user
+from domain.tokens import TokenKeys
+from infra.db.pipeline import execute_read
+from infra.services.address_index import candidate_hmacs
+from infra.services.unit_of_work import Admit, ServiceContext, decide_events_on_stream
+
+# The GIN index suppressions_hashes (schema.sql) answers the overlap: the
+# expression must stay exactly string_to_array(hashes, ' ').
+SUPPRESSED = text("""
+    SELECT user_id, hashes FROM suppressions
+     WHERE string_to_array(hashes, ' ') && CAST(:candidates AS text[]) AND tenant = :tenant
+     ORDER BY user_id
+""")
+LISTED = text("""
+    SELECT user_id, hashes, reason, message_id, suppressed_at FROM suppressions
+     WHERE tenant = :tenant AND hashes <> ''
+     ORDER BY suppressed_at DESC, user_id
+""")
+
+
+@frozen
+class Suppression:
+    """One user's suppressed addresses, as the list shows them: never the address, only how many and why."""
+
+    user_id: str  # as the tenant knows it
+    addresses: int
+    reason: str | None  # of the latest: "bounce" or "complaint"
+    message_id: str | None
+    suppressed_at: datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"user_id": self.user_id, "addresses": self.addresses, "reason": self.reason,
+                "message_id": self.message_id,
+                "suppressed_at": self.suppressed_at.isoformat() if self.suppressed_at else None}
+
+
+def suppression_admission(keys: TokenKeys, *, tenant: str, recipient: str) -> Admit:
+    """What a create checks before its decision is appended: a recipient on the list refuses the email."""
+    candidates = candidate_hmacs(keys, recipient)
+
+    def admit(connection: Connection, decision: Any, now: datetime) -> None:
+        if getattr(decision, "emails", None) and execute_read(
+                connection, SUPPRESSED, {"candidates": candidates, "tenant": tenant}):
+            raise RecipientSuppressed()
+
+    return admit
+
+
+def both(first: Admit, second: Admit | None) -> Admit:
+    """``first``, then ``second``: what either raises refuses the decision."""
+    def admit(connection: Connection, decision: Any, now: datetime) -> None:
+        first(connection, decision, now)
+        if second is not None:
+            second(connection, decision, now)
+
+    return admit
+
+
+def list_suppressions(ctx: ServiceContext, tenant: str) -> list[Suppression]:
+    """The tenant's suppressed users, newest suppression first."""
+    check_tenant_name(tenant)
+    with ctx.engine.connect() as connection:
+        rows = connection.execute(LISTED, {"tenant": tenant}).all()
+    return [Suppression(split_scoped_user(row.user_id)[1], len(row.hashes.split()), row.reason,
+                        str(row.message_id) if row.message_id else None, row.suppressed_at) for row in rows]
+
+
+def lift(
+    ctx: ServiceContext, tenant: str, address: str, *, actor: str, reason: str,
+    metadata: Mapping[str, Any] | None = None,
+) -> int:
+    """Lift every suppression of ``address`` in ``tenant``; how many hashes were lifted.
+
+    ``NotFound`` (nothing written) when the address is not suppressed there;
+    ``InvalidInput`` for a blank reason or one that holds an address.
+    """
+    check_tenant_name(tenant)
+    reason = lift_reason(reason)
+    candidates = set(candidate_hmacs(ctx.keys, address))
+    with ctx.engine.connect() as connection:
+        found = connection.execute(SUPPRESSED, {"candidates": sorted(candidates), "tenant": tenant}).all()
+    if not found:
+        raise NotFound("that address is not on this tenant's suppression list")
+    return sum(_lift_one(ctx, row.user_id, sorted(set(row.hashes.split()) & candidates), actor=actor, reason=reason,
+                         metadata=metadata) for row in found)
+
+
+def _lift_one(ctx: ServiceContext, user_id: str, hashes: list[str], *, actor: str, reason: str,
+              metadata: Mapping[str, Any] | None) -> int:
+    return len(decide_events_on_stream(
+        ctx, suppression_stream(user_id), list,
+        lambda _history, now: decide_lift(user_id, hashes, actor=actor, reason=reason, now=now), metadata))
