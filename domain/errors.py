@@ -129,7 +129,8 @@ class RecipientSuppressed(AuthledgerError):
     """The address is on the tenant's suppression list (it bounced for good, or its owner complained); nothing
     was sent. An admin of the tenant can lift the suppression."""
 
-    # 409: the request is well formed, but the address's state refuses it until someone lifts the suppression.
-    http_status = 409
+    # 422, as a create's other refusal of what it was asked (not 409: a create's 409 is "in flight, retry
+    # after", and this one does not pass with time, only when an admin lifts it).
+    http_status = 422
     exit_code = 14
     problem_type = "address-suppressed"

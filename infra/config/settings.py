@@ -91,6 +91,14 @@ class Settings:
             "`https://`; `http://` only to a loopback host.")
     http_provider_key: str | None = _setting("AUTHLEDGER_HTTP_PROVIDER_KEY", None, secret=True,
         doc="API key sent to the HTTP JSON provider.")
+    postmark_webhook_auth: str | None = _setting(
+        "AUTHLEDGER_POSTMARK_WEBHOOK_AUTH", None, values.basic_credentials, secret=True,
+        doc="`user:password` that Postmark's webhooks must present (set them in the webhook's URL at Postmark); "
+            "unset, /v1/providers/postmark/events refuses every post. Deployment-wide.")
+    sendgrid_webhook_public_key: str | None = _setting(
+        "AUTHLEDGER_SENDGRID_WEBHOOK_PUBLIC_KEY", None, values.checked_text(values.ecdsa_p256_public_key),
+        doc="SendGrid's Event Webhook verification key (base64, from its Mail Settings); unset, "
+            "/v1/providers/sendgrid/events refuses every post. Deployment-wide.")
     sender: str = _setting("AUTHLEDGER_SENDER", "authledger <no-reply@authledger.localhost>",
         doc="From address of every email.")
     reset_url: str = _setting("AUTHLEDGER_RESET_URL", "http://localhost:8000/reset", values.https_url, url=True,
