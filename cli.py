@@ -44,6 +44,9 @@ COMMANDS: Mapping[str, tuple[str, str]] = {
                 "Why a link worked or not, and what happened to each email: sentences, then a timeline."),
     "audit": ("commands.audit:audit",
               "Seal the log into a hash chain, sign its head, verify and export it (docs/audit.md)."),
+    "bounces": ("commands.bounces:bounces", "Bounce reports (RFC 3464) from the envelope sender's mailbox."),
+    "suppressions": ("commands.suppressions:suppressions",
+                     "A tenant's suppression list: addresses that bounced for good or complained."),
     "privacy": ("commands.privacy:privacy",
                 "Personal data: erase a user's (crypto-shredding), re-wrap data keys (docs/operations.md)."),
 }
