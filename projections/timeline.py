@@ -198,9 +198,10 @@ def summary(event: object) -> str:
         case email.ProviderComplained():
             return f"recipient complained: marked as spam ({event.source})"
         case suppression.AddressSuppressed():
-            return f"address suppressed ({event.reason}): further creates to it are refused"
+            # The keyed hash, sealed: a reviewer reads it [withheld], a replay after erasure [erased].
+            return f"address {event.address_hmac} suppressed ({event.reason}): further creates to it are refused"
         case suppression.SuppressionLifted():
-            return f"address suppression lifted by {event.actor} ({event.reason})"
+            return f"suppression of address {event.address_hmac} lifted by {event.actor} ({event.reason})"
         case privacy.SubjectErased():
             why = f" ({event.reason})" if event.reason else ""
             return f"personal data erased{why}: {erased_keys(event)}"
