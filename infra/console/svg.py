@@ -51,6 +51,8 @@ LEASE_ENDINGS: dict[type, str] = {
     email.DeliveryAbandoned: "abandoned",
 }
 REQUESTS = (reset_events.ResetRequested, otp_events.OtpChallengeIssued)
+# What the provider reported after accepting an email: a mark on its lane, after the attempt.
+FEEDBACK = (email.ProviderDelivered, email.ProviderBounced, email.ProviderComplained)
 SUPERSESSIONS = (reset_events.ResetSuperseded, otp_events.OtpChallengeSuperseded)
 # Presentations of a link or code, by outcome. A rejected presentation (a used, superseded, expired or
 # erased link or code shown again) is "rejected", its event's reason in data-reason.
@@ -211,6 +213,12 @@ def draw(events: list[RecordedEvent]) -> str:
                 f'data-message="{event.message_id}" data-worker="{_attr(worker)}" data-attempt="{event.attempt}" '
                 f'data-outcome="{outcome}" data-position="{position}">'
                 f'{_title(f"attempt {event.attempt}: {answer} at {format_time(at)}")}</path>')
+        elif isinstance(event, FEEDBACK):
+            y, kind = lane_y(event.message_id), _feedback_kind(event)
+            shapes.append(
+                f'<circle class="feedback {kind}" cx="{x}" cy="{y}" r="5" data-kind="feedback" '
+                f'data-message="{event.message_id}" data-outcome="{kind}" data-position="{position}">'
+                f'{_title(f"{kind} (reported by {event.source}) at {format_time(at)}")}</circle>')
         elif isinstance(event, email.DeliverySkipped | email.DeliveryAbandoned | email.DeliveryRedriven):
             y = lane_y(event.message_id)
             kind = {email.DeliverySkipped: "skipped", email.DeliveryAbandoned: "abandoned",
@@ -269,3 +277,9 @@ def _lease_bar(lease: _Lease, scale: _Scale, y: float) -> str:
             f'height="{BAR}" rx="3" data-kind="lease" data-message="{lease.message_id}" '
             f'data-worker="{_attr(lease.worker)}" data-attempt="{lease.attempt}" data-outcome="{lease.outcome}" '
             f'data-lease="{lease.token}">{_title(told)}</rect>')
+
+
+def _feedback_kind(event: email.ProviderDelivered | email.ProviderBounced | email.ProviderComplained) -> str:
+    if isinstance(event, email.ProviderBounced):
+        return "bounced" if event.permanent else "bounced-transient"
+    return "delivered" if isinstance(event, email.ProviderDelivered) else "complained"
