@@ -99,6 +99,9 @@ class Settings:
         "AUTHLEDGER_SENDGRID_WEBHOOK_PUBLIC_KEY", None, values.checked_text(values.ecdsa_p256_public_key),
         doc="SendGrid's Event Webhook verification key (base64, from its Mail Settings); unset, "
             "/v1/providers/sendgrid/events refuses every post. Deployment-wide.")
+    bounce_maildir: Path | None = _setting("AUTHLEDGER_BOUNCE_MAILDIR", None, Path,
+        doc="A Maildir of bounce reports (RFC 3464) that `serve` reads every 30 s, as `authledger bounces ingest "
+            "--maildir` does; unset, nothing watches one.")
     sender: str = _setting("AUTHLEDGER_SENDER", "authledger <no-reply@authledger.localhost>",
         doc="From address of every email.")
     reset_url: str = _setting("AUTHLEDGER_RESET_URL", "http://localhost:8000/reset", values.https_url, url=True,

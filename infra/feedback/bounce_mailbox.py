@@ -11,7 +11,9 @@ not fatal to the run. Moving is ``rename`` within one Maildir: atomic.
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,11 @@ from attrs import field, frozen
 
 from domain.errors import AuthledgerError, InvalidInput, NotFound
 from infra.feedback.dsn import read_report
+from infra.logs import error_line, log_event
 from infra.services.feedback import record_feedback
 from infra.services.unit_of_work import ServiceContext
+
+log = logging.getLogger("authledger.bounces")
 
 SEEN, FLAGGED = ":2,S", ":2,F"  # Maildir info: read, and read but set aside
 
@@ -70,3 +75,27 @@ def ingest_maildir(
         if progress is not None:
             progress(1)
     return Ingested(recorded, repeated, bad)
+
+
+class BounceMailboxWatcher:
+    """Ingests the bounce Maildir every ``interval_seconds`` beside the API until ``stop()``; an outage or a
+    missing folder is logged, not fatal (``serve`` runs it when AUTHLEDGER_BOUNCE_MAILDIR is set)."""
+
+    def __init__(self, ctx: ServiceContext, path: Path, *, metadata: Mapping[str, Any] | None = None,
+                 interval_seconds: float = 30.0) -> None:
+        self.ctx, self.path, self.metadata, self.interval_seconds = ctx, path, metadata, interval_seconds
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                done = ingest_maildir(self.ctx, self.path, self.metadata)
+                if done.recorded or done.repeated or done.bad:
+                    log_event(log, "bounce reports read", recorded=done.recorded, repeated=done.repeated,
+                              set_aside=len(done.bad))
+            except Exception as error:  # noqa: BLE001 - logged; the loop outlives any one failure
+                log_event(log, "reading bounce reports failed; retrying", logging.ERROR, error=error_line(error))
+            self.stopping.wait(self.interval_seconds)
+
+    def stop(self) -> None:
+        self.stopping.set()

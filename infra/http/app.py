@@ -49,7 +49,7 @@ def create_app(
     ctx: ServiceContext, *, worker: Worker | None = None, catch_up: CatchUpRunner | None = None,
     closed_counts: ClosedCountsWriter | None = None, max_body_bytes: int = MAX_BODY_BYTES, reset_page: bool = False,
     console: Console | None = None, threads: int | None = None, body_seconds: float = BODY_SECONDS,
-    webhooks: ProviderWebhooks | None = None,
+    webhooks: ProviderWebhooks | None = None, bounces: Background | None = None,
 ) -> Starlette:
     """The API over ``ctx``, and the review console at /console; ``worker``, ``catch_up`` and
     ``closed_counts`` run in threads.
@@ -58,6 +58,7 @@ def create_app(
     ``threads``: how many requests run at once in the threadpool (anyio's default, 40, without).
     ``body_seconds``: how long a request's body may take to arrive (``infra.http.deadlines``).
     ``webhooks``: the proofs the Postmark and SendGrid routes check (none: they refuse every post).
+    ``bounces``: a watcher of the bounce Maildir (``infra.feedback.bounce_mailbox``), run in a thread too.
     """
     api = Api(ctx, max_body_bytes=max_body_bytes, worker=worker)
     console = console or Console(ctx)
@@ -103,7 +104,8 @@ def create_app(
         routes=routes,
         middleware=[Middleware(RequestContext), Middleware(BodyDeadline, seconds=body_seconds)],
         exception_handlers={AuthledgerError: on_error, HTTPException: on_http_error},
-        lifespan=_lifespan(api, [part for part in (worker, catch_up, closed_counts) if part is not None], threads),
+        lifespan=_lifespan(api, [part for part in (worker, catch_up, closed_counts, bounces) if part is not None],
+                           threads),
     )
 
 

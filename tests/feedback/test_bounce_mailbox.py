@@ -90,3 +90,27 @@ def test_what_is_no_delivery_status_report_is_refused_by_name(raw: bytes) -> Non
 def test_a_folder_that_is_no_maildir_exits_with_the_input_code(env: Env, tmp_path: Path) -> None:
     code, out = cli_outcome(env, "bounces", "ingest", "--maildir", str(tmp_path / "nothing"))
     assert code == 2 and "is not a Maildir" in out
+
+
+def test_the_watcher_serve_runs_reads_a_report_that_arrives_while_it_runs(
+    ctx: ServiceContext, tmp_path: Path,
+) -> None:
+    import threading
+
+    from infra.feedback.bounce_mailbox import BounceMailboxWatcher
+    from infra.services.suppressions import list_suppressions
+    from tests.support.waiting import wait_until
+
+    message_id = sent_reset(ctx, "42", "ada@example.test")
+    box = maildir(tmp_path)
+    watcher = BounceMailboxWatcher(ctx, box, interval_seconds=0.05)
+    thread = threading.Thread(target=watcher.run)
+    thread.start()
+    try:
+        (box / "tmp" / "r1").write_bytes(report("dsn_permanent.eml", message_id))
+        (box / "tmp" / "r1").rename(box / "new" / "r1")  # as an MDA delivers: written in tmp/, moved to new/
+        wait_until(lambda: (box / "cur" / "r1:2,S").exists(), what="the report read and moved to cur/")
+    finally:
+        watcher.stop()
+        thread.join()
+    assert [s.user_id for s in list_suppressions(ctx, "default")] == ["42"]
