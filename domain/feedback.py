@@ -48,10 +48,10 @@ def check_feedback(kind: object, source: str, *, permanent: object = False, diag
         raise InvalidInput("permanent must be true or false")
     if not isinstance(diagnostic, str) or len(diagnostic) > MAX_DIAGNOSTIC:
         raise InvalidInput(f"diagnostic must be text of at most {MAX_DIAGNOSTIC} characters")
-    # Servers fold long replies over several lines: kept as one, so that it reads as one in a timeline.
-    one_line = " ".join(diagnostic.split())
-    if not one_line.isprintable():
-        raise InvalidInput("diagnostic must be plain text, without control characters")
+    # A server's own words, taken as they come: folded onto one line (servers fold long replies), and
+    # anything unprintable (a control character, a lone surrogate) read as a space, so that it reads as one
+    # line in a timeline and can never forge a log line.
+    one_line = " ".join("".join(c if c.isprintable() else " " for c in diagnostic).split())
     return Feedback(str(kind), source, permanent if kind == "bounce" else False, one_line)
 
 

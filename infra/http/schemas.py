@@ -263,7 +263,7 @@ PROVIDER_EVENT = {
     "type": "object",
     "properties": {
         "message_id": {**UUID, "description": "authledger's id of the email (the create's `message_id`)."},
-        "provider_message_id": {"type": "string", "minLength": 1, "maxLength": 255,
+        "provider_message_id": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": f"^{ASCII_TOKEN}+$",
                                 "description": "The id the provider answered when it accepted the email."},
         "type": {"type": "string", "enum": ["delivered", "bounce", "complaint"],
                  "description": "What the provider reports: handed to the recipient's server, refused by it, or "
@@ -273,8 +273,9 @@ PROVIDER_EVENT = {
                                      "status); a permanent bounce suppresses the address, a transient one does "
                                      "not. Ignored for other types."},
         "diagnostic": {"type": "string", "maxLength": 1000, "default": "",
-                       "description": "The receiving server's words, e.g. `550 5.1.1 user unknown`. Stored sealed "
-                                      "under the user's data key (it often repeats the address)."},
+                       "description": "The receiving server's words, e.g. `550 5.1.1 user unknown`, kept on one "
+                                      "line (unprintable characters read as spaces). Stored sealed under the user's "
+                                      "data key (it often repeats the address)."},
     },
     "required": ["type"],
     "additionalProperties": False,

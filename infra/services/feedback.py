@@ -45,8 +45,11 @@ class MessageRef:
     def __attrs_post_init__(self) -> None:
         if (self.message_id is None) == (self.provider_message_id is None):
             raise InvalidInput("give exactly one of message_id or provider_message_id")
-        if self.provider_message_id is not None and not 0 < len(self.provider_message_id) <= MAX_PROVIDER_ID:
-            raise InvalidInput(f"provider_message_id must be 1-{MAX_PROVIDER_ID} characters")
+        given = self.provider_message_id
+        if given is not None and not (0 < len(given) <= MAX_PROVIDER_ID and given.isascii() and given.isprintable()
+                                      and " " not in given):
+            raise InvalidInput(f"provider_message_id must be 1-{MAX_PROVIDER_ID} printable ASCII characters, "
+                               "no spaces")
 
 
 @frozen
