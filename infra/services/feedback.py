@@ -19,16 +19,18 @@ from typing import Any
 from uuid import UUID
 
 from attrs import frozen
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
 from domain.email import email_stream
 from domain.errors import InvalidInput, NotFound
 from domain.feedback import Feedback, decide_feedback
 from domain.suppression import AddressSuppressed
+from domain.privacy import request_streams
 from domain.tenants import tenant_of
 from infra.db import tables
 from infra.services.address_index import address_hmac
-from infra.services.unit_of_work import ServiceContext, decide_events_on_stream
+from infra.services.locks import lock_streams
+from infra.services.unit_of_work import ServiceContext, StreamOf, decide_events_on_stream
 
 MAX_PROVIDER_ID = 255
 OUTBOX = tables.email_outbox
@@ -62,8 +64,20 @@ class FeedbackRecorded:
         return {"message_id": str(self.message_id), "recorded": self.recorded, "suppressed": self.suppressed}
 
 
-def find_message(ctx: ServiceContext, ref: MessageRef, *, tenant: str | None) -> UUID:
-    """The message ``ref`` names, within ``tenant`` (None: any, for deployment-wide webhooks); else ``NotFound``."""
+def sealing_for(user_id: str, stream_id: str) -> StreamOf:
+    """``stream_id``, decided on after the locks of the user's request streams are held, as every write that
+    seals a user's personal data is (``domain.privacy.request_streams``): an erasure in flight is waited for,
+    and what is sealed after it reads the recipient ``[erased]``, never seals it again under a new key."""
+    def stream_of(connection: Connection) -> str:
+        lock_streams(connection, request_streams(user_id))
+        return stream_id
+
+    return stream_of
+
+
+def find_message(ctx: ServiceContext, ref: MessageRef, *, tenant: str | None) -> tuple[UUID, str]:
+    """The message ``ref`` names and its (scoped) user, within ``tenant`` (None: any, for deployment-wide
+    webhooks); else ``NotFound``."""
     column = OUTBOX.c.message_id if ref.message_id is not None else OUTBOX.c.provider_message_id
     value: object = ref.message_id if ref.message_id is not None else ref.provider_message_id
     query = select(OUTBOX.c.message_id, OUTBOX.c.user_id).where(column == value).order_by(OUTBOX.c.queued_at)
@@ -71,8 +85,7 @@ def find_message(ctx: ServiceContext, ref: MessageRef, *, tenant: str | None) ->
         found = [row for row in connection.execute(query) if tenant is None or tenant_of(row.user_id) == tenant]
     if not found:
         raise NotFound(UNKNOWN)
-    message_id: UUID = found[-1].message_id
-    return message_id
+    return found[-1].message_id, found[-1].user_id
 
 
 def record_feedback(
@@ -83,7 +96,7 @@ def record_feedback(
 
     The same report again records nothing (``recorded`` is False).
     """
-    message_id = find_message(ctx, ref, tenant=tenant)
+    message_id, user_id = find_message(ctx, ref, tenant=tenant)
 
     def hash_of(recipient: str) -> str | None:
         try:
@@ -92,6 +105,6 @@ def record_feedback(
             return None
 
     events = decide_events_on_stream(
-        ctx, email_stream(message_id), list,
+        ctx, sealing_for(user_id, email_stream(message_id)), list,
         lambda history, now: decide_feedback(history, feedback, now=now, address_hash=hash_of), metadata)
     return FeedbackRecorded(message_id, bool(events), any(isinstance(e, AddressSuppressed) for e in events))

@@ -29,6 +29,7 @@ from domain.tenants import check_tenant_name, split_scoped_user
 from domain.tokens import TokenKeys
 from infra.db.pipeline import execute_read
 from infra.services.address_index import candidate_hmacs
+from infra.services.feedback import sealing_for
 from infra.services.unit_of_work import Admit, ServiceContext, decide_events_on_stream
 
 # The GIN index suppressions_hashes (schema.sql) answers the overlap: the
@@ -108,12 +109,29 @@ def lift(
         found = connection.execute(SUPPRESSED, {"candidates": sorted(candidates), "tenant": tenant}).all()
     if not found:
         raise NotFound("that address is not on this tenant's suppression list")
-    return sum(_lift_one(ctx, row.user_id, sorted(set(row.hashes.split()) & candidates), actor=actor, reason=reason,
-                         metadata=metadata) for row in found)
+    lifted = sum(_lift_one(ctx, row.user_id, sorted(set(row.hashes.split()) & candidates), actor=actor,
+                           reason=reason, metadata=metadata) for row in found)
+    if not lifted:  # lifted or erased meanwhile, by someone who came first
+        raise NotFound("that address is not on this tenant's suppression list")
+    return lifted
+
+
+ROW_HASHES = text("SELECT hashes FROM suppressions WHERE user_id = :user_id")
 
 
 def _lift_one(ctx: ServiceContext, user_id: str, hashes: list[str], *, actor: str, reason: str,
               metadata: Mapping[str, Any] | None) -> int:
+    """Lift ``hashes`` of one user, those still suppressed once the user's locks are held: an erasure or
+    another lift that came first leaves nothing to lift (and nothing is sealed again under a new key)."""
+    still: list[str] = []
+    locked = sealing_for(user_id, suppression_stream(user_id))
+
+    def stream_of(connection: Connection) -> str:
+        stream_id = locked(connection)
+        current = set((connection.execute(ROW_HASHES, {"user_id": user_id}).scalar() or "").split())
+        still[:] = [h for h in hashes if h in current]
+        return stream_id
+
     return len(decide_events_on_stream(
-        ctx, suppression_stream(user_id), list,
-        lambda _history, now: decide_lift(user_id, hashes, actor=actor, reason=reason, now=now), metadata))
+        ctx, stream_of, list, lambda _history, now: decide_lift(user_id, still, actor=actor, reason=reason, now=now),
+        metadata))
