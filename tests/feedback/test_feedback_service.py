@@ -117,3 +117,45 @@ def test_erasure_leaves_no_readable_suppression(ctx: ServiceContext) -> None:
         assert connection.execute(text("SELECT hashes FROM suppressions")).scalars().all() == [""]
     request_reset(ctx, RequestReset("7", "ada@example.test"))  # nothing of the erased user's address refuses it
     assert_projections_match_log(ctx.engine)
+
+
+def test_the_same_webhook_posted_by_eight_threads_at_once_is_recorded_once(ctx: ServiceContext) -> None:
+    import threading
+
+    message_id = sent_reset(ctx, "42", "ada@example.test")
+    start, outcomes = threading.Barrier(8), []
+
+    def post() -> None:
+        start.wait()
+        outcomes.append(record_feedback(ctx, MessageRef(provider_message_id=f"rec-{message_id}"), HARD_BOUNCE,
+                                        tenant="default").recorded)
+
+    threads = [threading.Thread(target=post) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sorted(outcomes) == [False] * 7 + [True]
+    with ctx.engine.connect() as connection:
+        told = connection.execute(text("SELECT event_type FROM events WHERE stream_id = :s ORDER BY stream_version"),
+                                  {"s": f"email:{message_id}"}).scalars().all()
+    assert told[-2:] == ["ProviderBounced", "AddressSuppressed"] and told.count("ProviderBounced") == 1
+    assert_projections_match_log(ctx.engine)
+
+
+def test_history_and_the_timeline_tell_the_bounce_too(ctx: ServiceContext) -> None:
+    from infra.review.history import history
+    from infra.review.timeline import message_timeline
+
+    message_id = sent_reset(ctx, "42", "ada@example.test")
+    record_feedback(ctx, MessageRef(message_id=message_id), HARD_BOUNCE, tenant="default")
+
+    told = [f.sentence for f in history(ctx.engine, "42", now=ctx.clock.now()).findings]
+    rows = message_timeline(ctx, message_id).as_json()["events"]
+
+    assert any("bounced for good" in s for s in told), told
+    payloads = {r["type"]: r["payload"] for r in rows}
+    # A reviewer reads the diagnostic as the address, in plain text; the suppressed hash stays withheld.
+    assert payloads["ProviderBounced"]["diagnostic"] == "550 5.1.1 <ada@example.test>: no such user"
+    assert payloads["AddressSuppressed"]["address_hmac"] == "[withheld]"
