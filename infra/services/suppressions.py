@@ -27,7 +27,8 @@ from domain.errors import NotFound, RecipientSuppressed
 from domain.suppression import decide_lift, lift_reason, suppression_stream
 from domain.tenants import check_tenant_name, split_scoped_user
 from domain.tokens import TokenKeys
-from infra.db.pipeline import execute_read
+from infra.db.pipeline import Pending, execute_deferred, execute_read
+from infra.errors import RateLimited
 from infra.services.address_index import candidate_hmacs
 from infra.services.feedback import sealing_for
 from infra.services.unit_of_work import Admit, ServiceContext, decide_events_on_stream
@@ -62,26 +63,40 @@ class Suppression:
                 "suppressed_at": self.suppressed_at.isoformat() if self.suppressed_at else None}
 
 
-def suppression_admission(keys: TokenKeys, *, tenant: str, recipient: str) -> Admit:
-    """What a create checks before its decision is appended: a recipient on the list refuses the email."""
+def suppression_admission(keys: TokenKeys, *, tenant: str, recipient: str, then: Admit | None) -> Admit:
+    """What a create checks before its decision is appended: a recipient on the list refuses the email
+    (``RecipientSuppressed``), then ``then`` (the limits' counters).
+
+    The look-up is sent ahead of the counters and its answer comes back with
+    theirs: it costs the create a statement, not a wait. A suppressed address
+    is refused as such even when a counter is full too: that refusal says
+    what a retry cannot change.
+    """
     candidates = candidate_hmacs(keys, recipient)
+    params = {"candidates": candidates, "tenant": tenant}
 
     def admit(connection: Connection, decision: Any, now: datetime) -> None:
-        if getattr(decision, "emails", None) and execute_read(
-                connection, SUPPRESSED, {"candidates": candidates, "tenant": tenant}):
-            raise RecipientSuppressed()
+        if not getattr(decision, "emails", None):
+            if then is not None:
+                then(connection, decision, now)
+            return
+        asked = execute_deferred(connection, SUPPRESSED, params, answer=True)
+        try:
+            if then is not None:
+                then(connection, decision, now)
+        except RateLimited:
+            _refuse_if_suppressed(connection, asked, params)
+            raise
+        _refuse_if_suppressed(connection, asked, params)
 
     return admit
 
 
-def both(first: Admit, second: Admit | None) -> Admit:
-    """``first``, then ``second``: what either raises refuses the decision."""
-    def admit(connection: Connection, decision: Any, now: datetime) -> None:
-        first(connection, decision, now)
-        if second is not None:
-            second(connection, decision, now)
-
-    return admit
+def _refuse_if_suppressed(connection: Connection, asked: Pending, params: dict[str, Any]) -> None:
+    # No counter waited (none applied): ask again, and wait for it now.
+    rows = asked.all() if asked.answered else execute_read(connection, SUPPRESSED, params)
+    if rows:
+        raise RecipientSuppressed()
 
 
 def list_suppressions(ctx: ServiceContext, tenant: str) -> list[Suppression]:
