@@ -159,3 +159,17 @@ def test_history_and_the_timeline_tell_the_bounce_too(ctx: ServiceContext) -> No
     # A reviewer reads the diagnostic as the address, in plain text; the suppressed hash stays withheld.
     assert payloads["ProviderBounced"]["diagnostic"] == "550 5.1.1 <ada@example.test>: no such user"
     assert payloads["AddressSuppressed"]["address_hmac"] == "[withheld]"
+
+
+def test_a_suppressed_address_is_refused_as_such_when_its_hourly_count_is_full_too(ctx: ServiceContext) -> None:
+    import attrs
+
+    from domain.send_limits import SendLimits
+
+    limited = attrs.evolve(ctx, send_limits=SendLimits(per_address=2, per_address_per_ip=1))
+    message_id = sent_reset(limited, "42", "ada@example.test")
+    request_reset(limited, RequestReset("43", "ada@example.test"))  # the address's second email: its count is full
+    record_feedback(limited, MessageRef(message_id=message_id), HARD_BOUNCE, tenant="default")
+
+    with pytest.raises(RecipientSuppressed):  # not RateLimited: waiting would not help
+        request_reset(limited, RequestReset("44", "ada@example.test"))
