@@ -46,6 +46,9 @@ COMMANDS: Mapping[str, tuple[str, str]] = {
               "Seal the log into a hash chain, sign its head, verify and export it (docs/audit.md)."),
     "users": ("commands.users:users",
               "Support actions on a user: withdraw their open links and codes, or send them a fresh one."),
+    "bounces": ("commands.bounces:bounces", "Bounce reports (RFC 3464) from the envelope sender's mailbox."),
+    "suppressions": ("commands.suppressions:suppressions",
+                     "A tenant's suppression list: addresses that bounced for good or complained."),
     "privacy": ("commands.privacy:privacy",
                 "Personal data: erase a user's (crypto-shredding), re-wrap data keys (docs/operations.md)."),
 }

@@ -531,6 +531,29 @@ CREATE INDEX IF NOT EXISTS console_sessions_by_last_seen ON console_sessions (la
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON console_sessions TO authledger_app;
 
+-- The suppression list (issue 39, projections/suppressions.py): per scoped
+-- user, the keyed hashes ("<key id>:<hex HMAC>", space-separated) of their
+-- addresses that bounced for good or were complained about. A create looks
+-- its recipient's hashes up by the GIN index, within the tenant
+-- (infra/services/suppressions.py). Never an address; emptied when the user
+-- is erased, as address_index is.
+CREATE TABLE IF NOT EXISTS suppressions (
+    user_id        text PRIMARY KEY,
+    tenant         text NOT NULL,
+    hashes         text NOT NULL,
+    reason         text CHECK (reason IN ('bounce', 'complaint')),
+    message_id     uuid,
+    suppressed_at  timestamptz
+);
+CREATE INDEX IF NOT EXISTS suppressions_hashes ON suppressions USING gin (string_to_array(hashes, ' '));
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON suppressions TO authledger_app;
+
+-- A provider's webhook names the email by the id the provider gave it at
+-- ProviderAccepted (infra/services/feedback.py). Partial: unsent mail has none.
+CREATE INDEX IF NOT EXISTS email_outbox_by_provider_id ON email_outbox (provider_message_id)
+    WHERE provider_message_id IS NOT NULL;
+
 -- What each version brought; `authledger db init` takes any older database to
 -- the newest by re-applying this idempotent file.
 --   1  the log, its guards, the inline and catch-up projections, seals, subject keys
@@ -549,5 +572,6 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON console_sessions TO authledger_app;
 --   7  email_outbox.unknown_outcomes and the 'unknown' state (a non-idempotent provider's
 --      message is not sent again past the retries an unknown outcome allows);
 --      tenant_settings.overrides (a tenant's branding, templates and policy overrides) and
---      .takeover_changes
+--      .takeover_changes; suppressions (the per-tenant suppression list);
+--      email_outbox_by_provider_id (provider feedback finds its email by the provider's id)
 INSERT INTO schema_version (version) VALUES (1), (2), (3), (4), (5), (6), (7) ON CONFLICT DO NOTHING;

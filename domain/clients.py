@@ -31,7 +31,8 @@ from domain.tenants import DEFAULT_TENANT
 CLIENT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 
 # What a key may do. Each HTTP operation needs one of these.
-SCOPES = ("send", "verify", "review", "admin", "metrics", "operator")
+# ``provider-events``: report what a provider said about an email (POST /v1/providers/generic/events).
+SCOPES = ("send", "verify", "review", "admin", "metrics", "provider-events", "operator")
 # The deployment's own view (/metrics across every tenant: the process, the
 # pool, the queue as a whole). Only the operator at the machine (the CLI)
 # grants it: a tenant's admin key never can, nor can it rotate a key that

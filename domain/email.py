@@ -137,3 +137,42 @@ class DeliveryRedriven:
     redriven_at: datetime
     actor: str
     reason: str
+
+
+# What the provider told afterwards (its webhook, or a bounce report read
+# from a mailbox). ``source`` names the channel: "generic", "postmark",
+# "sendgrid" or "smtp". ``user_id`` is the message's (scoped) user, so that a
+# diagnostic, which often repeats the address, is sealed under their key.
+FEEDBACK_SOURCES = ("generic", "postmark", "sendgrid", "smtp")
+
+
+@frozen
+class ProviderDelivered:
+    """The provider handed the email to the recipient's mail server."""
+
+    message_id: UUID
+    user_id: str
+    delivered_at: datetime
+    source: str
+
+
+@frozen
+class ProviderBounced:
+    """The recipient's mail server refused the email: for good (``permanent``) or for now."""
+
+    message_id: UUID
+    user_id: str
+    bounced_at: datetime
+    source: str
+    permanent: bool
+    diagnostic: str  # the server's own words, e.g. "550 5.1.1 user unknown"; personal data (sealed)
+
+
+@frozen
+class ProviderComplained:
+    """The recipient marked the email as spam."""
+
+    message_id: UUID
+    user_id: str
+    complained_at: datetime
+    source: str

@@ -212,3 +212,16 @@ class LockedOut(AuthledgerError):
     def __init__(self, message: str | None = None, *, retry_at: datetime | None = None) -> None:
         super().__init__(message)
         self.retry_at = retry_at
+
+
+class RecipientSuppressed(AuthledgerError):
+    """The address is on the tenant's suppression list (a permanent bounce or a complaint); nothing was sent."""
+
+    # An admin of the tenant lifts a suppression with a reason (docs/feedback.md).
+
+    # 422, as a create's other refusal of what it was asked (not 409: a create's 409 is "in flight, retry
+    # after", and this one does not pass with time, only when an admin lifts it).
+    http_status = 422
+    exit_code = 14
+    problem_type = "address-suppressed"
+    problem_code = "address_suppressed"

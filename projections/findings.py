@@ -20,7 +20,7 @@ from uuid import UUID
 
 from attrs import define, field, frozen
 
-from domain import counting, email, otp_events, outage, privacy, request_rules, reset_events
+from domain import counting, email, otp_events, outage, privacy, request_rules, reset_events, suppression
 from domain.log import RecordedEvent
 from domain.support import SUPPORT_REASON
 from domain.tenants import split_scoped_user
@@ -218,6 +218,11 @@ def _request_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
                                         r.event_type, pos, at, finding_ids(request_id=e.request_id)))
         case privacy.SubjectErased():
             story.user_notes.append(Finding(_erasure(e, r, at), r.event_type, pos, at, finding_ids(user_id=e.user_id)))
+        case suppression.SuppressionLifted():
+            user_id = split_scoped_user(e.user_id)[1]
+            story.user_notes.append(Finding(
+                f"The suppression of an address of user {user_id} was lifted by {e.actor} at {T(at)} (reason: "
+                f"{e.reason}): mail to it is sent again.", r.event_type, pos, at, finding_ids(user_id=user_id)))
 
 
 def _erasure(e: privacy.SubjectErased, r: RecordedEvent, at: datetime | None) -> str:
@@ -239,6 +244,11 @@ def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
     if message is None:
         return
     label, current = email_label(story, e.message_id), message.attempts[-1] if message.attempts else None
+    told = feedback_sentence(e, label, at)
+    if told is not None:  # what the provider said later: it ends no attempt
+        message.said.append(Finding(told, r.event_type, pos, at, finding_ids(request_id=message.request_id,
+                                                                         message_id=e.message_id)))
+        return
     by = f" by {current.owner}" if current is not None else ""
     match e:
         case email.LeaseClaimed():
@@ -306,6 +316,32 @@ def _email_event(story: Story, r: RecordedEvent, at: datetime | None) -> None:
         current.ended = ended
     message.said.append(Finding(said, r.event_type, pos, at, finding_ids(request_id=message.request_id,
                                                                    message_id=e.message_id)))
+
+
+def feedback_sentence(e: object, label: str, at: datetime | None) -> str | None:
+    """What the provider reported about an email after accepting it, and the suppression that followed."""
+    via = {"generic": "the provider", "smtp": "a bounce report (RFC 3464) in the bounce mailbox"}
+    match e:
+        case email.ProviderDelivered():
+            return f"{label} was delivered to the recipient's mail server at {T(at)}, as {_source(e.source)} reported."
+        case email.ProviderBounced(permanent=True):
+            return (f"{label} bounced for good at {T(at)}, as {via.get(e.source, _source(e.source))} reported: "
+                    f"{e.diagnostic or 'no diagnostic given'}. The address will not take mail.")
+        case email.ProviderBounced():
+            return (f"{label} bounced for now at {T(at)} (a transient failure), as "
+                    f"{via.get(e.source, _source(e.source))} reported: {e.diagnostic or 'no diagnostic given'}.")
+        case email.ProviderComplained():
+            return f"{label}'s recipient marked it as spam at {T(at)}, as {_source(e.source)} reported."
+        case suppression.AddressSuppressed():
+            why = "bounced for good" if e.reason == "bounce" else "its recipient complained"
+            return (f"Because {label} {why}, its address was put on the tenant's suppression list at {T(at)}: "
+                    "further resets and codes to it are refused (address_suppressed) until an admin lifts it.")
+    return None
+
+
+def _source(source: str) -> str:
+    return {"postmark": "Postmark's webhook", "sendgrid": "SendGrid's event webhook",
+            "smtp": "a bounce report"}.get(source, "the provider")
 
 
 def outage_sentence(event: outage.ProviderOutageBegan | outage.ProviderOutageEnded) -> str:

@@ -19,14 +19,15 @@ from uuid import UUID
 
 from attrs import asdict, frozen
 
-from domain import clients, counting, email, otp_events, outage, privacy, request_rules, reset_events, tenants
+from domain import clients, counting, email, otp_events, outage, privacy, request_rules, reset_events, suppression
+from domain import tenants
 from domain.log import RecordedEvent
 
 TIME_FIELDS = (
     "requested_at", "issued_at", "completed_at", "refused_at", "claimed_at", "expired_at", "released_at",
     "failed_at", "accepted_at", "skipped_at", "abandoned_at", "verified_at", "locked_at", "bound_at",
     "available_at", "erased_at", "created_at", "revoked_at", "rewrapped_at", "rejected_at", "settled_at",
-    "invalidated_at",
+    "invalidated_at", "delivered_at", "bounced_at", "complained_at", "suppressed_at", "lifted_at",
 )
 
 
@@ -200,6 +201,18 @@ def summary(event: object) -> str:
                     f"({event.last_error}); it may have arrived")
         case email.DeliveryRedriven():
             return f"re-driven by {event.actor} ({event.reason}): queued again"
+        case email.ProviderDelivered():
+            return f"delivered to the recipient's server ({event.source})"
+        case email.ProviderBounced():
+            return (f"bounced {'for good' if event.permanent else 'for now'} ({event.source}): "
+                    f"{event.diagnostic or 'no diagnostic'}")
+        case email.ProviderComplained():
+            return f"recipient complained: marked as spam ({event.source})"
+        case suppression.AddressSuppressed():
+            # The keyed hash, sealed: a reviewer reads it [withheld], a replay after erasure [erased].
+            return f"address {event.address_hmac} suppressed ({event.reason}): further creates to it are refused"
+        case suppression.SuppressionLifted():
+            return f"suppression of address {event.address_hmac} lifted by {event.actor} ({event.reason})"
         case privacy.SubjectErased():
             why = f" ({event.reason})" if event.reason else ""
             return f"personal data erased{why}: {erased_keys(event)}"

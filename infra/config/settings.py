@@ -95,6 +95,17 @@ class Settings:
             "`https://`; `http://` only to a loopback host.")
     http_provider_key: str | None = _setting("AUTHLEDGER_HTTP_PROVIDER_KEY", None, secret=True,
         doc="API key sent to the HTTP JSON provider.")
+    postmark_webhook_auth: str | None = _setting(
+        "AUTHLEDGER_POSTMARK_WEBHOOK_AUTH", None, values.basic_credentials, secret=True,
+        doc="`user:password` that Postmark's webhooks must present (set them in the webhook's URL at Postmark); "
+            "unset, /v1/providers/postmark/events refuses every post. Deployment-wide.")
+    sendgrid_webhook_public_key: str | None = _setting(
+        "AUTHLEDGER_SENDGRID_WEBHOOK_PUBLIC_KEY", None, values.checked_text(values.ecdsa_p256_public_key),
+        doc="SendGrid's Event Webhook verification key (base64, from its Mail Settings); unset, "
+            "/v1/providers/sendgrid/events refuses every post. Deployment-wide.")
+    bounce_maildir: Path | None = _setting("AUTHLEDGER_BOUNCE_MAILDIR", None, Path,
+        doc="A Maildir of bounce reports (RFC 3464) that `serve` reads every 30 s, as `authledger bounces ingest "
+            "--maildir` does; unset, nothing watches one.")
     sender: str = _setting("AUTHLEDGER_SENDER", "authledger <no-reply@authledger.localhost>", values.sender,
         doc="From address of every email, `name@example.com` or `Name <name@example.com>`: one plain address, "
             "a display name without quotes, @ or brackets. A tenant's `--sender` and `--sender-name` replace it "

@@ -13,6 +13,7 @@ import base64
 import binascii
 import re
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import unquote
 
 from attrs import frozen
@@ -294,3 +295,23 @@ def support_contact(raw: str) -> str:
         return check_support_contact(raw)
     except InvalidInput as error:
         raise ValueError(error.message) from None
+def basic_credentials(raw: str) -> str:
+    """``user:password`` for HTTP basic auth: both parts non-empty, no control characters; never repeated."""
+    user, colon, password = raw.partition(":")
+    if not colon or not user or not password or not raw.isprintable():
+        raise ValueError("must be user:password, both non-empty (the credentials set in the webhook's URL)")
+    return raw
+
+
+def ecdsa_p256_public_key(raw: str) -> Any:
+    """An ECDSA P-256 public key from base64 DER (SubjectPublicKeyInfo), as SendGrid shows its verification key."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import load_der_public_key
+
+    try:
+        key = load_der_public_key(base64.b64decode(raw.strip(), validate=True))
+    except (binascii.Error, ValueError):
+        raise ValueError("is not a base64 DER public key") from None
+    if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP256R1):
+        raise ValueError("must be an ECDSA P-256 public key, as SendGrid gives")
+    return key

@@ -74,6 +74,8 @@ LEASE_ENDINGS: dict[type, str] = {
     email.DeliveryAbandoned: "abandoned",
 }
 REQUESTS = (reset_events.ResetRequested, otp_events.OtpChallengeIssued)
+# What the provider reported after accepting an email: a mark on its lane, after the attempt.
+FEEDBACK = (email.ProviderDelivered, email.ProviderBounced, email.ProviderComplained)
 SUPERSESSIONS = (reset_events.ResetSuperseded, otp_events.OtpChallengeSuperseded)
 # Presentations of a link or code, by outcome. A rejected presentation (a used, superseded, expired or
 # erased link or code shown again) is "rejected", its event's reason in data-reason.
@@ -341,6 +343,14 @@ def _mark_of(r: RecordedEvent, at: datetime, x: float, order: dict[UUID, int], a
                     f'data-outcome="{outcome}" data-position="{position}">'
                     f'{told(f"attempt {event.attempt}: {answer}", at)}</path>')
         return Mark(order[event.message_id], x, 6, label), render
+    if isinstance(event, FEEDBACK):
+        reported = _feedback_kind(event)
+
+        def render(x: float, y: float) -> str:
+            return (f'<circle class="feedback {reported}" cx="{x}" cy="{y}" r="5" data-kind="feedback" '
+                    f'data-message="{event.message_id}" data-outcome="{reported}" data-position="{position}">'
+                    f'{told(f"{reported} (reported by {event.source})", at)}</circle>')
+        return Mark(order[event.message_id], x, 5, reported), render
     if isinstance(event, email.DeliverySkipped | email.DeliveryAbandoned | email.DeliveryRedriven):
         kind = {email.DeliverySkipped: "skipped", email.DeliveryAbandoned: "abandoned",
                 email.DeliveryRedriven: "redriven"}[type(event)]
@@ -422,3 +432,9 @@ def _lease_bar(lease: _Lease, scale: _Scale, y: float) -> str:
             f'height="{BAR}" rx="3" data-kind="lease" data-message="{lease.message_id}" '
             f'data-worker="{_attr(lease.worker)}" data-attempt="{lease.attempt}" data-outcome="{lease.outcome}" '
             f'data-lease="{lease.token}">{_title(told)}</rect>')
+
+
+def _feedback_kind(event: email.ProviderDelivered | email.ProviderBounced | email.ProviderComplained) -> str:
+    if isinstance(event, email.ProviderBounced):
+        return "bounced" if event.permanent else "bounced-transient"
+    return "delivered" if isinstance(event, email.ProviderDelivered) else "complained"

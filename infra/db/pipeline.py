@@ -68,6 +68,11 @@ class Pending:
             raise AssertionError("a deferred statement's rows are read after a statement that waits, not before")
         return self._rows
 
+    @property
+    def answered(self) -> bool:
+        """Whether its rows can be read: a statement that waits was sent after it (or it ran at once)."""
+        return self._cursor is not None or self._rows is not None
+
     def scalar_one(self) -> Any:
         (row,) = self.all()
         return row[0]

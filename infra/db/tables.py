@@ -104,6 +104,13 @@ address_index = Table(
     Column("tenant", Text), Column("hashes", Text),
 )
 
+suppressions = Table(
+    "suppressions", metadata,
+    Column("user_id", Text, primary_key=True),
+    Column("tenant", Text), Column("hashes", Text), Column("reason", Text), Column("message_id", Uuid),
+    Column("suppressed_at", _tz()),
+)
+
 console_sessions = Table(
     "console_sessions", metadata,
     Column("cookie_hash", Text, primary_key=True),

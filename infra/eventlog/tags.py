@@ -8,7 +8,7 @@ version here and registering an upcaster in ``infra.eventlog.upcasters``.
 from __future__ import annotations
 
 from domain import counting, email, otp_events, privacy, request_rules, reset_events
-from domain import clients, outage, tenants
+from domain import clients, outage, suppression, tenants
 
 # tag -> (class, current schema version)
 EVENT_TYPES: dict[str, tuple[type, int]] = {
@@ -38,6 +38,11 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "DeliveryAbandoned": (email.DeliveryAbandoned, 1),
     "DeliveryRedriven": (email.DeliveryRedriven, 1),
     "DeliveryOutcomeUnknown": (email.DeliveryOutcomeUnknown, 1),
+    "ProviderDelivered": (email.ProviderDelivered, 1),
+    "ProviderBounced": (email.ProviderBounced, 1),
+    "ProviderComplained": (email.ProviderComplained, 1),
+    "AddressSuppressed": (suppression.AddressSuppressed, 1),
+    "SuppressionLifted": (suppression.SuppressionLifted, 1),
     "ProviderOutageBegan": (outage.ProviderOutageBegan, 1),
     "ProviderOutageEnded": (outage.ProviderOutageEnded, 1),
     "ClientRegistered": (clients.ClientRegistered, 1),
@@ -62,4 +67,9 @@ PERSONAL_FIELDS: dict[str, tuple[str, ...]] = {
     "ResetRequested": ("recipient", "address_hmac", "nonce"),
     "OtpChallengeIssued": ("recipient", "address_hmac", "nonce"),
     "EmailQueued": ("recipient",),
+    # A bounce's diagnostic usually repeats the address ("550 5.1.1 <ada@example.com>: no such user").
+    "ProviderBounced": ("diagnostic",),
+    # The suppression list's hashes: erased with the user, as the address index's are.
+    "AddressSuppressed": ("address_hmac",),
+    "SuppressionLifted": ("address_hmac",),
 }

@@ -1,9 +1,10 @@
 """Admin operations over HTTP, for a key with the ``admin`` scope and within its own tenant only.
 
 Clients and their keys (list, create, rotate, revoke), the re-drive of an
-abandoned or failed message, with a reason, and the tenant's own settings
+abandoned or failed message, with a reason, the tenant's own settings
 (``GET``/``PATCH /v1/admin/tenant``: each change a ``TenantConfigured`` fact
-with the key's client as actor and the body's reason). Another tenant's client or
+with the key's client as actor and the body's reason) and its suppression
+list (list, lift with a reason). Another tenant's client or
 message is answered exactly as one that does not exist: 404. A key may only
 create or rotate keys whose scopes it holds itself, never ``operator`` (the
 CLI's alone), and may not revoke an operator client: 403, nothing written
@@ -29,6 +30,7 @@ from infra.http.validation import bearer_key, canonical_uuid
 from infra.services import clients as client_service
 from infra.services import tenants as tenant_service
 from infra.services.clients import IssuedKey, key_json
+from infra.services.suppressions import lift, list_suppressions
 from infra.services.unit_of_work import ServiceContext
 
 ADMIN = "admin"
@@ -112,6 +114,22 @@ class Admin:
         await self.api._authenticated(request, ADMIN, work)
         return _json({"message_id": str(message_id), "redriven": True, "state": "pending"})
 
+    async def list_suppressions(self, request: Request) -> Response:
+        bearer_key(request)
+        found = await self.api._authenticated(
+            request, ADMIN, lambda caller: list_suppressions(self.api.ctx, caller.tenant))
+        return _json({"suppressions": [entry.as_dict() for entry in found]})
+
+    async def lift_suppression(self, request: Request) -> Response:
+        body, _ = await self.api._checked(request, schemas.SUPPRESSION_LIFT)
+
+        def work(caller: Caller) -> Any:
+            metadata = {**self.api._metadata(request, caller), "command": "admin suppressions lift"}
+            return lift(self.api.ctx, caller.tenant, body["email"], actor=f"client:{caller.client}",
+                        reason=body["reason"], metadata=metadata)
+
+        return _json({"lifted": await self.api._authenticated(request, ADMIN, work)})
+
 
     async def show_tenant(self, request: Request) -> Response:
         bearer_key(request)
@@ -161,4 +179,6 @@ def admin_routes(admin: Admin) -> list[Route]:
         Route("/v1/admin/clients/{name}/rotate", admin.rotate_client, methods=["POST"]),
         Route("/v1/admin/clients/{name}/revoke", admin.revoke_client, methods=["POST"]),
         Route("/v1/admin/messages/{message_id}/redrive", admin.redrive_message, methods=["POST"]),
+        Route("/v1/admin/suppressions", admin.list_suppressions, methods=["GET"]),
+        Route("/v1/admin/suppressions/lift", admin.lift_suppression, methods=["POST"]),
     ]

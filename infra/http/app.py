@@ -33,6 +33,7 @@ from infra.http.api import Api
 from infra.http.deadlines import BODY_SECONDS, BodyDeadline
 from infra.http.methods import allowed_methods
 from infra.http.pages import docs_routes, reset_page_routes
+from infra.http.provider_events import ProviderEvents, ProviderWebhooks, provider_routes
 from infra.http.problems import MethodNotAllowed, RouteNotFound, problem_response
 from infra.http.request_context import RequestContext
 from infra.http.support import Support, support_routes
@@ -47,6 +48,7 @@ def create_app(
     ctx: ServiceContext, *, worker: Worker | None = None, catch_up: Background | None = None,
     closed_counts: Background | None = None, max_body_bytes: int = MAX_BODY_BYTES, reset_page: bool = False,
     console: Console | None = None, threads: int | None = None, body_seconds: float = BODY_SECONDS,
+    webhooks: ProviderWebhooks | None = None, bounces: Background | None = None,
 ) -> Starlette:
     """The API over ``ctx``, and the review console at /console; ``worker``, ``catch_up`` and
     ``closed_counts`` run in threads.
@@ -54,6 +56,8 @@ def create_app(
     ``/docs`` is always served; the development reset page (``infra.http.pages``) with ``reset_page``.
     ``threads``: how many requests run at once in the threadpool (anyio's default, 40, without).
     ``body_seconds``: how long a request's body may take to arrive (``infra.http.deadlines``).
+    ``webhooks``: the proofs the Postmark and SendGrid routes check (none: they refuse every post).
+    ``bounces``: a watcher of the bounce Maildir (``infra.feedback.bounce_mailbox``), run in a thread too.
     """
     api = Api(ctx, max_body_bytes=max_body_bytes, worker=worker)
     console = console or Console(ctx)
@@ -87,6 +91,7 @@ def create_app(
         Route("/v1/otp/challenges/{challenge_id}/verify", api.verify_challenge, methods=["POST"]),
         Route("/v1/timeline", api.timeline, methods=["GET"]),
         *admin_routes(admin),
+        *provider_routes(ProviderEvents(api, webhooks or ProviderWebhooks())),
         Route("/v1/users/{user_id}/erasure", api.erase_user, methods=["POST"]),
         *support_routes(support),
         Route("/healthz", api.healthz, methods=["GET"]),
@@ -101,7 +106,8 @@ def create_app(
         routes=routes,
         middleware=[Middleware(RequestContext), Middleware(BodyDeadline, seconds=body_seconds)],
         exception_handlers={AuthledgerError: on_error, HTTPException: on_http_error},
-        lifespan=_lifespan(api, [part for part in (worker, catch_up, closed_counts) if part is not None], threads),
+        lifespan=_lifespan(api, [part for part in (worker, catch_up, closed_counts, bounces) if part is not None],
+                           threads),
     )
 
 

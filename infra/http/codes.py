@@ -14,6 +14,7 @@ from attrs import frozen
 from domain.errors import (
     AddressInvalid,
     AuthledgerError,
+    RecipientSuppressed,
     Code,
     CodeRejected,
     ConcurrencyConflict,
@@ -53,7 +54,7 @@ from infra.http.problems import (
 
 # In the order the docs table reads best: what a link or code answers first, then limits, input, access, the rest.
 ANSWERED: tuple[type[AuthledgerError], ...] = (
-    TokenInvalid, CodeRejected, LockedOut, RateLimited, TenantBusy,
+    TokenInvalid, CodeRejected, LockedOut, RateLimited, TenantBusy, RecipientSuppressed,
     InvalidInput, MalformedJson, InvalidBody, AddressInvalid, InvalidEmail, UserIdRefused, PurposeUnknown,
     TenantUnknown, InvalidQuery, MissingIdempotencyKey, InvalidIdempotencyKey, InvalidRequestId,
     IdempotencyMismatch, RequestInFlight,

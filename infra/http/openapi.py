@@ -9,12 +9,15 @@ from infra.http import schemas
 from infra.http.codes import CATALOGUE
 from infra.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from infra.http.openapi_operations import (
+    BAD_BODY,
+    BODY_PROBLEMS,
     COMMON_PROBLEMS,
     FAIRNESS_REFUSALS,
     FORBIDDEN,
     KEY_RATE_REFUSAL,
     REQUEST_ID_HEADER,
     WRITE_UNAVAILABLE,
+    WWW_AUTHENTICATE,
     Json,
     action_operation,
     admin_operation,
@@ -113,6 +116,56 @@ ADMIN_PATHS: Json = {
         bad_request="A message that is not abandoned or failed, or a reason that is blank or holds an "
                     "email address (also percent-encoded or with a look-alike @), control or bidirectional "
                     "control characters (`invalid-input`).")},
+    "/v1/admin/suppressions": {"get": admin_operation(
+        "This tenant's suppression list: the users whose address bounced for good or complained (never an "
+        "address)", "listSuppressions",
+        {"200": json_response("Newest suppression first.", "SuppressionList")}, not_found=False)},
+    "/v1/admin/suppressions/lift": {"post": admin_operation(
+        "Lift the suppression of an address, with a reason recorded in the log", "liftSuppression",
+        {"200": json_response("Lifted: creates to the address are sent again.", "SuppressionsLifted")},
+        body="SuppressionLift", writes=True,
+        bad_request="A reason that is blank or holds an email address, control or bidirectional control "
+                    "characters (`invalid-input`).")},
+}
+VENDOR_PROBLEMS: Json = {
+    "401": problem("The post lacks the provider's proof, or it does not verify, or this deployment has not "
+                   "configured the provider (`unauthorized`); nothing is read further or written.", WWW_AUTHENTICATE),
+    **BODY_PROBLEMS,
+    "500": COMMON_PROBLEMS["500"],
+    "503": WRITE_UNAVAILABLE,
+}
+PROVIDER_PATHS: Json = {
+    "/v1/providers/generic/events": {"post": operation(
+        "Report what a provider said about an email: delivered, bounced (for good or for now), or a spam "
+        "complaint; needs the `provider-events` scope. A permanent bounce or a complaint suppresses the address",
+        "reportProviderEvent",
+        {"200": json_response("Recorded, or, with `recorded: false`, the same report was recorded before.",
+                              "ProviderEventRecorded"),
+         "403": problem("The API key lacks the `provider-events` scope (`forbidden`)."),
+         "404": problem("No email with that id in the key's tenant (`not-found`); one of another tenant is "
+                        "answered the same way. Nothing is written."),
+         **COMMON_PROBLEMS, **BODY_PROBLEMS, "503": WRITE_UNAVAILABLE},
+        body="ProviderEvent",
+        bad_request=f"{BAD_BODY} Neither or both of `message_id` and `provider_message_id`, or a diagnostic "
+                    "with control characters (`invalid-input`). Nothing is written.")},
+    "/v1/providers/postmark/events": {"post": {**operation(
+        "Postmark's bounce, spam complaint and delivery webhooks, authenticated by the basic auth credentials "
+        "in the webhook's URL (AUTHLEDGER_POSTMARK_WEBHOOK_AUTH)", "postmarkWebhook",
+        {"200": json_response("Recorded (or a repeat, or an event that is no delivery feedback: `ignored`).",
+                              "VendorEventsRecorded"),
+         "404": problem("The post names no email of this deployment (`not-found`); nothing is written."),
+         **VENDOR_PROBLEMS},
+        body="PostmarkEvent", bad_request=f"{BAD_BODY} A body that is no Postmark event (`invalid-input`)."),
+        "security": [{"postmarkBasic": []}]}},
+    "/v1/providers/sendgrid/events": {"post": {**operation(
+        "SendGrid's signed Event Webhook (ECDSA P-256 over the timestamp and the body, checked with "
+        "AUTHLEDGER_SENDGRID_WEBHOOK_PUBLIC_KEY)", "sendgridWebhook",
+        {"200": json_response("Each event recorded on its own; events naming no email of ours are counted "
+                              "`unknown`, not refused, so that SendGrid does not post the batch again.",
+                              "VendorEventsRecorded"), **VENDOR_PROBLEMS},
+        body="SendgridEvents", bad_request=f"{BAD_BODY} A body that is no array of SendGrid events "
+                                           "(`invalid-input`)."),
+        "security": [{"sendgridSignature": []}]}},
 }
 
 
@@ -232,6 +285,7 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 parameters=[TIMELINE_QUERY],
                 bad_request="No, two or an unknown query parameter, or a malformed value (`invalid-query`).")},
             **ADMIN_PATHS,
+            **PROVIDER_PATHS,
             "/v1/users/{user_id}/erasure": {"post": action_operation(
                 "Erase a user's personal data (crypto-shredding); needs the `admin` scope. Irreversible",
                 "eraseUser", "ErasureBody",
@@ -276,10 +330,16 @@ def openapi_document(*, max_body_bytes: int) -> Json:
             "securitySchemes": {"apiKey": {
                 "type": "http", "scheme": "bearer",
                 "description": "An API key from `authledger clients create NAME --scope SCOPE`. Each operation "
-                               "needs one scope (send, verify, review, admin or metrics; `operator`, which "
-                               "only the CLI grants, also opens /metrics and /readyz); a key without it "
-                               "gets 403 `forbidden`.",
-            }},
+                               "needs one scope (send, verify, review, admin, metrics or provider-events; "
+                               "`operator`, which only the CLI grants, also opens /metrics and /readyz); a key "
+                               "without it gets 403 `forbidden`.",
+            },
+                "postmarkBasic": {"type": "http", "scheme": "basic",
+                                  "description": "The user:password set in Postmark's webhook URL."},
+                "sendgridSignature": {"type": "apiKey", "in": "header",
+                                      "name": "X-Twilio-Email-Event-Webhook-Signature",
+                                      "description": "SendGrid's ECDSA signature of the timestamp header's value "
+                                                     "and the body."}},
             "schemas": {
                 "PasswordResetCreate": schemas.RESET_CREATE,
                 "PasswordResetCreated": schemas.RESET_CREATED,
@@ -310,6 +370,14 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 "Redriven": schemas.REDRIVEN,
                 "TenantPatch": schemas.TENANT_PATCH,
                 "TenantSettings": schemas.TENANT_SETTINGS,
+                "ProviderEvent": schemas.PROVIDER_EVENT,
+                "ProviderEventRecorded": schemas.PROVIDER_EVENT_RECORDED,
+                "PostmarkEvent": schemas.POSTMARK_EVENT,
+                "SendgridEvents": schemas.SENDGRID_EVENTS,
+                "VendorEventsRecorded": schemas.VENDOR_EVENTS_RECORDED,
+                "SuppressionLift": schemas.SUPPRESSION_LIFT,
+                "SuppressionsLifted": schemas.SUPPRESSIONS_LIFTED,
+                "SuppressionList": schemas.SUPPRESSION_LIST,
                 "Problem": schemas.PROBLEM,
                 "ProblemCode": PROBLEM_CODE,
             },

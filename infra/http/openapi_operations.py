@@ -110,7 +110,10 @@ BODY_PROBLEMS = {
 CREATE_PROBLEMS = {
     "409": problem("The first request with this Idempotency-Key is still being processed "
                    "(`idempotency-key-in-flight`); retry after `Retry-After` seconds.", retry_after(True)),
-    "422": problem("This Idempotency-Key was used with a different body (`idempotency-key-mismatch`)."),
+    "422": problem("This Idempotency-Key was used with a different body (`idempotency-key-mismatch`), or the "
+                   "address is on the tenant's suppression list because it bounced for good or its owner "
+                   "complained (`address-suppressed`); nothing was sent or written, and only an admin lifting "
+                   "the suppression lets a create to it through."),
 }
 
 IDEMPOTENCY_KEY: Json = {

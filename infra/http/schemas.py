@@ -386,6 +386,50 @@ TENANT_SETTINGS: Schema = {
                  "templates", "purposes", "purposes_from"],
     "additionalProperties": False,
 }
+
+
+PROVIDER_EVENT = {
+    "type": "object",
+    "properties": {
+        "message_id": {**UUID, "description": "authledger's id of the email (the create's `message_id`)."},
+        "provider_message_id": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": f"^{ASCII_TOKEN}+$",
+                                "description": "The id the provider answered when it accepted the email."},
+        "type": {"type": "string", "enum": ["delivered", "bounce", "complaint"],
+                 "description": "What the provider reports: handed to the recipient's server, refused by it, or "
+                                "marked as spam by the recipient."},
+        "permanent": {"type": "boolean", "default": False,
+                      "description": "A bounce's: true when the address will never take mail (an SMTP 5.x.x "
+                                     "status); a permanent bounce suppresses the address, a transient one does "
+                                     "not. Ignored for other types."},
+        "diagnostic": {"type": "string", "maxLength": 1000, "default": "",
+                       "description": "The receiving server's words, e.g. `550 5.1.1 user unknown`, kept on one "
+                                      "line (unprintable characters read as spaces). Stored sealed under the user's "
+                                      "data key (it often repeats the address)."},
+    },
+    "required": ["type"],
+    "additionalProperties": False,
+    "oneOf": [{"required": ["message_id"]}, {"required": ["provider_message_id"]}],
+    "description": "Name the email by exactly one of `message_id` or `provider_message_id`.",
+}
+PROVIDER_EVENT_RECORDED = _object(
+    {"message_id": UUID, "recorded": {"type": "boolean", "description": "False: the same report was recorded "
+                                      "before (providers retry), and nothing was written now."},
+     "suppressed": {"type": "boolean", "description": "The address was put on the tenant's suppression list now."}},
+    ["message_id", "recorded", "suppressed"])
+VENDOR_EVENTS_RECORDED = _object(
+    {"recorded": {"type": "integer", "minimum": 0}, "repeated": {"type": "integer", "minimum": 0},
+     "unknown": {"type": "integer", "minimum": 0}, "ignored": {"type": "integer", "minimum": 0}},
+    ["recorded", "repeated", "unknown", "ignored"])
+POSTMARK_EVENT: Schema = {"type": "object", "description": "One Postmark Bounce, SpamComplaint or Delivery webhook "
+                                                          "post, as Postmark sends it."}
+SENDGRID_EVENTS: Schema = {"type": "array", "items": {"type": "object"},
+                           "description": "A SendGrid Event Webhook post: an array of events, as SendGrid signs it."}
+SUPPRESSION_LIFT = _object({"email": EMAIL, "reason": REASON}, ["email", "reason"])
+SUPPRESSIONS_LIFTED = _object({"lifted": {"type": "integer", "minimum": 1}}, ["lifted"])
+SUPPRESSION_LIST = _object({"suppressions": {"type": "array", "items": _object({
+    "user_id": USER_ID, "addresses": {"type": "integer", "minimum": 1},
+    "reason": {"type": "string", "enum": ["bounce", "complaint"]}, "message_id": UUID, "suppressed_at": TIMESTAMP,
+}, ["user_id", "addresses", "reason", "message_id", "suppressed_at"])}}, ["suppressions"])
 PROBLEM: Schema = {
     "type": "object",
     "description": "RFC 9457 problem details; `code` names the answer for programs (switch on it), `type` the "

@@ -42,6 +42,8 @@ from infra.db.engine import Database
 from infra.db.reading import reading
 from infra.errors import ApiProcessExited, PortUnavailable
 from infra.http.app import create_app
+from infra.feedback.bounce_mailbox import BounceMailboxWatcher
+from infra.http.provider_events import provider_webhooks
 from infra.http.deadlines import DeadlineProtocol
 from infra.http.parent_watch import follow_parent
 from infra.console.app import Console
@@ -210,11 +212,14 @@ def _run(app: App, *, inflight: int, reset_page: bool, host: str, port: int,
                               make_part=lambda: CatchUpRunner(app.engine, poll_seconds=settings.poll_seconds))
         closed_counts = LeaderOnly(app.engine, CLOSED_COUNTS, holder=holder,
                                    make_part=lambda: ClosedCountsWriter(ctx, metadata=SERVE_METADATA))
+    bounces = (BounceMailboxWatcher(ctx, settings.bounce_maildir, metadata=SERVE_METADATA)
+               if background and settings.bounce_maildir is not None else None)
     config = uvicorn.Config(
         create_app(ctx, worker=worker, catch_up=catch_up, closed_counts=closed_counts, reset_page=reset_page,
                    threads=API_THREADS, body_seconds=settings.http_body_timeout,
                    console=Console(ctx, idle=timedelta(minutes=settings.console_idle_minutes),
-                                   signing_key=lambda: signing_key(settings))),
+                                   signing_key=lambda: signing_key(settings)),
+                   webhooks=provider_webhooks(settings), bounces=bounces),
         host=host, port=port, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=10,
         server_header=False, loop="uvloop",
         # httptools, the C parser (see pyproject.toml), with deadlines for slow clients: infra.http.deadlines.

@@ -87,6 +87,8 @@ def schema_errors(schema: Schema, value: Any, pointer: str = "") -> list[dict[st
         return errors
     if kind == "array":
         return _array_errors(name, schema, value, pointer)
+    if kind == "boolean":
+        return [] if isinstance(value, bool) else [{"pointer": pointer, "detail": f"{name} must be true or false"}]
     if kind == "string" or (kind is None and "enum" in schema):
         if not isinstance(value, str):
             return [{"pointer": pointer, "detail": f"{name} must be a string"}]
@@ -194,6 +196,11 @@ def _declared_over(content_length: str, limit: int) -> bool:
 
 async def read_json(request: Request, schema: Schema, *, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
     """The request's JSON body, checked against ``schema``; read no further than ``limit`` bytes."""
+    return check_body(schema, parse_json(await read_body(request, limit=limit)))
+
+
+async def read_body(request: Request, *, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request's JSON body as sent (a signature covers the bytes); read no further than ``limit`` bytes."""
     media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media_type != "application/json":
         raise UnsupportedMediaType(f"send the body as application/json, not {media_type or 'nothing'}")
@@ -206,7 +213,7 @@ async def read_json(request: Request, schema: Schema, *, limit: int = MAX_BODY_B
         if size > limit:
             raise BodyTooLarge(f"the body is over the limit of {limit} bytes")
         chunks.append(chunk)
-    return check_body(schema, parse_json(b"".join(chunks)))
+    return b"".join(chunks)
 
 
 def idempotency_key(request: Request) -> str:

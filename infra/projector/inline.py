@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from domain import email, otp_events, request_rules, reset_events
+from domain import email, otp_events, request_rules, reset_events, suppression
 from domain.log import RecordedEvent
 from infra.db import tables
 from infra.projector.appliers import Asked, KeyedApplier
@@ -26,6 +26,7 @@ from projections.api_keys import ApiKeyRow, api_key_key, evolve_api_key
 from projections.otp_challenges import OtpChallengeRow, evolve_otp_challenge, otp_challenge_key
 from projections.outbox import OutboxRow, evolve_outbox
 from projections.receipts import ReceiptRow, evolve_receipt, receipt_key
+from projections.suppressions import SuppressionRow, evolve_suppression, suppression_key
 from projections.reset_tokens import ResetTokenRow, evolve_reset_token, reset_token_key
 from projections.tenants import (
     TenantRow,
@@ -40,6 +41,9 @@ EMAIL_EVENTS = (
     email.EmailQueued, email.LeaseClaimed, email.LeaseExpired, email.LeaseReleased, email.SendAttemptFailed,
     email.ProviderAccepted, email.DeliverySkipped, email.DeliveryAbandoned,
     email.DeliveryRedriven, email.DeliveryOutcomeUnknown,
+    # What the provider told later, and the suppression it caused: on the email's stream, so they count in
+    # the row's stream_version, which the worker's fenced appends go by.
+    email.ProviderDelivered, email.ProviderBounced, email.ProviderComplained, suppression.AddressSuppressed,
 )
 
 
@@ -73,10 +77,15 @@ ADDRESS_INDEX = KeyedApplier(
     tables.address_index, AddressIndexRow, "user_id", address_index_key, evolve_address_index, lock=True,
     shared_keys=True,  # one row per user, written by their reset and OTP streams, whose writers do not take turns
 )
+SUPPRESSIONS = KeyedApplier(
+    tables.suppressions, SuppressionRow, "user_id", suppression_key, evolve_suppression, lock=True,
+    shared_keys=True,  # one row per user, written by the streams of each of their emails, which do not take turns
+)
 # Folded last: a decision's snapshot is written after the rows it decided on.
 SNAPSHOTS = SnapshotApplier()
 INLINE: list[KeyedApplier | SnapshotApplier] = [
-    OUTBOX, RESET_TOKENS, OTP_CHALLENGES, RECEIPTS, API_KEYS, TENANTS, TENANT_SETTINGS, ADDRESS_INDEX, SNAPSHOTS,
+    OUTBOX, RESET_TOKENS, OTP_CHALLENGES, RECEIPTS, API_KEYS, TENANTS, TENANT_SETTINGS, ADDRESS_INDEX, SUPPRESSIONS,
+    SNAPSHOTS,
 ]
 
 

@@ -18,7 +18,7 @@ import sys
 from attrs import frozen
 from sqlalchemy import Table
 
-from domain import clients, counting, otp_events, privacy, request_rules, reset_events, tenants
+from domain import clients, counting, otp_events, privacy, request_rules, reset_events, suppression, tenants
 from domain.errors import NotFound
 from infra.db import tables
 from infra.eventlog.tags import EVENT_TYPES
@@ -52,6 +52,7 @@ FOLDED_EVENTS: dict[str, tuple[type, ...]] = {
     "tenants": (tenants.TenantCreated,),
     "tenant_settings": (tenants.TenantConfigured,),
     "address_index": (reset_events.ResetRequested, otp_events.OtpChallengeIssued, privacy.SubjectErased),
+    "suppressions": (suppression.AddressSuppressed, suppression.SuppressionLifted, privacy.SubjectErased),
     # Every event of a reset or OTP stream: the two folds refuse any other (UnknownEventType).
     "stream_snapshots": (reset_events.ResetRequested, reset_events.ResetSuperseded, reset_events.ResetRequestRefused,
                          reset_events.ResetCompleted, reset_events.ResetTokenRejected, reset_events.ResetInvalidated,
@@ -66,7 +67,8 @@ FOLDED_EVENTS: dict[str, tuple[type, ...]] = {
 # Projections whose fold reads personal fields opened (rebuild, verify and
 # replay then need the master key): the address index reads each request's
 # sealed address_hmac, which an erased user's events give as "[erased]".
-OPENS_PERSONAL_DATA = frozenset({"address_index"})
+# So does the suppression list, by its sealed hashes.
+OPENS_PERSONAL_DATA = frozenset({"address_index", "suppressions"})
 
 
 def tags_of(classes: tuple[type, ...]) -> frozenset[str]:

@@ -59,7 +59,7 @@ from projections.timeline import timeline
 INDEXED = text("SELECT global_position FROM audit_index WHERE kind = :kind AND value = ANY(:values)")
 # What a reviewer reads in plain text: the addresses. Anything else sealed
 # under a user's key is withheld from them.
-READ_BY_REVIEWERS = frozenset({"recipient"})
+READ_BY_REVIEWERS = frozenset({"recipient", "diagnostic"})  # a bounce's diagnostic often repeats it
 WITHHELD = "[withheld]"
 
 

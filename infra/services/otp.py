@@ -36,6 +36,7 @@ from infra.logs import log_event
 from infra.services.locks import IdempotencyLock, InFlight
 from infra.services.tenants import TenantRules
 from infra.services.send_limits import send_admission, verify_admission
+from infra.services.suppressions import suppression_admission
 from infra.projector.snapshots import Lookups, receipt_lookup
 from infra.services.unit_of_work import ServiceContext, StreamOf, decide_on_stream
 
@@ -75,7 +76,7 @@ def request_otp(
         metadata,
         idempotency_lock=lock,
         lookups=receipt_lookup(cmd.client, cmd.idempotency_key),
-        admit=admit,
+        admit=suppression_admission(ctx.keys, tenant=cmd.tenant, recipient=cmd.recipient, then=admit),
     )  # fmt: skip
     if isinstance(decision.outcome, Refused):
         log_event(log, "otp request refused", user_id=cmd.scoped_user_id, reason=decision.outcome.reason,

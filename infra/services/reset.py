@@ -29,6 +29,7 @@ from infra.services.address_index import address_hmac
 from infra.services.locks import IdempotencyLock, InFlight
 from infra.services.send_limits import send_admission, verify_admission
 from infra.services.tenants import TenantRules
+from infra.services.suppressions import suppression_admission
 from infra.projector.snapshots import Lookups, receipt_lookup
 from infra.services.unit_of_work import ServiceContext, StreamOf, decide_on_stream
 
@@ -68,7 +69,7 @@ def request_reset(
         metadata,
         idempotency_lock=lock,
         lookups=receipt_lookup(cmd.client, cmd.idempotency_key),
-        admit=admit,
+        admit=suppression_admission(ctx.keys, tenant=cmd.tenant, recipient=cmd.recipient, then=admit),
     )
     if isinstance(decision.outcome, Refused):
         raise RateLimited(

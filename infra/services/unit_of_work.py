@@ -219,12 +219,12 @@ def decide_on_stream(
 
 def decide_events_on_stream(
     ctx: ServiceContext,
-    stream_id: str,
+    stream_id: str | StreamOf,
     fold: Callable[[Iterable[object]], Any],
     decide: Callable[[Any, datetime], list[Event]],
     metadata: Mapping[str, Any] | None = None,
 ) -> list[Event]:
-    """``decide_on_stream`` for streams whose decisions are plain lists of events (clients)."""
+    """``decide_on_stream`` for streams whose decisions are plain lists of events (clients, provider feedback)."""
     return _serialised(ctx, stream_id, fold, decide,
                        lambda stream, version, events: [(stream, version, events)], metadata, None, NO_LOOKUPS, None)
 

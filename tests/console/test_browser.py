@@ -201,7 +201,8 @@ def test_a_refused_key_is_told_why_and_the_page_raises_no_console_error(
 
 # What a mark of the timeline is: its point shapes, and every text (labels, lane names, the axis' times).
 MARKS = ", ".join(f"svg.timeline [data-kind={kind}]" for kind in (
-    "request", "verification", "queued", "attempt", "skipped", "abandoned", "redriven", "fact")) + ", svg.timeline text"
+    "request", "verification", "queued", "attempt", "skipped", "abandoned", "redriven", "feedback", "fact",
+)) + ", svg.timeline text"
 BOXES = """
 const svg = document.querySelector("svg.timeline");
 const box = (element) => { const b = element.getBBox();

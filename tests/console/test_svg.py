@@ -275,3 +275,17 @@ def test_a_fact_of_a_kind_the_picture_does_not_name_is_a_dot_named_by_its_event_
 class Bounced:
     message_id: UUID
     reason: str
+def test_what_the_provider_reported_later_is_a_mark_on_the_emails_lane() -> None:
+    from domain.email import ProviderBounced, ProviderComplained
+
+    events = a_superseded_link_and_a_worker_killed_mid_lease()
+    last = events[-1].global_position
+    events += recorded([(f"email:{M2}", ProviderBounced(M2, "42", at(400), "postmark", True, "550 5.1.1 no user")),
+                        (f"email:{M2}", ProviderComplained(M2, "42", at(500), "sendgrid"))])[-2:]
+    events[-2:] = [RecordedEvent(last + n, r.stream_id, 1, UUID(int=2000 + n), r.event_type, 1, r.event,
+                                 transaction_id=last + n) for n, r in enumerate(events[-2:], start=1)]
+    root = ElementTree.fromstring(draw(events))
+
+    marks = [e.attrib for e in root.iter() if e.attrib.get("data-kind") == "feedback"]
+
+    assert [(m["data-message"], m["data-outcome"]) for m in marks] == [(str(M2), "bounced"), (str(M2), "complained")]

@@ -40,6 +40,7 @@ PROVOKED_ELSEWHERE = {
     "database_unavailable": "tests/http/test_bad_requests.py::test_an_unreachable_database_is_503_without_its_address",
     "schema_mismatch": "tests/http/test_operations.py",
     "read_only_standby": "tests/scenarios/test_failover.py",
+    "address_suppressed": "tests/feedback/test_provider_endpoints.py",
     "concurrency_conflict": "tests/http/test_concurrent_users.py",
     "tenant_unknown": "here: test_a_tenant_only_the_command_line_names_is_tenant_unknown",
 }

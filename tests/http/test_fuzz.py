@@ -45,8 +45,9 @@ CONFORMANCE = [
 # (%40) is `user-id-refused`, and a purpose is valid only if the key's tenant
 # declared it (`purpose-unknown`).
 STATE_REJECTIONS = {
-    "POST /v1/password-resets": {"idempotency-key-mismatch", "user-id-refused"},
-    "POST /v1/otp/challenges": {"idempotency-key-mismatch", "user-id-refused", "purpose-unknown"},
+    "POST /v1/password-resets": {"idempotency-key-mismatch", "user-id-refused", "address-suppressed"},
+    "POST /v1/otp/challenges": {"idempotency-key-mismatch", "user-id-refused", "purpose-unknown",
+                                "address-suppressed"},
     "POST /v1/password-resets/verify": {"token-invalid"},
     "POST /v1/password-resets/consume": {"token-invalid"},
     # invalid-input: a code of another length than the challenge's own.

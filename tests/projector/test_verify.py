@@ -13,12 +13,13 @@ from domain.tenants import Purpose
 from infra.services.tenants import configure_tenant, create_tenant
 from infra.services.unit_of_work import ServiceContext
 from infra.projector.verify import verify
-from tests.support.traffic import some_traffic
+from tests.support.traffic import some_feedback, some_traffic
 
 
 def test_every_projection_verifies_after_traffic(ctx: ServiceContext, clock: ManualClock, engine: Engine,
                                                  admin_engine: Engine) -> None:
     some_traffic(ctx, clock)
+    some_feedback(ctx)  # a bounce and a complaint suppress, an admin lifts one
     create_tenant(ctx, "acme")  # configured, and clients: keys issued, rotated and revoked
     configure_tenant(ctx, "acme", changes={"purposes": (Purpose("login", "sign-in code"),)}, actor="cli:ops",
                      reason="T-1")

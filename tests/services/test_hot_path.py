@@ -56,15 +56,16 @@ def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements_and_wa
     def create_reset() -> None:
         created.append(request_reset(ctx, RequestReset(user, "ada@example.test", idempotency_key=uuid4().hex)))
 
-    # Locks, the stream's read, the address's count, the user's new data key, the address index (its row's lock,
-    # shared with the user's OTP stream, then the row, asked for before the append so that it comes back with it),
-    # the append, three new rows, the index's row, the snapshot; and the tenant's settings (its link lifetime,
-    # cooldown and limits), sent with the stream's read: a statement, no wait of its own. Waits: the read, the
-    # count (a full one refuses before anything is written), the append (with the index's read), the COMMIT.
-    assert cost_of(engine, create_reset) == (13, 1, 4)
+    # Locks, the stream's read, the suppression list's look-up (sent with the count: no wait of its own), the
+    # address's count, the user's new data key, the address index (its row's lock, shared with the user's OTP
+    # stream, then the row, asked for before the append so that it comes back with it), the append, three new
+    # rows, the index's row, the snapshot; and the tenant's settings (its link lifetime, cooldown and limits),
+    # sent with the stream's read: a statement, no wait of its own. Waits: the read, the count (a full one
+    # refuses before anything is written), the append (with the index's read), the COMMIT.
+    assert cost_of(engine, create_reset) == (14, 1, 4)
     # The API refuses a key in flight rather than wait for it: whether the key was free comes with the read.
     as_the_api_asks = RequestReset(new_user(), "bo@example.test", idempotency_key=uuid4().hex)
-    assert cost_of(engine, lambda: request_reset(ctx, as_the_api_asks, in_flight="refuse")) == (13, 1, 4)
+    assert cost_of(engine, lambda: request_reset(ctx, as_the_api_asks, in_flight="refuse")) == (14, 1, 4)
     token = reset_token_of(engine, ctx.keys, created[0].request_id)
     # The token's owner, the lock, the stream's read: the look-up shares the decision's transaction.
     assert cost_of(engine, lambda: verify_token(ctx, token)) == (3, 1, 3)
@@ -79,8 +80,9 @@ def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements_and_wa
 
     # The user has a data key now, and the address is indexed already: the index is locked and read (with the
     # append), and not written. The tenant's settings (its purposes and rules) are read too, sent with the
-    # stream's read: no wait of their own. The address's count is taken as for a reset.
-    assert cost_of(engine, create_otp) == (11, 1, 4)
+    # stream's read: no wait of their own. The suppression list is looked up and the address's count taken as
+    # for a reset.
+    assert cost_of(engine, create_otp) == (12, 1, 4)
     code = otp_code_of(engine, ctx.keys, challenges[0].request_id)
     # The owner, the lock, the read, the append, the challenge's row (read with the append, then written),
     # the snapshot.

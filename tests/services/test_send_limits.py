@@ -240,10 +240,10 @@ def test_a_refusal_by_the_address_limit_is_the_lock_the_read_and_the_count_and_w
     with at_the_wire(engine) as wire:
         refusal(lambda: request_otp(limited, RequestOtp(new_user(), ADA, idempotency_key=uuid4().hex)))
 
-    # The tenant's purposes (none declared: no row), the locks and the stream's read, then the count: the one
-    # write tried, whose answer (full: no row) rolls the transaction back. No event, data key or projection row
-    # is ever sent to the server.
-    assert wire.statements == ["SELECT 0", "SELECT 1", "SELECT 1", "INSERT 0 0", "ROLLBACK"]
+    # The tenant's purposes (none declared: no row), the locks and the stream's read, then the suppression
+    # list's look-up (not suppressed: no row) sent with the count: the one write tried, whose answer (full: no
+    # row) rolls the transaction back. No event, data key or projection row is ever sent to the server.
+    assert wire.statements == ["SELECT 0", "SELECT 1", "SELECT 1", "SELECT 0", "INSERT 0 0", "ROLLBACK"]
     assert wire.transactions == 1 and wire.round_trips == 4
 
 

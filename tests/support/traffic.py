@@ -51,3 +51,22 @@ def delivered_emails(connection: Connection, count: int, users: str = "u") -> No
             ProviderAccepted(message_id, token, 1, now + timedelta(milliseconds=n), "smtp", f"id-{n}", "k2"),
         ]))
     append_and_fold(connection, batches)
+
+
+def some_feedback(ctx: ServiceContext) -> None:
+    """After ``some_traffic``: user-0's email bounces for good, user-1's is complained about, then lifted."""
+    from sqlalchemy import text
+
+    from domain.feedback import check_feedback
+    from infra.services.feedback import MessageRef, record_feedback
+    from infra.services.suppressions import lift
+
+    with ctx.engine.connect() as connection:
+        sent = dict(connection.execute(text(
+            "SELECT user_id, provider_message_id FROM email_outbox WHERE state = 'sent' ORDER BY finished_at")).all())
+    record_feedback(ctx, MessageRef(provider_message_id=sent["user-0"]),
+                    check_feedback("bounce", "generic", permanent=True, diagnostic="550 5.1.1 no such user"),
+                    tenant="default")
+    record_feedback(ctx, MessageRef(provider_message_id=sent["user-1"]), check_feedback("complaint", "generic"),
+                    tenant="default")
+    lift(ctx, "default", "u1@example.test", actor="cli:ops", reason="T-2")
