@@ -17,6 +17,7 @@ from attrs import frozen
 from sqlalchemy import Engine, text
 
 from domain.tenants import tenant_of
+from infra.db.replica import ReplicaLag, replica_lag_of
 from infra.delivery.overview import attention_lists, hourly_counts
 from projections.outbox_chart import render_outbox_chart
 
@@ -29,10 +30,12 @@ LISTS = (("retrying", "Waiting for a retry"), ("stuck", "Stuck"), ("failed", "Fa
 class OutboxView:
     chart: str  # the SVG
     lists: dict[str, list[dict[str, Any]]]  # as attention_lists gives them, only the tenant's messages
+    replica: ReplicaLag | None = None  # read from the read replica, at least this far behind; None: the primary
 
 
 def outbox_view(engine: Engine, tenant: str, *, now: datetime) -> OutboxView:
     """The 24 h chart and the lists that need an operator, the lists cut to ``tenant``'s messages."""
+    replica = replica_lag_of(engine)  # before the reads it describes, so that none of them is older than it says
     chart = render_outbox_chart(hourly_counts(engine, now=now))
     lists = attention_lists(engine, now=now)
     ids = [message["message_id"] for found in lists.values() for message in found]
@@ -40,7 +43,7 @@ def outbox_view(engine: Engine, tenant: str, *, now: datetime) -> OutboxView:
         owners = {str(row.message_id): row.user_id for row in connection.execute(OWNERS, {"ids": ids})} if ids else {}
     return OutboxView(chart, {name: [m for m in found if tenant_of(owners.get(m["message_id"], "")) == tenant
                                      and m["message_id"] in owners]
-                              for name, found in lists.items()})
+                              for name, found in lists.items()}, replica)
 
 
 def message_of_tenant(engine: Engine, tenant: str, message_id: UUID) -> bool:

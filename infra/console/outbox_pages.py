@@ -38,11 +38,11 @@ class OutboxPages:
     async def _outbox(self, session: Session, *, status: int = 200, notice: str | None = None,
                       error: str | None = None) -> Response:
         ctx = self.shell.ctx
-        view = await run_in_threadpool(outbox_view, ctx.engine, session.caller.tenant, now=ctx.clock.now())
+        view = await run_in_threadpool(outbox_view, ctx.read_engine, session.caller.tenant, now=ctx.clock.now())
         lists = [(key, title, view.lists[key]) for key, title in LISTS]
         return self.shell.render("outbox.html", status, session, csrf=session.csrf, heading="Outbox",
                                  chart=Markup(view.chart), lists=lists, admin=session.caller.may(ADMIN),
-                                 notice=notice, error=error)
+                                 replica=view.replica, notice=notice, error=error)
 
     async def outbox_redrive(self, request: Request, session: Session, form: dict[str, str]) -> Response:
         """Re-drive one abandoned or failed message with a reason: an admin action, recorded with the client."""
