@@ -50,10 +50,17 @@ class ReplicaLag:
             return "read from the read database, 0 s behind: it is not a standby (not in recovery)"
         if self.seconds_behind is None:
             return "read from a replica that has replayed nothing yet: how far behind the primary is unknown"
-        return f"read from a replica {round(self.seconds_behind, 1):g} s behind the primary"
+        return f"read from a replica {_seconds(self.seconds_behind)} behind the primary"
 
     def as_json(self) -> dict[str, Any]:
         return {"in_recovery": self.in_recovery, "seconds_behind": self.seconds_behind}
+
+
+def _seconds(seconds: float) -> str:
+    """Tenths of a second; a lag too small for them is still a lag, not "0 s"."""
+    if 0 < seconds < 0.1:
+        return "under 0.1 s"
+    return f"{round(seconds, 1):g} s"
 
 
 def on_replica(engine: Engine) -> Engine:

