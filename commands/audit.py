@@ -94,9 +94,11 @@ def audit_verify(app: App, from_position: int | None, to_position: int | None, d
     else:
         digest = read_digest_file(digest_file) if digest_file else None
         trusted_digest = check_trust(digest, trusted, f"digest {digest_file}") if digest else False
-        stretch = audit_service.stretch_to_verify(app.engine, from_position, to_position)
+        # On the read replica if one is set: a whole-chain check is long reading work (the report says how far
+        # behind the replica was). Signing (`audit digest`) stays on the primary, whose head it vouches for.
+        stretch = audit_service.stretch_to_verify(app.read_engine, from_position, to_position)
         with progress_bar(stretch.length if stretch else 0, "verifying") as bar:
-            report = audit_service.verify(app.engine, from_position=from_position, to_position=to_position,
+            report = audit_service.verify(app.read_engine, from_position=from_position, to_position=to_position,
                                           digest=digest, progress=bar.update)
         report = audit_service.with_trust(report, trusted_digest)
     error = report.error()

@@ -22,7 +22,7 @@ from infra.review import history as review_service
 def history_command(app: App, user_id: str, flow: str | None, as_of: datetime | None, tenant: str,
                     as_json: bool) -> None:
     """Everything that happened to a user's requests and emails, explained, then as a timeline."""
-    review = review_service.history(app.engine, user_id, tenant=tenant, flow=flow, as_of=as_of,
+    review = review_service.history(app.read_engine, user_id, tenant=tenant, flow=flow, as_of=as_of,
                                     now=app.clock.now())
     emit(review.as_dict(), as_json, review.render())
 
@@ -37,6 +37,6 @@ def explain_command(app: App, request_id: Any, message_id: Any, tenant: str, as_
     """Why a link worked or not, and what happened to each email: sentences, then a timeline."""
     if (request_id is None) == (message_id is None):
         raise click.UsageError("give exactly one of --request-id or --message-id")
-    review = review_service.explain(app.engine, request_id=request_id, message_id=message_id, tenant=tenant,
+    review = review_service.explain(app.read_engine, request_id=request_id, message_id=message_id, tenant=tenant,
                                     now=app.clock.now())
     emit(review.as_dict(), as_json, review.render())

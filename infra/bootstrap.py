@@ -70,6 +70,25 @@ class App:
         return bind_master_keys(self.database.engine(pool_size=self._pool_size), lambda: self.master_keys)
 
     @functools.cached_property
+    def replica_engine(self) -> Engine | None:
+        """The read replica's pool (AUTHLEDGER_READ_DATABASE_URL), or None when reading work goes to the primary.
+        Marked, so that each answer read through it says how far behind the primary it was."""
+        url = self.settings.read_database_url
+        if url is None:
+            return None
+        from infra.db.engine import Database
+        from infra.db.replica import on_replica
+        from infra.eventlog.subject_keys import bind_master_keys
+
+        replica = Database.locate(url, self.settings.data_dir)  # a URL: never the embedded server
+        return on_replica(bind_master_keys(replica.engine(pool_size=self._pool_size), lambda: self.master_keys))
+
+    @property
+    def read_engine(self) -> Engine:
+        """Where reading work goes (history, explain, audit verify): the replica if one is set, else ``engine``."""
+        return self.replica_engine if self.replica_engine is not None else self.engine
+
+    @functools.cached_property
     def outcomes_engine(self) -> Engine:
         """A pool of its own for the delivery worker's outcomes (``infra.delivery.worker.Worker``): one
         recording at a time, and a spare."""
@@ -106,6 +125,7 @@ class App:
         s = self.settings
         return ServiceContext(
             engine=self.engine,
+            replica_engine=self.replica_engine,
             clock=self.clock,
             keys=functools.partial(load_token_keys, s),  # loaded when a service first needs them
             reset_policy=policy(s, ResetPolicy),
@@ -125,9 +145,10 @@ class App:
         return build_mailer(self.settings)
 
     def close(self) -> None:
-        for name in ("engine", "outcomes_engine", "admin_engine"):
-            if name in self.__dict__:
-                self.__dict__.pop(name).dispose()
+        for name in ("engine", "replica_engine", "outcomes_engine", "admin_engine"):
+            engine = self.__dict__.pop(name, None)
+            if engine is not None:
+                engine.dispose()
 
 
 def build_mailer(settings: Settings) -> Mailer:

@@ -1,7 +1,9 @@
 """Audit services: verify the log against its seals and a digest, and sign the chain head.
 
 Each runs in one REPEATABLE READ snapshot, so events and seals are read as of
-one instant while writers and the sealer carry on.
+one instant while writers and the sealer carry on. ``audit verify`` may run
+on the read replica (``AUTHLEDGER_READ_DATABASE_URL``); its report then says
+how far behind the primary the snapshot it checked was.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine
 
 from domain.errors import NotFound
+from infra.db.replica import ReplicaLag, replica_lag
 from infra.errors import NothingSealed, TamperDetected
 from infra.audit.digest import Digest, sign_digest
 from infra.audit.seal import (
@@ -33,6 +36,7 @@ class VerifyReport:
     finding: Finding | None
     digest: Digest | None = None
     digest_trusted: bool = False  # signed by a key the caller trusts, not only the key inside the file
+    replica: ReplicaLag | None = None  # checked on the read replica, this far behind; None: on the primary
 
     @property
     def ok(self) -> bool:
@@ -57,6 +61,8 @@ class VerifyReport:
         if self.digest is not None:
             lines.append(f"the log extends the digest of chain index {self.digest.chain_index}, "
                          f"{signed_by(self.digest, self.digest_trusted)}")
+        if self.replica is not None:
+            lines.append(self.replica.sentence())
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -72,7 +78,7 @@ class VerifyReport:
             "digest": {"chain_index": self.digest.chain_index, "key_id": self.digest.key_id,
                        "trusted_key": self.digest_trusted} if self.digest else None,
             "problem": finding_dict(self.finding),
-        }
+        } | ({} if self.replica is None else {"replica": self.replica.as_json()})
 
 
 def with_trust(report: VerifyReport, trusted: bool) -> VerifyReport:
@@ -129,16 +135,17 @@ def verify(
     if digest is not None and not whole:
         raise ValueError("a digest is checked against the whole chain")
     with snapshot(engine) as connection, connection.begin():
+        replica = replica_lag(connection)  # first: the snapshot checked is the one measured
         stretch = chain_range(connection) if whole else position_range(connection, from_position, to_position)
         if stretch is None:
             finding = _digest_beyond(digest, None) if digest else None
-            return VerifyReport(None, None, backlog(engine), finding, digest)
+            return VerifyReport(None, None, backlog(engine), finding, digest, replica=replica)
         watch = (digest.chain_index,) if digest else ()
         check = check_stretch(connection, stretch, watch=watch, progress=progress)
         finding = check.finding
         if finding is None and digest is not None:
             finding = _compare_with_digest(digest, check, stretch)
-    return VerifyReport(stretch, check, backlog(engine), finding, digest)
+    return VerifyReport(stretch, check, backlog(engine), finding, digest, replica=replica)
 
 
 def _digest_beyond(digest: Digest, stretch: ChainRange | None) -> Finding:

@@ -83,6 +83,10 @@ class Settings:
         doc="Where the embedded PostgreSQL, the development keys and the default Maildir live.")
     database_url: str | None = _setting("DATABASE_URL", None, secret=True, url=True,
         doc="PostgreSQL URL; an embedded server in the data directory when unset.")
+    read_database_url: str | None = _setting("AUTHLEDGER_READ_DATABASE_URL", None, secret=True, url=True,
+        doc="PostgreSQL URL of a read replica (a streaming standby) for reading work: `history`, `explain`, the "
+            "timeline, the console's case, search and outbox pages, `audit verify`; each answer says how far "
+            "behind it was. Never written to. The primary when unset (docs/scaling.md).")
     provider: str = _setting("AUTHLEDGER_PROVIDER", "maildir", values.choice(PROVIDERS),
         doc="How mail is sent: maildir, smtp or http.")
     maildir: Path | None = _setting("AUTHLEDGER_MAILDIR", None, Path,

@@ -63,7 +63,7 @@ class CasePages:
 
     async def search(self, request: Request, session: Session, form: dict[str, str]) -> Response:
         query = form.get("q", "")
-        found = await run_in_threadpool(search, self.shell.ctx.engine, session.caller.tenant, query,
+        found = await run_in_threadpool(search, self.shell.ctx.read_engine, session.caller.tenant, query,
                                         address_index=self.address_index) if len(query) <= 320 else None
         if found is None:  # the same answer for unknown ids and other tenants' ids; a search that found nothing
             return self.shell.render("search.html", 200, session, csrf=session.csrf, nothing=NOTHING_FOUND)
@@ -72,15 +72,17 @@ class CasePages:
         kind, value = found
         return RedirectResponse(f"{PREFIX}/case?{urlencode({'kind': kind, 'id': value})}", status_code=303)
 
-    async def _case_of(self, session: Session, kind: str, value: str) -> Case | Response:
+    async def _case_of(self, session: Session, kind: str, value: str, *, to_write: bool = False) -> Case | Response:
         """The case of ``value`` as a ``kind`` id in the session's tenant; or the search page saying nothing found.
 
         The one way a page finds its case: the case page and its download by their query, the erase form by its user.
+        Read from the read replica if there is one, except the case an erasure (``to_write``) is decided on.
         """
         case = None
+        ctx = self.shell.ctx
         if kind in KINDS and value:
-            case = await run_in_threadpool(find_case, self.shell.ctx.engine, session.caller.tenant, kind, value,
-                                           now=self.shell.ctx.clock.now())
+            case = await run_in_threadpool(find_case, ctx.engine if to_write else ctx.read_engine,
+                                           session.caller.tenant, kind, value, now=ctx.clock.now())
         if case is None:
             return self.shell.render("search.html", 404, session, csrf=session.csrf, nothing=NOTHING_FOUND)
         return case
@@ -106,7 +108,7 @@ class CasePages:
             return self.shell.refused(NO_SIGNING_KEY, 409, session)
         out = io.StringIO()
         try:
-            await run_in_threadpool(export_case, self.shell.ctx.engine, key,
+            await run_in_threadpool(export_case, self.shell.ctx.read_engine, key,
                                     [r.global_position for r in case.events], out)
         except NotFound as error:
             return self.shell.refused(f"Not downloadable yet: {error.message}.", 409, session)
@@ -122,7 +124,7 @@ class CasePages:
         if not session.caller.may(ADMIN):
             return self.shell.refused(NEEDS_ADMIN_TO_ERASE, 403, session)
         user_id = form.get("user_id", "")
-        case = await self._case_of(session, "user", user_id)
+        case = await self._case_of(session, "user", user_id, to_write=True)
         if isinstance(case, Response):
             return case
         try:
@@ -162,7 +164,8 @@ def _case_context(case: Case, now: datetime) -> dict[str, Any]:
             "facts": [(name, _parts(line)) for name, line in summary.facts],
             "answers": [(question, _parts(line)) for question, line in summary.answers],
             "sentences": [f.sentence for f in case.review.findings], "rows": rows,
-            "unindexed": case.review.unindexed_events, "picture": Markup(svg.draw(case.events))}
+            "unindexed": case.review.unindexed_events, "replica": case.review.replica,
+            "picture": Markup(svg.draw(case.events))}
 
 
 def _parts(line: Line) -> list[tuple[str, UUID | None]]:

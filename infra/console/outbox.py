@@ -25,6 +25,7 @@ from sqlalchemy import Engine, text
 
 from domain import otp, otp_events, otp_state, reset, reset_events, reset_state
 from domain.tenants import tenant_of
+from infra.db.replica import ReplicaLag, replica_lag_of
 from infra.delivery.overview import attention_lists, hourly_counts
 from infra.eventlog.personal_data import ERASED
 from infra.projector.snapshots import Lookups
@@ -60,6 +61,7 @@ class OutboxView:
     # As attention_lists gives them, only the tenant's messages, each with "why" (a sentence), "command"
     # (to run, or None) and, for a failed or abandoned one, "skip" (why a re-drive would not send it, or None).
     lists: dict[str, list[dict[str, Any]]]
+    replica: ReplicaLag | None = None  # read from the read replica, at least this far behind; None: the primary
 
 
 def when(iso: str | None) -> str:
@@ -88,7 +90,8 @@ def why(message: dict[str, Any]) -> tuple[str, str | None]:
 
 def outbox_view(ctx: ServiceContext, tenant: str, *, now: datetime) -> OutboxView:
     """The 24 h chart and the lists that need an operator, the lists cut to ``tenant``'s messages."""
-    engine = ctx.engine
+    engine = ctx.read_engine
+    replica = replica_lag_of(engine)  # before the reads it describes, so that none of them is older than it says
     chart = render_outbox_chart(hourly_counts(engine, now=now))
     lists = attention_lists(engine, now=now)
     ids = [message["message_id"] for found in lists.values() for message in found]
@@ -101,7 +104,7 @@ def outbox_view(ctx: ServiceContext, tenant: str, *, now: datetime) -> OutboxVie
     return OutboxView(chart, {name: [{**m, **dict(zip(("why", "command"), why(m), strict=True)),
                                       "skip": skips.get(m["message_id"]) if name in GIVEN_UP else None}
                                      for m in found]
-                              for name, found in mine.items()})
+                              for name, found in mine.items()}, replica)
 
 
 def skip_verdicts(ctx: ServiceContext, message_ids: Iterable[str], *, now: datetime) -> dict[str, str]:

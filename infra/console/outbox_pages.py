@@ -42,7 +42,7 @@ class OutboxPages:
         lists = [(key, title, view.lists[key]) for key, title in LISTS]
         return self.shell.render("outbox.html", status, session, csrf=session.csrf, heading="Outbox",
                                  chart=Markup(view.chart), lists=lists, admin=session.caller.may(ADMIN),
-                                 notice=notice, error=error)
+                                 replica=view.replica, notice=notice, error=error)
 
     async def outbox_redrive(self, request: Request, session: Session, form: dict[str, str]) -> Response:
         """Re-drive one abandoned or failed message with a reason: an admin action, recorded with the client."""

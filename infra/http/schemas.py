@@ -237,6 +237,10 @@ TIMELINE = _object(
         "message_id": {"type": ["string", "null"], "format": "uuid"},
         "events": {"type": "array", "items": {"$ref": "#/components/schemas/TimelineEvent"}},
         "truncated": {"type": "boolean"},
+        # Only when read from the read replica (AUTHLEDGER_READ_DATABASE_URL): how far behind the primary it was.
+        "replica": _object({"in_recovery": {"type": "boolean"},
+                            "seconds_behind": {"type": ["number", "null"]}},
+                           ["in_recovery", "seconds_behind"]),
     },
     ["user_id", "request_id", "message_id", "events", "truncated"],
 )

@@ -18,6 +18,7 @@ from domain.log import RecordedEvent
 from domain.tenants import DEFAULT_TENANT, scoped_user
 from infra.config.settings import PROVIDERS
 from infra.eventlog.outages import open_outages
+from infra.db.replica import ReplicaLag
 from infra.review.lookup import about_message, about_request, about_user, looking_up, of_tenant
 from projections.explain import message_findings, request_findings, user_findings
 from projections.findings import Finding
@@ -31,17 +32,22 @@ class Review:
     findings: list[Finding]
     timeline: list[TimelineEntry]
     unindexed_events: int  # how far audit_index lagged: those events were read from the log instead
+    replica: ReplicaLag | None = None  # read from the read replica, this far behind; None: from the primary
 
     def render(self) -> str:
         lines = [f"What happened to {self.subject} (times in UTC):"] + [f"  {f.sentence}" for f in self.findings]
         if self.unindexed_events:
             lines.append(f"  (audit_index is {self.unindexed_events} events behind the log: those were read "
                          "from the log directly)")
+        if self.replica is not None:
+            lines.append(f"  ({self.replica.sentence()})")
         return "\n".join([*lines, "", render_timeline(self.timeline)])
 
     def as_dict(self) -> dict[str, Any]:
-        return {"subject": self.subject, "findings": [f.as_dict() for f in self.findings],
-                "unindexed_events": self.unindexed_events, "timeline": [entry.as_dict() for entry in self.timeline]}
+        answer = {"subject": self.subject, "findings": [f.as_dict() for f in self.findings],
+                  "unindexed_events": self.unindexed_events,
+                  "timeline": [entry.as_dict() for entry in self.timeline]}
+        return answer if self.replica is None else {**answer, "replica": self.replica.as_json()}
 
 
 def _until(events: list[RecordedEvent], as_of: datetime | None) -> list[RecordedEvent]:
@@ -68,7 +74,8 @@ def history_and_events(engine: Engine, user_id: str, *, tenant: str = DEFAULT_TE
     if not events:
         raise NotFound(f"no events about user {user_id!r}{_of(tenant)}" + (f" in the {flow} flow" if flow else ""))
     findings = user_findings(events, user_id, now=as_of or now)
-    return Review(f"user {user_id}{_of(tenant)}", findings, timeline(events), lookup.unindexed), events
+    return Review(f"user {user_id}{_of(tenant)}", findings, timeline(events), lookup.unindexed,
+                   lookup.replica), events
 
 
 def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID | None = None,
@@ -98,4 +105,4 @@ def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID 
     about = {r.global_position for r in story.events}
     # Timed over the whole context: a supersession takes its time from the request in its transaction.
     entries = [e for e in timeline(story.context) if e.global_position in about]
-    return Review(f"{kind} {value}", findings, entries, lookup.unindexed)
+    return Review(f"{kind} {value}", findings, entries, lookup.unindexed, lookup.replica)

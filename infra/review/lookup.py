@@ -11,7 +11,9 @@ HTTP timeline, though it now reads a catch-up index, is never stale: what
 the index has not reached yet is read from the log, and the answer is the
 same as if the index were current. The price is a read of the unindexed
 tail on each look-up; ``authledger serve`` keeps the index caught up, so
-the tail is short, and ``unindexed`` says how long it was.
+the tail is short, and ``unindexed`` says how long it was. Read through the
+replica's engine (``AUTHLEDGER_READ_DATABASE_URL``), ``replica`` says how far
+behind the primary that snapshot was.
 
 What "about" means, one definition each:
 
@@ -47,6 +49,7 @@ from domain.otp_events import OtpChallengeSuperseded
 from domain.privacy import subject_stream
 from domain.reset_events import ResetSuperseded
 from domain.tenants import DEFAULT_TENANT, tenant_of
+from infra.db.replica import replica_lag
 from infra.errors import PersonalDataUnreadable
 from infra.eventlog.codec import default_codec
 from infra.eventlog.personal_data import FieldContext
@@ -81,6 +84,8 @@ class Lookup:
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
+        # First, so that the snapshot the answer is read from is the one measured (infra.db.replica).
+        self.replica = replica_lag(connection)
         self.keys = PostgresKeyring(connection)
         self.keyring = ReviewerKeyring(self.keys)
         stored = read_checkpoint(connection, "audit_index")

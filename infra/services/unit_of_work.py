@@ -109,6 +109,14 @@ class ServiceContext:
     new_id: Callable[[], UUID] = time_ordered_id  # request, challenge and message ids: see infra/eventlog/ids.py
     # The secret of each new request and challenge (domain.tokens, derivation 2); generated here, as ids are.
     new_nonce: Callable[[], str] = field(default=random_nonce, repr=False)
+    # The read replica's engine (AUTHLEDGER_READ_DATABASE_URL, marked by infra.db.replica.on_replica), or None.
+    replica_engine: Engine | None = None
+
+    @property
+    def read_engine(self) -> Engine:
+        """Where reading work goes (the timeline, the console's reading pages): the replica if there is one.
+        Never for a read that decides a write: that reads ``engine``, the primary."""
+        return self.replica_engine if self.replica_engine is not None else self.engine
 
     @property
     def keys(self) -> TokenKeys:
