@@ -11,7 +11,7 @@ from infra.errors import SchemaMismatch
 from infra.db.engine import APP_ROLE
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schema.sql"
-SCHEMA_VERSION = 6  # the newest version schema.sql records; see its last lines
+SCHEMA_VERSION = 7  # the newest version schema.sql records; see its last lines
 
 # Two `db init` at once would race on CREATE ... IF NOT EXISTS; a
 # transaction-scoped advisory lock makes the second wait for the first.

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from domain import email, otp_events, request_rules, reset_events
+from domain import email, otp_events, request_rules, reset_events, webhooks
 from domain.log import RecordedEvent
 from infra.db import tables
 from infra.projector.appliers import Asked, KeyedApplier
@@ -27,6 +27,7 @@ from projections.otp_challenges import OtpChallengeRow, evolve_otp_challenge, ot
 from projections.outbox import OutboxRow, evolve_outbox
 from projections.receipts import ReceiptRow, evolve_receipt, receipt_key
 from projections.reset_tokens import ResetTokenRow, evolve_reset_token, reset_token_key
+from projections.webhook_endpoints import WebhookEndpointRow, evolve_webhook_endpoint, webhook_endpoint_key
 from projections.tenants import (
     TenantRow,
     TenantSettingsRow,
@@ -39,7 +40,7 @@ from projections.tenants import (
 EMAIL_EVENTS = (
     email.EmailQueued, email.LeaseClaimed, email.LeaseExpired, email.LeaseReleased, email.SendAttemptFailed,
     email.ProviderAccepted, email.DeliverySkipped, email.DeliveryAbandoned,
-    email.DeliveryRedriven,
+    email.DeliveryRedriven, webhooks.WebhookQueued,
 )
 
 
@@ -50,7 +51,8 @@ def _email_key(event: object) -> Any:
 # ``starts``: the events that make a row whole (a new message, request or challenge id; every receipt
 # names its whole answer), so that folding them reads nothing first (KeyedApplier).
 OUTBOX = KeyedApplier(
-    tables.email_outbox, OutboxRow, "message_id", _email_key, evolve_outbox, lock=True, starts=(email.EmailQueued,)
+    tables.email_outbox, OutboxRow, "message_id", _email_key, evolve_outbox, lock=True,
+    starts=(email.EmailQueued, webhooks.WebhookQueued),
 )
 RESET_TOKENS = KeyedApplier(
     tables.reset_tokens, ResetTokenRow, "request_id", reset_token_key, evolve_reset_token, lock=True,
@@ -73,10 +75,15 @@ ADDRESS_INDEX = KeyedApplier(
     tables.address_index, AddressIndexRow, "user_id", address_index_key, evolve_address_index, lock=True,
     shared_keys=True,  # one row per user, written by their reset and OTP streams, whose writers do not take turns
 )
+WEBHOOK_ENDPOINTS = KeyedApplier(
+    tables.webhook_endpoints, WebhookEndpointRow, "endpoint_id", webhook_endpoint_key, evolve_webhook_endpoint,
+    lock=True, starts=(webhooks.WebhookEndpointAdded,),
+)
 # Folded last: a decision's snapshot is written after the rows it decided on.
 SNAPSHOTS = SnapshotApplier()
 INLINE: list[KeyedApplier | SnapshotApplier] = [
-    OUTBOX, RESET_TOKENS, OTP_CHALLENGES, RECEIPTS, API_KEYS, TENANTS, TENANT_SETTINGS, ADDRESS_INDEX, SNAPSHOTS,
+    OUTBOX, RESET_TOKENS, OTP_CHALLENGES, RECEIPTS, API_KEYS, TENANTS, TENANT_SETTINGS, ADDRESS_INDEX,
+    WEBHOOK_ENDPOINTS, SNAPSHOTS,
 ]
 
 

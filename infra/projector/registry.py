@@ -18,7 +18,7 @@ import sys
 from attrs import frozen
 from sqlalchemy import Table
 
-from domain import clients, counting, otp_events, privacy, request_rules, reset_events, tenants
+from domain import clients, counting, otp_events, privacy, request_rules, reset_events, tenants, webhooks
 from domain.errors import NotFound
 from infra.db import tables
 from infra.eventlog.tags import EVENT_TYPES
@@ -49,6 +49,7 @@ FOLDED_EVENTS: dict[str, tuple[type, ...]] = {
     "api_keys": clients.CLIENT_EVENTS,
     "tenants": (tenants.TenantCreated,),
     "tenant_settings": (tenants.TenantConfigured,),
+    "webhook_endpoints": webhooks.ENDPOINT_EVENTS,
     "address_index": (reset_events.ResetRequested, otp_events.OtpChallengeIssued, privacy.SubjectErased),
     # Every event of a reset or OTP stream: the two folds refuse any other (UnknownEventType).
     "stream_snapshots": (reset_events.ResetRequested, reset_events.ResetSuperseded, reset_events.ResetRequestRefused,
