@@ -51,7 +51,7 @@ class Sent:
 def without_sending(ctx: ServiceContext, claim: Claim, prepared: Prepared) -> Attempt | None:
     """The outcome when the provider must not be called (unwanted, or too little lease left); else None."""
     row, policy, now = claim.row, ctx.delivery_policy, ctx.clock.now()
-    if prepared.email is None:
+    if not prepared.sendable:
         assert prepared.skip_reason is not None  # prepare() gives a reason whenever it gives no email
         skipped = DeliverySkipped(row.message_id, now, prepared.skip_reason, claim.lease_token)
         return Attempt([skipped], "skipped", "skipped")
