@@ -16,8 +16,9 @@ from domain.input_checks import check_text
 from domain.errors import NotFound
 from domain.log import RecordedEvent
 from domain.tenants import DEFAULT_TENANT, scoped_user
-from infra.review.lookup import about_message, about_request, about_user, looking_up, of_tenant
-from projections.explain import message_findings, request_findings, user_findings
+from domain.webhooks import WebhookQueued, webhook_stream
+from infra.review.lookup import Lookup, about_message, about_request, about_user, looking_up, of_tenant
+from projections.explain import message_findings, request_findings, user_findings, webhook_findings
 from projections.findings import Finding
 from projections.timeline import TimelineEntry, timeline
 from projections.timeline import render as render_timeline
@@ -69,6 +70,18 @@ def history_and_events(engine: Engine, user_id: str, *, tenant: str = DEFAULT_TE
     return Review(f"user {user_id}{_of(tenant)}", findings, timeline(events), lookup.unindexed), events
 
 
+def _webhook_delivery(lookup: Lookup, delivery_id: UUID, tenant: str) -> Review | None:
+    """A webhook delivery's attempts, when ``delivery_id`` is one (of ``tenant``); None otherwise."""
+    hits = [r for r in lookup.find("message", [str(delivery_id)]) if r.stream_id == webhook_stream(delivery_id)]
+    queued = next((r.event for r in hits if isinstance(r.event, WebhookQueued)), None)
+    if queued is None:
+        return None
+    if queued.tenant != tenant:
+        raise NotFound(f"no message {delivery_id} in the log")
+    return Review(f"webhook delivery {delivery_id}", webhook_findings(hits, delivery_id), timeline(hits),
+                  lookup.unindexed)
+
+
 def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID | None = None,
             tenant: str = DEFAULT_TENANT, now: datetime) -> Review:
     """Why a request's link worked or not, and what happened to its emails; or one email's story.
@@ -78,6 +91,8 @@ def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID 
     request or email of another tenant than ``tenant`` is not in the log for it.
     """
     with looking_up(engine) as lookup:
+        if message_id is not None and (delivery := _webhook_delivery(lookup, message_id, tenant)) is not None:
+            return delivery
         if request_id is not None:
             story, kind, value = about_request(lookup, request_id, tenant), "request", request_id
         elif message_id is not None:

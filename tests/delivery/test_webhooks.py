@@ -25,6 +25,7 @@ from infra.services.privacy import forget
 from infra.services.reset import consume_token, request_reset
 from infra.services.unit_of_work import ServiceContext
 from infra.services.webhooks import add_endpoint, remove_endpoint, rotate_endpoint
+from tests.support.cli import cli_outcome
 from tests.support.log_reading import stream_events
 from tests.support.mailers import RecordingMailer, RefusingMailer
 from tests.support.replay import assert_projections_match_log
@@ -159,3 +160,35 @@ def test_after_rotation_each_call_carries_both_signatures_and_a_removed_endpoint
 def _webhook_rows(engine: Engine) -> list[Row[Any]]:
     with engine.connect() as connection:
         return list(connection.execute(text("SELECT * FROM email_outbox WHERE flow = 'webhook'")))
+
+
+def test_explain_tells_each_attempt_of_a_delivery_and_redrive_sends_it_again_with_the_same_id(
+    ctx: ServiceContext, clock: ManualClock, engine: Engine, env: dict[str, str | None], receiver: Receiver
+) -> None:
+    listening(ctx, receiver, "email.accepted")
+    capped = attrs.evolve(ctx, delivery_policy=DeliveryPolicy(max_attempts=2))
+    receiver.status = 500
+    request_reset(capped, RequestReset("ada", "ada@example.test"))
+    drain(capped)
+    clock.advance(ctx.delivery_policy.backoff_cap)
+    drain(capped)
+    [row] = _webhook_rows(engine)
+    assert row.state == "abandoned"
+
+    code, told = cli_outcome(env, "explain", "--message-id", str(row.message_id))
+    assert code == 0, told
+    assert "Webhook email.accepted (msg_" in told
+    assert "Attempt 1 failed: webhook endpoint answered 500; retry at" in told
+    assert "Attempt 2 failed: webhook endpoint answered 500; no retry." in told
+    assert "abandoned after 2 attempts" in told
+
+    receiver.status = 204
+    code, out = cli_outcome(env, "outbox", "retry", "--message-id", str(row.message_id), "--reason",
+                            "receiver fixed (T-9)", "--yes")
+    assert code == 0, out
+    drain(capped)
+    assert [call.status for call in receiver.calls] == [500, 500, 204]
+    assert len({call.webhook_id for call in receiver.calls}) == 1
+    code, told = cli_outcome(env, "explain", "--message-id", str(row.message_id))
+    assert "Attempt 1 delivered: the endpoint answered http 204." in told
+    assert_projections_match_log(engine)
