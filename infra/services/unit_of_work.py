@@ -61,7 +61,7 @@ from infra.projector.inline import SNAPSHOTS, apply_inline, ask_inline
 from infra.projector.snapshots import NO_LOOKUPS, Lookups, load_for_decision
 from infra.services.counts import count_call, counted_events, take_counts
 from infra.services.locks import IdempotencyLock, lock_stream
-from infra.services.webhook_routes import deliveries_for
+from infra.services.webhook_routes import deliveries_for, email_facts
 from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.subject_keys import PostgresKeyring
 from infra.eventlog.ids import time_ordered_id
@@ -137,7 +137,7 @@ def append_and_fold(
     apply_inline(connection, recorded, loaded, asked)
     facts = [fact for r in recorded
              if (fact := user_event_of(r.event_type, r.stream_id, r.event, event_id=r.event_id)) is not None]
-    return recorded + _queue_webhooks(connection, facts, metadata)
+    return recorded + _queue_webhooks(connection, facts + email_facts(connection, recorded), metadata)
 
 
 def _queue_webhooks(

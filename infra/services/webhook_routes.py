@@ -19,9 +19,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, text
 
-from domain.webhooks import Endpoint, WebhookEvent, WebhookQueued, deliveries
+from domain.log import RecordedEvent
+from domain.webhooks import EMAIL_EVENT_TYPES, Endpoint, WebhookEvent, WebhookQueued, deliveries, email_event_of
 from infra.db import tables
 from infra.db.identity import database_identity
 from projections.webhook_endpoints import WebhookEndpointRow
@@ -58,6 +59,28 @@ class EndpointCache:
 
 
 ENDPOINTS = EndpointCache()
+
+
+OUTBOX_ROWS = text("SELECT message_id, user_id, request_id FROM email_outbox WHERE message_id = ANY(:ids)")
+
+
+def email_facts(connection: Connection, recorded: Sequence[RecordedEvent]) -> list[WebhookEvent]:
+    """The facts told of emails by events appended to their streams outside the worker's fenced outcomes
+    (a provider's later bounce or complaint): each email's user and request read from its outbox row."""
+    told = [r for r in recorded if r.stream_id.startswith("email:") and r.event_type in EMAIL_EVENT_TYPES]
+    if not told:
+        return []
+    rows = {row.message_id: row for row in connection.execute(
+        OUTBOX_ROWS, {"ids": list({r.event.message_id for r in told})})}
+    facts = []
+    for r in told:
+        row = rows.get(r.event.message_id)
+        fact = None if row is None else email_event_of(
+            r.event_type, r.event, scoped_user_id=row.user_id, message_id=row.message_id,
+            request_id=row.request_id, event_id=r.event_id)
+        if fact is not None:
+            facts.append(fact)
+    return facts
 
 
 def deliveries_for(connection: Connection, events: Sequence[WebhookEvent]) -> list[WebhookQueued]:

@@ -7,6 +7,7 @@ its own implementation of the Standard Webhooks specification.
 from __future__ import annotations
 
 from datetime import timedelta
+from uuid import uuid4
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from sqlalchemy import Engine, Row, text
 
 from domain.delivery import DeliveryPolicy
+from domain.email import EmailQueued, LeaseClaimed, ProviderAccepted
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
 from domain.webhooks import EVENT_TYPES, webhook_stream
@@ -23,7 +25,7 @@ from infra.delivery.worker import Worker
 from infra.services.otp import request_otp, verify_code
 from infra.services.privacy import forget
 from infra.services.reset import consume_token, request_reset
-from infra.services.unit_of_work import ServiceContext
+from infra.services.unit_of_work import ServiceContext, append_and_fold
 from infra.services.webhooks import add_endpoint, remove_endpoint, rotate_endpoint
 from tests.support.cli import cli_outcome
 from tests.support.log_reading import stream_events
@@ -192,3 +194,23 @@ def test_explain_tells_each_attempt_of_a_delivery_and_redrive_sends_it_again_wit
     code, told = cli_outcome(env, "explain", "--message-id", str(row.message_id))
     assert "Attempt 1 delivered: the endpoint answered http 204." in told
     assert_projections_match_log(engine)
+
+
+def test_an_email_outcome_appended_outside_the_worker_is_told_too(
+    ctx: ServiceContext, engine: Engine, receiver: Receiver
+) -> None:
+    # As provider feedback records a bounce on the email's stream later, with no lease: here an accept.
+    listening(ctx, receiver, "email.accepted")
+    now, batches = ctx.clock.now(), []
+    for n in range(2):
+        message_id, token = uuid4(), uuid4()
+        batches.append((f"email:{message_id}", 0, [
+            EmailQueued(message_id, "reset", "reset_link", f"u{n}", uuid4(), f"u{n}@example.test", now),
+            LeaseClaimed(message_id, "w1", token, now, now + timedelta(seconds=45), 1),
+            ProviderAccepted(message_id, token, 1, now, "smtp", f"id-{n}", "k2"),
+        ]))
+    with engine.begin() as connection:
+        append_and_fold(connection, batches)
+    drain(ctx)
+    assert [call.type for call in receiver.accepted()] == ["email.accepted", "email.accepted"]
+    assert {call.payload["data"]["user_id"] for call in receiver.accepted()} == {"u0", "u1"}
