@@ -1,6 +1,6 @@
 """Webhook delivery throughput against a receiver answering in 50 ms, beside email delivery in the same run (issue 39).
 
-    PYTHONPATH=$PWD .venv/bin/python bench/webhooks.py [--quick] [--messages 2000] [--rounds 2]
+    PYTHONPATH=$PWD .venv/bin/python bench/webhooks.py [--quick] [--messages 2000] [--rounds 2] [--only emails]
 
 Starts its own embedded PostgreSQL and two loopback HTTP stubs in processes
 of their own (bench/provider_stubs.py), each answering every POST after
@@ -16,6 +16,10 @@ in flight) drains it:
 - ``both``: one endpoint hearing ``email.accepted`` and N reset emails: each
   accepted email queues a webhook in the same transaction, and the worker
   delivers both through the one outbox.
+
+``--only emails`` runs the first kind alone and imports nothing of the
+webhooks, so that the same script measures the email path on a checkout from
+before them (``PYTHONPATH=<that checkout>``), alternating with this one.
 
 A rate is N over the first ``LeaseClaimed`` to the last ``ProviderAccepted``
 of its kind, read from the log. The window's bound, 64 ÷ 50 ms = 1,280 calls
@@ -41,14 +45,11 @@ from sqlalchemy import Engine, create_engine, text  # after the path set-up
 
 from bench.delivery import KEYS, SENDER, Server, _code_version, _print_table, _queue_resets
 from bench.provider_stubs import Stub
-from domain.webhooks import WebhookEvent, deliveries, webhook_stream
 from infra.db.embedded import start_embedded, stop_embedded
 from infra.db.schema import init_schema
 from infra.delivery.providers.http import HttpMailer
 from infra.delivery.worker import Worker
 from infra.services.unit_of_work import ServiceContext, append_and_fold
-from infra.services.webhook_routes import ENDPOINTS
-from infra.services.webhooks import add_endpoint
 
 WINDOW = 64
 LATENCY = 0.05
@@ -63,6 +64,10 @@ RATE = text("""
 
 
 def _queue_webhooks(ctx: ServiceContext, url: str, messages: int, chunk: int = 500) -> None:
+    from domain.webhooks import WebhookEvent, deliveries, webhook_stream
+    from infra.services.webhook_routes import ENDPOINTS
+    from infra.services.webhooks import add_endpoint
+
     add_endpoint(ctx, "default", url)
     with ctx.engine.connect() as connection:
         endpoints = ENDPOINTS.of(connection)["default"]
@@ -89,6 +94,7 @@ def _run(server: Server, kind: str, messages: int, mail_url: str, hook_url: str,
     ctx = ServiceContext(engine=engine, keys=KEYS)
     if kind in ("emails", "both"):
         if kind == "both":
+            from infra.services.webhooks import add_endpoint
             add_endpoint(ctx, "default", hook_url, ["email.accepted"])
         _queue_resets(engine, messages)
     else:
@@ -109,6 +115,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=2000, help="emails or webhooks per run (default 2000)")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each kind, alternating (default 2)")
     parser.add_argument("--quick", action="store_true", help="200 messages, 1 round: a smoke test")
+    parser.add_argument("--only", choices=["emails"], help="only the email runs (on a checkout from before webhooks)")
     args = parser.parse_args()
     messages, rounds = (200, 1) if args.quick else (args.messages, args.rounds)
     os.environ.setdefault("AUTHLEDGER_MASTER_KEY", f"bench:{base64.urlsafe_b64encode(os.urandom(32)).decode()}")
@@ -125,7 +132,7 @@ def main() -> None:
               f"load {os.getloadavg()[0]:.2f}")
         rows = []
         for n in range(rounds):
-            for kind in ("emails", "webhooks", "both"):
+            for kind in ("emails",) if args.only else ("emails", "webhooks", "both"):
                 result = _run(server, kind, messages, f"http://127.0.0.1:{mail.port}/emails",
                               f"http://127.0.0.1:{hooks.port}/hooks", n)
                 rows.append([kind, str(n + 1), f"{result['emails']:.0f}", f"{result['emails/s']:,.0f}",
