@@ -25,6 +25,7 @@ from infra.delivery.worker import Worker
 from infra.services.otp import request_otp, verify_code
 from infra.services.privacy import forget
 from infra.services.reset import consume_token, request_reset
+from infra.services.tenants import create_tenant
 from infra.services.unit_of_work import ServiceContext, append_and_fold
 from infra.services.webhooks import add_endpoint, remove_endpoint, rotate_endpoint
 from tests.support.cli import cli_outcome
@@ -214,3 +215,20 @@ def test_an_email_outcome_appended_outside_the_worker_is_told_too(
     drain(ctx)
     assert [call.type for call in receiver.accepted()] == ["email.accepted", "email.accepted"]
     assert {call.payload["data"]["user_id"] for call in receiver.accepted()} == {"u0", "u1"}
+
+
+def test_another_tenants_delivery_is_explained_as_one_that_does_not_exist(
+    ctx: ServiceContext, clock: ManualClock, engine: Engine, env: dict[str, str | None], receiver: Receiver
+) -> None:
+    create_tenant(ctx, "acme")
+    receiver.secrets.append(add_endpoint(ctx, "acme", receiver.url).secret)
+    request_reset(ctx, RequestReset("ada", "ada@example.test", tenant="acme"))
+    drain(ctx)
+    [row] = _webhook_rows(engine)
+    code, told = cli_outcome(env, "explain", "--message-id", str(row.message_id), "--tenant", "acme")
+    assert code == 0 and "Attempt 1 delivered" in told
+    code, other = cli_outcome(env, "explain", "--message-id", str(row.message_id))  # asked as the default tenant
+    nobody = str(uuid4())
+    unknown_code, unknown = cli_outcome(env, "explain", "--message-id", nobody)
+    assert code == unknown_code != 0
+    assert other.replace(str(row.message_id), "<id>") == unknown.replace(nobody, "<id>")
