@@ -264,8 +264,9 @@ USER_EVENT_TYPES: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "UserInvalidated": ("user.invalidated", ()),
 }
 # Events of an outbox row's stream, by tag: the email's outcome. A
-# SendAttemptFailed is ``email.failed`` only when it ends the email (no
-# retry_at); a retry tells the application nothing yet.
+# SendAttemptFailed is ``email.failed`` only when the provider refused it for
+# good; a retry tells the application nothing yet, and the last failure before
+# an abandonment is told by ``email.abandoned``.
 EMAIL_EVENT_TYPES: Mapping[str, str] = {
     "ProviderAccepted": "email.accepted",
     "SendAttemptFailed": "email.failed",
@@ -300,8 +301,8 @@ def email_event_of(tag: str, event: object, *, scoped_user_id: str, message_id: 
                    event_id: UUID) -> WebhookEvent | None:
     """The webhook event an outcome of an email makes, if any."""
     event_type = EMAIL_EVENT_TYPES.get(tag)
-    if event_type is None or (tag == "SendAttemptFailed" and getattr(event, "retry_at", None) is not None):
-        return None
+    if event_type is None or (tag == "SendAttemptFailed" and getattr(event, "retryable", True)):
+        return None  # a retry, or the last try before an abandonment (which tells of itself)
     tenant, user_id = split_scoped_user(scoped_user_id)
     data = {"tenant": tenant, "user_id": user_id, "message_id": str(message_id), "request_id": str(request_id)}
     return WebhookEvent(event_type, tenant, data, event_id, time_of(event))

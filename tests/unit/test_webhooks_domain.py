@@ -102,10 +102,12 @@ def test_an_email_outcome_maps_only_when_it_is_final() -> None:
     message_id, request_id, token = uuid4(), uuid4(), uuid4()
     retry = SendAttemptFailed(message_id, token, 1, NOW, "busy", True, NOW + timedelta(seconds=2))
     given_up = SendAttemptFailed(message_id, token, 1, NOW, "550", False, None)
+    before_abandoning = SendAttemptFailed(message_id, token, 5, NOW, "busy", True, None)
     accepted = ProviderAccepted(message_id, token, 1, NOW, "p", "p-1", None)
     kwargs = {"scoped_user_id": "acme u-1", "message_id": message_id, "request_id": request_id,
               "event_id": uuid4()}
     assert email_event_of("SendAttemptFailed", retry, **kwargs) is None
+    assert email_event_of("SendAttemptFailed", before_abandoning, **kwargs) is None  # email.abandoned tells it
     failed = email_event_of("SendAttemptFailed", given_up, **kwargs)
     assert failed is not None and failed.event_type == "email.failed"
     ok = email_event_of("ProviderAccepted", accepted, **kwargs)
