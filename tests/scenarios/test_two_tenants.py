@@ -47,6 +47,10 @@ OPERATIONS: dict[str, tuple[str | None, dict[str, str], object | None]] = {
     "revokeClient": ("admin", {"name": "nobody"}, {}),
     "redriveMessage": ("admin", {"message_id": SOME_ID}, {"reason": "relay fixed"}),
     "eraseUser": ("admin", {"user_id": "nobody"}, {"reason": "walking the routes"}),
+    "listWebhooks": ("admin", {}, None),
+    "addWebhook": ("admin", {}, {"url": "https://hooks.acme.example/walked"}),
+    "rotateWebhook": ("admin", {"endpoint_id": "ep_" + "0" * 32}, None),
+    "removeWebhook": ("admin", {"endpoint_id": "ep_" + "0" * 32}, None),
     "metrics": ("metrics", {}, None),
     "ready": ("metrics", {}, None),  # open without a key; a key must hold metrics
     "health": (None, {}, None),
