@@ -6,6 +6,7 @@ its own implementation of the Standard Webhooks specification.
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from uuid import uuid4
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from domain.email import EmailQueued, LeaseClaimed, ProviderAccepted
 from domain.otp import RequestOtp
 from domain.reset import RequestReset
 from domain.webhooks import EVENT_TYPES, webhook_stream
-from infra.clock import ManualClock
+from infra.clock import ManualClock, SystemClock
 from infra.delivery.worker import Worker
 from infra.services.otp import request_otp, verify_code
 from infra.services.privacy import forget
@@ -33,6 +34,7 @@ from tests.support.log_reading import stream_events
 from tests.support.mailers import RecordingMailer, RefusingMailer
 from tests.support.replay import assert_projections_match_log
 from tests.support.secrets import otp_code_of, reset_token_of
+from tests.support.waiting import wait_until
 from tests.support.webhook_receiver import Receiver, running_receiver, verify
 
 SENDER = "authledger <no-reply@app.test>"
@@ -232,3 +234,23 @@ def test_another_tenants_delivery_is_explained_as_one_that_does_not_exist(
     unknown_code, unknown = cli_outcome(env, "explain", "--message-id", nobody)
     assert code == unknown_code != 0
     assert other.replace(str(row.message_id), "<id>") == unknown.replace(nobody, "<id>")
+
+
+def test_a_running_worker_is_woken_for_a_new_delivery_and_sends_it_without_polling(
+    ctx: ServiceContext, receiver: Receiver
+) -> None:
+    live = attrs.evolve(ctx, clock=SystemClock())
+    listening(live, receiver, "reset.consumed")
+    worker = Worker(live, RecordingMailer(), sender=SENDER, poll_seconds=3600)  # only a NOTIFY can wake it
+    running = threading.Thread(target=worker.run)
+    running.start()
+    try:
+        reset = request_reset(live, RequestReset("ada", "ada@example.test"))
+        token = reset_token_of(live.engine, live.keys, reset.request_id)
+        consume_token(live, token)
+        wait_until(lambda: receiver.types() == {"reset.consumed"}, what="the webhook of the used link")
+    finally:
+        worker.stop()
+        running.join(timeout=30)
+    [call] = receiver.accepted()
+    assert call.payload["data"]["request_id"] == str(reset.request_id)
