@@ -70,15 +70,23 @@ def history_and_events(engine: Engine, user_id: str, *, tenant: str = DEFAULT_TE
     return Review(f"user {user_id}{_of(tenant)}", findings, timeline(events), lookup.unindexed), events
 
 
-def _webhook_delivery(lookup: Lookup, delivery_id: UUID, tenant: str) -> Review | None:
-    """A webhook delivery's attempts, when ``delivery_id`` is one (of ``tenant``); None otherwise."""
+def _webhook_delivery(lookup: Lookup, delivery_id: UUID, tenant: str) -> tuple[Review, list[RecordedEvent]] | None:
+    """A webhook delivery's attempts and events, when ``delivery_id`` is one of ``tenant``; None otherwise."""
     # Asked for the tenant, as every look-up is: another tenant's id costs what an unknown one does.
     hits = [r for r in lookup.find("message", [str(delivery_id)], tenant=tenant)
             if r.stream_id == webhook_stream(delivery_id)]
     if not any(isinstance(r.event, WebhookQueued) for r in hits):
         return None
-    return Review(f"webhook delivery {delivery_id}", webhook_findings(hits, delivery_id), timeline(hits),
-                  lookup.unindexed)
+    review = Review(f"webhook delivery {delivery_id}", webhook_findings(hits, delivery_id), timeline(hits),
+                    lookup.unindexed)
+    return review, hits
+
+
+def explain_delivery(engine: Engine, delivery_id: UUID, *, tenant: str = DEFAULT_TENANT
+                     ) -> tuple[Review, list[RecordedEvent]] | None:
+    """One webhook delivery's story and its events (for the console's case page); None if it is none of ``tenant``'s."""
+    with looking_up(engine) as lookup:
+        return _webhook_delivery(lookup, delivery_id, tenant)
 
 
 def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID | None = None,
@@ -91,7 +99,7 @@ def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID 
     """
     with looking_up(engine) as lookup:
         if message_id is not None and (delivery := _webhook_delivery(lookup, message_id, tenant)) is not None:
-            return delivery
+            return delivery[0]
         if request_id is not None:
             story, kind, value = about_request(lookup, request_id, tenant), "request", request_id
         elif message_id is not None:
