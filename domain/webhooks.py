@@ -132,7 +132,7 @@ class Endpoint:
 class Endpoints:
     """A tenant's endpoints, by id, removed ones included (their ids are never reused)."""
 
-    by_id: Mapping[str, Endpoint] = {}
+    by_id: Mapping[str, Endpoint] = attrs.field(factory=dict)
 
 
 def evolve_endpoint(endpoint: Endpoint | None, event: object) -> Endpoint | None:

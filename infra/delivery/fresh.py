@@ -42,6 +42,7 @@ class Prepared:
     key_id: str | None = None
     useful_until: datetime | None = None  # when the link or code expires: no retry is worth it after
     webhook: WebhookCall | None = None  # a webhook delivery's signed call, instead of an email
+    error: str | None = None  # why it cannot be sent now, though still wanted: a failed attempt, retried
 
     @property
     def sendable(self) -> bool:
@@ -76,7 +77,7 @@ def prepare_all(
 
 
 def _webhook_prepared(planned: Planned) -> Prepared:
-    return Prepared(None, planned.skip_reason, None, planned.useful_until, planned.call)
+    return Prepared(None, planned.skip_reason, None, planned.useful_until, planned.call, planned.error)
 
 
 def _prepare_emails(

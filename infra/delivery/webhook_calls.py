@@ -26,13 +26,14 @@ import httpx
 from attrs import frozen
 from sqlalchemy import Connection, select
 
+from domain.errors import ConfigError
 from domain.webhooks import DELIVERY_HORIZON, WebhookQueued, body_of, headers, webhook_stream
 from infra.db import tables
 from infra.delivery.leases import Claim
 from infra.delivery.providers.http_clients import ClientGroup
 from infra.delivery.providers import OutcomeUnknown, PermanentSendError, ProviderReceipt, RetryableSendError, SendFailed
 from infra.eventlog.postgres import PostgresEventStore
-from infra.eventlog.subject_keys import master_keys_for
+from infra.eventlog.subject_keys import MasterKeys, master_keys_for
 from infra.services.webhook_secrets import open_secret
 from projections.webhook_endpoints import WebhookEndpointRow
 
@@ -58,6 +59,7 @@ class Planned:
     call: WebhookCall | None
     skip_reason: str | None
     useful_until: datetime | None = None
+    error: str | None = None  # still wanted, but not to be called as things are (its secret cannot be opened)
 
 
 def endpoint_of(claim: Claim) -> str:
@@ -74,7 +76,10 @@ def plan_calls(connection: Connection, claims: Sequence[Claim], *, now: datetime
     rows = connection.execute(select(tables.webhook_endpoints).where(
         c.endpoint_id.in_({endpoint_of(claim) for claim in claims})))
     endpoints = {row.endpoint_id: WebhookEndpointRow(**row._mapping).endpoint() for row in rows}
-    master = master_keys_for(connection)
+    try:
+        master: MasterKeys | ConfigError = master_keys_for(connection)
+    except ConfigError as error:  # no master key configured at all: every delivery waits for one
+        master = error
     planned = []
     for claim in claims:
         stream = streams[webhook_stream(claim.row.message_id)]
@@ -86,8 +91,14 @@ def plan_calls(connection: Connection, claims: Sequence[Claim], *, now: datetime
         elif now >= useful_until:
             planned.append(Planned(None, "past_horizon"))
         else:
-            secrets = [open_secret(master, sealed, tenant=endpoint.tenant, endpoint_id=endpoint.endpoint_id)
-                       for sealed in endpoint.signing_secrets(now)]
+            try:
+                if isinstance(master, ConfigError):
+                    raise master
+                secrets = [open_secret(master, sealed, tenant=endpoint.tenant, endpoint_id=endpoint.endpoint_id)
+                           for sealed in endpoint.signing_secrets(now)]
+            except ConfigError as error:
+                planned.append(Planned(None, None, useful_until, error.message))
+                continue
             body = body_of(queued)
             call = WebhookCall(endpoint.endpoint_id, endpoint.url,
                                headers(secrets, queued.webhook_id, int(now.timestamp()), body), body)

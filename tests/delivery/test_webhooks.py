@@ -23,6 +23,7 @@ from domain.reset import RequestReset
 from domain.webhooks import EVENT_TYPES, webhook_stream
 from infra.clock import ManualClock, SystemClock
 from infra.delivery.worker import Worker
+from infra.eventlog.subject_keys import MasterKeys, bind_master_keys
 from infra.services.otp import request_otp, verify_code
 from infra.services.privacy import forget
 from infra.services.reset import consume_token, request_reset
@@ -254,3 +255,24 @@ def test_a_running_worker_is_woken_for_a_new_delivery_and_sends_it_without_polli
         running.join(timeout=30)
     [call] = receiver.accepted()
     assert call.payload["data"]["request_id"] == str(reset.request_id)
+
+
+def test_a_secret_no_configured_master_key_opens_is_retried_and_told_while_mail_goes_on(
+    ctx: ServiceContext, clock: ManualClock, engine: Engine, receiver: Receiver
+) -> None:
+    # Sealed under a master key ("m2") that the worker's configuration no longer holds.
+    sealed_elsewhere = attrs.evolve(ctx, engine=bind_master_keys(
+        engine, lambda: MasterKeys({"m2": b"n" * 32, "test": b"m" * 32})))
+    add_endpoint(sealed_elsewhere, "default", receiver.url, ["email.accepted"])
+    request_reset(ctx, RequestReset("ada", "ada@example.test"))
+    request_reset(ctx, RequestReset("bo", "bo@example.test"))
+
+    assert drain(ctx)["sent"] == 2
+    clock.advance(ctx.delivery_policy.backoff_cap)  # the deliveries due again, with a new email: one claim
+    request_reset(ctx, RequestReset("cy", "cy@example.test"))
+    assert drain(ctx)["sent"] == 1, "the email in the group is sent; the deliveries fail beside it"
+
+    assert receiver.calls == []
+    rows = _webhook_rows(engine)
+    assert {(row.state, row.attempt_count) for row in rows} == {("pending", 2), ("pending", 1)}
+    assert all("'m2'" in row.last_error for row in rows), "the missing key is named"
