@@ -42,7 +42,8 @@ from infra.delivery.leases import Claim, still_held
 from infra.delivery.providers import Mailer, OutboundEmail, ProviderReceipt, SendFailed
 from domain.email import SendAttemptFailed
 from infra.delivery.send import Attempt, Sent, after_sending, record, released, without_sending
-from infra.delivery.webhook_calls import WebhookClient
+from domain.webhooks import WEBHOOK_FLOW
+from infra.delivery.webhook_calls import WebhookClient, endpoint_of
 from infra.services.unit_of_work import ServiceContext
 
 
@@ -160,6 +161,10 @@ class Window:
                                                           policy=self.breaker.policy)
         return self.endpoint_breakers[endpoint_id]
 
+    def _breaker_of(self, claim: Claim) -> Breaker:
+        """The provider's breaker for an email, the endpoint's for a webhook delivery."""
+        return self._endpoint_breaker(endpoint_of(claim)) if claim.row.flow == WEBHOOK_FLOW else self.breaker
+
     def _endpoint_down(self, claim: Claim, prepared: Prepared) -> Attempt | None:
         """Not calling an endpoint whose circuit is open (one call probes it when due): retry at the probe."""
         if prepared.webhook is None:
@@ -220,11 +225,10 @@ class Window:
                 early = without_sending(self.ctx, claim, prepared)
                 if early is not None:
                     self._unrecorded.append(Sent(claim, prepared, early, self.ctx.clock.now()))
-                    self.breaker.probe_not_sent()
+                    self._breaker_of(claim).probe_not_sent()
                     return
                 answer = await self._call(prepared, read_at)
-            breaker = self.breaker if prepared.webhook is None else self._endpoint_breaker(prepared.webhook.endpoint_id)
-            breaker.observe(claim.row.message_id, answer if isinstance(answer, SendFailed) else None)
+            self._breaker_of(claim).observe(claim.row.message_id, answer if isinstance(answer, SendFailed) else None)
             result = after_sending(self.ctx, claim, prepared, answer, self.jitter)
             self._unrecorded.append(Sent(claim, prepared, result, self.ctx.clock.now()))
         finally:
