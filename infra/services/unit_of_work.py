@@ -137,17 +137,17 @@ def append_and_fold(
     apply_inline(connection, recorded, loaded, asked)
     facts = [fact for r in recorded
              if (fact := user_event_of(r.event_type, r.stream_id, r.event, event_id=r.event_id)) is not None]
-    return recorded + _queue_webhooks(connection, facts + email_facts(connection, recorded), metadata)
+    _queue_webhooks(connection, facts + email_facts(connection, recorded), metadata)
+    return recorded  # the caller's events only: the deliveries they queued are the webhooks' own business
 
 
 def _queue_webhooks(
     connection: Connection, facts: Sequence[WebhookEvent], metadata: Mapping[str, Any] | None,
-) -> list[RecordedEvent]:
+) -> None:
     """The deliveries of ``facts`` to the endpoints listening, appended beside them (``webhook_routes``)."""
     queued = deliveries_for(connection, facts)
-    if not queued:
-        return []
-    return append_and_fold(connection, [(webhook_stream(q.delivery_id), 0, [q]) for q in queued], metadata)
+    if queued:
+        append_and_fold(connection, [(webhook_stream(q.delivery_id), 0, [q]) for q in queued], metadata)
 
 
 def claim_leases(
