@@ -40,6 +40,7 @@ from projections.webhook_endpoints import WebhookEndpointRow
 PROVIDER = "webhook"
 TIMEOUT_SECONDS = 10.0
 CONNECTIONS = 64
+ANSWER_BYTES = 64 * 1024
 
 
 @frozen
@@ -125,7 +126,15 @@ class WebhookClient:
 
     async def send(self, call: WebhookCall) -> ProviderReceipt:
         try:
-            response = await self._loop_clients().post(call.url, content=call.body, headers=call.headers)
+            async with self._loop_clients().streamed("POST", call.url, content=call.body,
+                                                     headers=call.headers) as response:
+                # Only the status matters; a receiver's answer is read up to ANSWER_BYTES and no further, so
+                # that an endless body cannot hold a place of the window or fill the worker's memory.
+                read = 0
+                async for chunk in response.aiter_raw():
+                    read += len(chunk)
+                    if read >= ANSWER_BYTES:
+                        break
         except (httpx.ConnectError, httpx.ConnectTimeout) as error:
             raise RetryableSendError(f"webhook connect failed: {type(error).__name__}", provider_down=True) from None
         except httpx.TimeoutException:

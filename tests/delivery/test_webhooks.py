@@ -7,6 +7,7 @@ its own implementation of the Standard Webhooks specification.
 from __future__ import annotations
 
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from datetime import timedelta
 from uuid import uuid4
 from collections.abc import Iterator
@@ -276,3 +277,41 @@ def test_a_secret_no_configured_master_key_opens_is_retried_and_told_while_mail_
     rows = _webhook_rows(engine)
     assert {(row.state, row.attempt_count) for row in rows} == {("pending", 2), ("pending", 1)}
     assert all("'m2'" in row.last_error for row in rows), "the missing key is named"
+
+
+def test_a_receiver_answering_an_endless_body_is_delivered_without_being_read_to_its_end(
+    ctx: ServiceContext, engine: Engine
+) -> None:
+    written: list[int] = []
+
+    class Endless(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(200)
+            self.send_header("content-length", str(1 << 30))
+            self.end_headers()
+            sent = 0
+            try:
+                while sent < 1 << 30:
+                    self.wfile.write(b"x" * 65536)
+                    sent += 65536
+            except OSError:  # the worker closed the connection: it stopped reading
+                pass
+            written.append(sent)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        add_endpoint(ctx, "default", f"http://127.0.0.1:{server.server_address[1]}/hooks", ["email.accepted"])
+        request_reset(ctx, RequestReset("ada", "ada@example.test"))
+        drain(ctx)
+        wait_until(lambda: written or None, what="the receiver to stop writing")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [row.state for row in _webhook_rows(engine)] == ["sent"]
+    assert written[0] < 1 << 30, "the worker did not read a gigabyte"
