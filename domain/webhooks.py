@@ -49,6 +49,10 @@ ROTATION_OVERLAP = timedelta(hours=24)
 # hour, or a day, still gets everything once it is back.
 DELIVERY_HORIZON = timedelta(days=3)
 MAX_URL_LENGTH = 2000
+# Every fact is one delivery per listening endpoint, written in the fact's own
+# transaction: a tenant's endpoints are few, or each of its users' clicks
+# would cost a write per endpoint.
+MAX_ENDPOINTS = 10
 WEBHOOK_FLOW = "webhook"  # the outbox row's flow: a webhook delivery, not an email
 
 EVENT_TYPES = (
@@ -178,6 +182,8 @@ def decide_add(state: Endpoints, *, endpoint_id: str, tenant: str, url: str, eve
                secret: SealedSecret, now: datetime) -> list[object]:
     if endpoint_id in state.by_id:
         raise InvalidInput(f"endpoint {endpoint_id} exists already")
+    if sum(1 for endpoint in state.by_id.values() if endpoint.removed_at is None) >= MAX_ENDPOINTS:
+        raise InvalidInput(f"a tenant has at most {MAX_ENDPOINTS} webhook endpoints; remove one first")
     return [WebhookEndpointAdded(endpoint_id, tenant, url, event_types, secret, now)]
 
 

@@ -16,6 +16,7 @@ from domain.otp_events import OtpChallengeVerified
 from domain.reset_events import ResetCompleted
 from domain.webhooks import (
     EVENT_TYPES,
+    MAX_ENDPOINTS,
     ROTATION_OVERLAP,
     SealedSecret,
     WebhookEvent,
@@ -133,3 +134,16 @@ def test_one_fact_is_one_delivery_per_listening_endpoint_all_with_the_facts_webh
     assert queued.endpoint_id == EP and queued.webhook_id == f"msg_{fact.source_event_id.hex}"
     assert deliveries(fact, fold_endpoints(events).by_id.values(), now=NOW) == [queued]  # the same ids again
     assert body_of(queued) == b'{"type":"otp.verified","timestamp":"2026-12-05T12:00:00Z","data":{"tenant":"t"}}'
+
+
+def test_a_tenant_has_at_most_ten_endpoints_removed_ones_not_counted() -> None:
+    events: list[object] = []
+    for n in range(MAX_ENDPOINTS):
+        events += decide_add(fold_endpoints(events), endpoint_id=f"ep_{n:032x}", tenant="t", url="https://a.test",
+                             event_types=(), secret=SEALED, now=NOW)
+    with pytest.raises(InvalidInput, match="at most 10"):
+        decide_add(fold_endpoints(events), endpoint_id="ep_" + "f" * 32, tenant="t", url="https://a.test",
+                   event_types=(), secret=SEALED, now=NOW)
+    events += decide_remove(fold_endpoints(events), f"ep_{0:032x}", now=NOW)
+    assert decide_add(fold_endpoints(events), endpoint_id="ep_" + "f" * 32, tenant="t", url="https://a.test",
+                      event_types=(), secret=SEALED, now=NOW)
