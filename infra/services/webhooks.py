@@ -10,6 +10,7 @@ every outbound URL, ``infra.config.values.https_url``).
 from __future__ import annotations
 
 import secrets
+from urllib.parse import urlsplit
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -57,9 +58,13 @@ def check_url(url: object) -> str:
     if not isinstance(url, str) or not url or len(url) > MAX_URL_LENGTH:
         raise InvalidInput(f"a webhook URL is 1-{MAX_URL_LENGTH} characters")
     try:
-        return https_url(url)
+        checked = https_url(url)
     except ValueError as error:
         raise InvalidInput(f"the webhook URL {error}") from None
+    if "@" in urlsplit(checked).netloc:
+        # It would be recorded in the log for ever, in clear: the signature is what authenticates a call.
+        raise InvalidInput("a webhook URL holds no user name or password; the signature authenticates each call")
+    return checked
 
 
 def _master(ctx: ServiceContext) -> MasterKeys:

@@ -43,6 +43,7 @@ def test_bad_input_exits_2_with_a_reason_and_writes_nothing(env: Env, engine: En
         (["--url", "ftp://hooks.app.test/a"], "URL"),
         (["--url", "https://hooks.app.test/a", "--event", "email.opened"], "email.opened"),
         (["--url", "https://" + "a" * 2100 + ".test"], "characters"),
+        (["--url", "https://app:s3cret@hooks.app.test/a"], "no user name or password"),
         (["--url", "https://hooks.app.test/a", "--tenant", "nobody"], "nobody"),
     ]:
         result = run_cli(env, "webhooks", "add", *args)
