@@ -36,6 +36,8 @@ COMMANDS: Mapping[str, tuple[str, str]] = {
               "Run the HTTP API and the delivery workers; SIGTERM or Ctrl-C stops both cleanly."),
     "tenants": ("commands.tenants:tenants", "The applications that own users; the default tenant always exists."),
     "clients": ("commands.clients:clients", "API keys of the applications that call the HTTP API."),
+    "webhooks": ("commands.webhooks:webhooks",
+                 "Endpoints of a tenant, told what happened, signed (Standard Webhooks)."),
     "projections": ("commands.projections:projections",
                     "Read models: list, status, rebuild, verify, replay as of a moment, and the catch-up runner."),
     "history": ("commands.review:history_command",

@@ -56,7 +56,7 @@ CREATE TRIGGER events_no_truncate
 -- Wake followers as soon as a transaction that appended events commits
 -- (NOTIFY is delivered at commit, once per channel and payload):
 -- authledger_events for whole-log readers, authledger_outbox for idle
--- workers when there is new mail to claim.
+-- workers when there is new mail (or a webhook delivery) to claim.
 CREATE OR REPLACE FUNCTION events_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -66,7 +66,7 @@ BEGIN
         RETURN NULL;
     END IF;
     PERFORM pg_notify('authledger_events', '');
-    IF EXISTS (SELECT FROM new_events WHERE event_type IN ('EmailQueued', 'LeaseReleased')) THEN
+    IF EXISTS (SELECT FROM new_events WHERE event_type IN ('EmailQueued', 'WebhookQueued', 'LeaseReleased')) THEN
         PERFORM pg_notify('authledger_outbox', '');
     END IF;
     RETURN NULL;
@@ -314,6 +314,30 @@ BEGIN
     END IF;
 END
 $$;
+
+-- Webhook endpoints of each tenant (an inline projection of the
+-- webhooks:<tenant> streams, domain/webhooks.py). Secrets only sealed
+-- (AES-GCM under the master key, infra/webhooks/secrets.py), as the events
+-- hold them; removed endpoints keep their row.
+CREATE TABLE IF NOT EXISTS webhook_endpoints (
+    endpoint_id             text PRIMARY KEY,
+    tenant                  text        NOT NULL,
+    url                     text        NOT NULL,
+    event_types             text        NOT NULL,
+    status                  text        NOT NULL CHECK (status IN ('active', 'removed')),
+    secret_id               text        NOT NULL,
+    master_key_id           text        NOT NULL,
+    sealed_secret           text        NOT NULL,
+    created_at              timestamptz NOT NULL,
+    rotated_at              timestamptz,
+    previous_secret_id      text,
+    previous_master_key_id  text,
+    previous_sealed_secret  text,
+    previous_until          timestamptz,
+    removed_at              timestamptz
+);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON webhook_endpoints TO authledger_app;
 
 -- Tenants created with `authledger tenants create` (an inline projection of
 -- the tenant:<name> streams). The default tenant exists without a row.
@@ -573,5 +597,6 @@ CREATE INDEX IF NOT EXISTS email_outbox_by_provider_id ON email_outbox (provider
 --      message is not sent again past the retries an unknown outcome allows);
 --      tenant_settings.overrides (a tenant's branding, templates and policy overrides) and
 --      .takeover_changes; suppressions (the per-tenant suppression list);
---      email_outbox_by_provider_id (provider feedback finds its email by the provider's id)
+--      email_outbox_by_provider_id (provider feedback finds its email by the provider's id);
+--      webhook_endpoints (a tenant's webhook endpoints, their secrets sealed)
 INSERT INTO schema_version (version) VALUES (1), (2), (3), (4), (5), (6), (7) ON CONFLICT DO NOTHING;

@@ -25,9 +25,11 @@ from datetime import datetime
 from uuid import UUID
 
 from domain.log import RecordedEvent
+from domain.email import LeaseClaimed, ProviderAccepted, SendAttemptFailed
 from domain.outage import ProviderOutageBegan
+from domain.webhooks import WebhookQueued, time_of, webhook_stream
 from projections.findings import Finding, Request, Story, build_story, email_label, finding_ids, outage_going_on
-from projections.timeline import format_time
+from projections.timeline import format_time, summary
 
 T = format_time
 
@@ -108,6 +110,33 @@ def message_findings(events: Iterable[RecordedEvent], message_id: UUID, *, now: 
     if message is None:
         return [Finding(f"No email {message_id} is in the log.", "not-found", ids=finding_ids(message_id=message_id))]
     return request_sentences(story, message.request_id, now)
+
+
+def webhook_findings(events: Iterable[RecordedEvent], delivery_id: UUID) -> list[Finding]:
+    """Each attempt of one webhook delivery, in log order: the call, what the endpoint answered, when it retries."""
+    lines = []
+    for r in events:
+        if r.stream_id != webhook_stream(delivery_id):
+            continue
+        event = r.event
+        match event:
+            case WebhookQueued():
+                sentence = (f"Webhook {event.event_type} ({event.webhook_id}) was queued for endpoint "
+                            f"{event.endpoint_id} of tenant {event.tenant}.")
+            case LeaseClaimed():
+                sentence = f"Attempt {event.attempt}: {event.lease_owner} took it up."
+            case SendAttemptFailed(retry_at=None):
+                sentence = f"Attempt {event.attempt} failed: {event.error}; no retry."
+            case SendAttemptFailed():
+                sentence = f"Attempt {event.attempt} failed: {event.error}; retry at {format_time(event.retry_at)}."
+            case ProviderAccepted():
+                sentence = f"Attempt {event.attempt} delivered: the endpoint answered {event.provider_message_id}."
+            case _:
+                sentence = summary(event)[:1].upper() + summary(event)[1:] + "."
+        lines.append(Finding(sentence, type(event).__name__, r.global_position, time_of(event),
+                             ids=finding_ids(message_id=delivery_id)))
+    return lines or [Finding(f"No webhook delivery {delivery_id} is in the log.", "not-found",
+                             ids=finding_ids(message_id=delivery_id))]
 
 
 def user_findings(events: Iterable[RecordedEvent], user_id: str, *, now: datetime) -> list[Finding]:

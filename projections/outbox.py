@@ -1,6 +1,10 @@
 """The ``email_outbox`` read model: one row per message, its state and its lease.
 
-A pure fold of the ``email:<message_id>`` stream. The worker's claim query
+A pure fold of the ``email:<message_id>`` stream, and of the
+``webhook:<delivery_id>`` stream of each webhook delivery (``flow`` is
+"webhook", ``template`` its event type, ``user_id`` the endpoint scoped by
+its tenant, so that claims go round-robin by tenant for both, and
+``request_id`` the fact it tells of): one outbox, one set of leases. The worker's claim query
 reads it; the worker writes it only through ``evolve_outbox``, so the table
 always equals a replay of the log.
 """
@@ -24,6 +28,8 @@ from domain.email import (
     ProviderAccepted,
     SendAttemptFailed,
 )
+from domain.webhooks import WEBHOOK_FLOW, WebhookQueued
+from domain.tenants import scoped_user
 
 STATES = ("pending", "leased", "sent", "skipped", "failed", "abandoned", "unknown")
 TERMINAL = frozenset({"sent", "skipped", "failed", "abandoned", "unknown"})
@@ -58,12 +64,18 @@ class OutboxRow:
 
 
 def evolve_outbox(row: OutboxRow | None, event: object) -> OutboxRow | None:
-    """The row after one more event of its stream (``None`` before ``EmailQueued``)."""
+    """The row after one more event of its stream (``None`` before ``EmailQueued`` or ``WebhookQueued``)."""
     if isinstance(event, EmailQueued):
         return OutboxRow(
             message_id=event.message_id, flow=event.flow, template=event.template, user_id=event.user_id,
             request_id=event.request_id, state="pending", available_at=event.available_at,
             queued_at=event.available_at, stream_version=1,
+        )
+    if isinstance(event, WebhookQueued):
+        return OutboxRow(
+            message_id=event.delivery_id, flow=WEBHOOK_FLOW, template=event.event_type,
+            user_id=scoped_user(event.tenant, event.endpoint_id), request_id=event.source_event_id,
+            state="pending", available_at=event.available_at, queued_at=event.available_at, stream_version=1,
         )
     if row is None:
         return None

@@ -20,7 +20,7 @@ from uuid import UUID
 from attrs import asdict, frozen
 
 from domain import clients, counting, email, otp_events, outage, privacy, request_rules, reset_events, suppression
-from domain import tenants
+from domain import tenants, webhooks
 from domain.log import RecordedEvent
 
 TIME_FIELDS = (
@@ -238,6 +238,17 @@ def summary(event: object) -> str:
         case tenants.TenantConfigured():
             changed = ", ".join(event.changed) or "nothing"
             return f"tenant {event.name} configured by {event.actor}: {changed} set ({event.reason})"
+        case webhooks.WebhookEndpointAdded():
+            heard = " ".join(event.event_types) or "every event type"
+            return f"webhook endpoint {event.endpoint_id} of tenant {event.tenant} added: {event.url} hears {heard}"
+        case webhooks.WebhookSecretRotated():
+            return (f"webhook endpoint {event.endpoint_id} given secret {event.secret.secret_id}; the previous one "
+                    f"signs too until {format_time(event.previous_until)}")
+        case webhooks.WebhookEndpointRemoved():
+            return f"webhook endpoint {event.endpoint_id} removed"
+        case webhooks.WebhookQueued():
+            return (f"webhook {event.event_type} ({event.webhook_id}) queued for endpoint {event.endpoint_id}, "
+                    f"about a fact of {format_time(event.occurred_at)}")
     return type(event).__name__  # not for a registered type: a test holds every one to a sentence
 
 

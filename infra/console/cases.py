@@ -24,7 +24,7 @@ from sqlalchemy import Engine
 from domain.errors import ConfigError, InvalidInput, NotFound
 from domain.log import RecordedEvent
 from domain.tenants import scoped_user, split_scoped_user
-from infra.review.history import Review, explain, history_and_events
+from infra.review.history import Review, explain, explain_delivery, history_and_events
 from infra.review.lookup import Story, about_message, about_request, about_user, looking_up, of_tenant
 
 KINDS = ("user", "request", "message")
@@ -64,6 +64,9 @@ def find_case(engine: Engine, tenant: str, kind: str, value: str, *, now: dateti
         return _user_case(engine, tenant, value, now) if PRINTABLE.fullmatch(value) else None
     found = _uuid(value)
     story = _story(engine, tenant, kind, found) if found is not None else None
+    if story is None and kind == "message" and found is not None:
+        delivery = explain_delivery(engine, found, tenant=tenant)  # a webhook delivery: no user, each attempt
+        return None if delivery is None else Case(kind, str(found), None, *delivery)
     if story is None or story.user_id is None:
         return None
     try:

@@ -86,6 +86,16 @@ api_keys = Table(
     Column("status", Text), Column("created_at", _tz()), Column("revoked_at", _tz()),
 )
 
+webhook_endpoints = Table(
+    "webhook_endpoints", metadata,
+    Column("endpoint_id", Text, primary_key=True),
+    Column("tenant", Text), Column("url", Text), Column("event_types", Text), Column("status", Text),
+    Column("secret_id", Text), Column("master_key_id", Text), Column("sealed_secret", Text),
+    Column("created_at", _tz()), Column("rotated_at", _tz()),
+    Column("previous_secret_id", Text), Column("previous_master_key_id", Text),
+    Column("previous_sealed_secret", Text), Column("previous_until", _tz()), Column("removed_at", _tz()),
+)
+
 tenants = Table(
     "tenants", metadata,
     Column("name", Text, primary_key=True), Column("created_at", _tz()),

@@ -24,8 +24,10 @@ from sqlalchemy import Connection
 from domain import otp, otp_events, otp_state, reset, reset_events, reset_state, templates
 from domain.tenants import UNDECLARED_CODE_NAME, TenantSettings, tenant_of
 from domain.tokens import SecretUnavailable
+from domain.webhooks import WEBHOOK_FLOW
 from infra.delivery.leases import Claim
 from infra.delivery.providers import OutboundEmail, sender_address
+from infra.delivery.webhook_calls import Planned, WebhookCall, plan_calls
 from infra.eventlog.personal_data import ERASED
 from infra.projector.snapshots import Lookups
 from infra.services.tenants import display_texts, settings_of_tenants
@@ -42,6 +44,12 @@ class Prepared:
     key_id: str | None = None
     useful_until: datetime | None = None  # when the link or code expires: no retry is worth it after
     settings_version: int | None = None  # the tenant settings version it was rendered with (0: none configured)
+    webhook: WebhookCall | None = None  # a webhook delivery's signed call, instead of an email
+    error: str | None = None  # why it cannot be sent now, though still wanted: a failed attempt, retried
+
+    @property
+    def sendable(self) -> bool:
+        return self.email is not None or self.webhook is not None
 
 
 @frozen
@@ -90,7 +98,31 @@ def prepare(ctx: ServiceContext, claim: Claim, *, sender: str, connection: Conne
 def prepare_all(
     ctx: ServiceContext, claims: Sequence[Claim], *, sender: str, connection: Connection | None = None
 ) -> list[Prepared]:
-    """``prepare`` for messages about to be sent together, in claim order: their requests read in one statement."""
+    """``prepare`` for messages about to be sent together, in claim order: their requests read in one statement.
+
+    Webhook deliveries in the group are read by ``webhook_calls.plan_calls``.
+    """
+    hooks = [claim for claim in claims if claim.row.flow == WEBHOOK_FLOW]
+    if not hooks:
+        return _prepare_emails(ctx, claims, sender=sender, connection=connection)
+    emails = [claim for claim in claims if claim.row.flow != WEBHOOK_FLOW]
+    if connection is None:
+        with ctx.engine.connect() as fresh:
+            planned = iter(plan_calls(fresh, hooks, now=ctx.clock.now()))
+    else:
+        planned = iter(plan_calls(connection, hooks, now=ctx.clock.now()))
+    prepared = iter(_prepare_emails(ctx, emails, sender=sender, connection=connection) if emails else [])
+    return [_webhook_prepared(next(planned)) if claim.row.flow == WEBHOOK_FLOW else next(prepared)
+            for claim in claims]
+
+
+def _webhook_prepared(planned: Planned) -> Prepared:
+    return Prepared(None, planned.skip_reason, None, planned.useful_until, webhook=planned.call, error=planned.error)
+
+
+def _prepare_emails(
+    ctx: ServiceContext, claims: Sequence[Claim], *, sender: str, connection: Connection | None = None
+) -> list[Prepared]:
     now = ctx.clock.now()
     requests = {claim.row.message_id: _request_stream(claim.row) for claim in claims}
     # Each request's stream from its snapshot, as a decision reads it: the same cost on a user's first day

@@ -40,8 +40,11 @@ from infra.delivery.breaker import Breaker
 from infra.delivery.fresh import Prepared, prepare_all
 from infra.delivery.leases import Claim, still_held
 from infra.delivery.providers import Mailer, OutboundEmail, ProviderReceipt, SendFailed
+from domain.email import SendAttemptFailed
+from domain.webhooks import WEBHOOK_FLOW
+from infra.delivery.send import Attempt, Sent, after_sending, record, released, without_sending
+from infra.delivery.webhook_calls import WebhookClient, endpoint_of
 from infra.errors import DatabaseUnavailable
-from infra.delivery.send import Sent, after_sending, record, released, without_sending
 from infra.services.unit_of_work import ServiceContext
 
 
@@ -58,6 +61,7 @@ class Window:
         self, ctx: ServiceContext, mailer: Mailer, *, owner: str, sender: str, size: int,
         claim: Callable[[int], list[Claim]], breaker: Breaker, jitter: Callable[[], float] = random.random,
         stopping: Callable[[], bool] = lambda: False, outcomes: Engine | None = None,
+        endpoint_breakers: dict[str, Breaker] | None = None,
     ) -> None:
         self.ctx, self.mailer, self.owner, self.sender, self.size = ctx, mailer, owner, sender, size
         self.outcomes = outcomes or ctx.engine  # what the outcomes are recorded through (see ``Worker``)
@@ -78,6 +82,9 @@ class Window:
         self._changed: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._send_async = getattr(mailer, "send_async", None)
+        # Webhook deliveries share the window; each endpoint has a circuit breaker of its own.
+        self.webhooks = WebhookClient()
+        self.endpoint_breakers = {} if endpoint_breakers is None else endpoint_breakers
         self._executor = None if self._send_async else ThreadPoolExecutor(size, thread_name_prefix="send")
 
     @property
@@ -123,6 +130,7 @@ class Window:
             await self.wait(RECORD_WITHIN.total_seconds())
         await self._record(everything=True)
         await self._record_transitions()
+        await self.webhooks.aclose()
 
     async def _start(self, claims: list[Claim], *, stopping: bool) -> None:
         self._unstarted = claims
@@ -139,7 +147,8 @@ class Window:
             return
         started = 0
         for claim, fresh in zip(claims, prepared, strict=True):
-            early = without_sending(self.ctx, claim, fresh, idempotent=self.mailer.idempotent)
+            early = (without_sending(self.ctx, claim, fresh, idempotent=self._idempotent(claim))
+                     or self._endpoint_down(claim, fresh))
             if early is not None:
                 self._unrecorded.append(Sent(claim, fresh, early, self.ctx.clock.now()))
                 continue
@@ -150,6 +159,38 @@ class Window:
             started += 1
         if not started:
             self.breaker.probe_not_sent()
+
+    def _endpoint_breaker(self, endpoint_id: str) -> Breaker:
+        if endpoint_id not in self.endpoint_breakers:
+            self.endpoint_breakers[endpoint_id] = Breaker(self.ctx, f"webhook:{endpoint_id}", owner=self.owner,
+                                                          policy=self.breaker.policy)
+        return self.endpoint_breakers[endpoint_id]
+
+    def _breaker_of(self, claim: Claim) -> Breaker:
+        """The provider's breaker for an email, the endpoint's for a webhook delivery."""
+        return self._endpoint_breaker(endpoint_of(claim)) if claim.row.flow == WEBHOOK_FLOW else self.breaker
+
+    def _idempotent(self, claim: Claim) -> bool:
+        """Whether a repeat of this message is dropped at the other end: by the provider for an email (its
+        ``idempotent``), by the receiver for a webhook (the specification has it de-duplicate by webhook-id)."""
+        return claim.row.flow == WEBHOOK_FLOW or self.mailer.idempotent
+
+    def _endpoint_down(self, claim: Claim, prepared: Prepared) -> Attempt | None:
+        """Not calling an endpoint whose circuit is open (one call probes it when due): retry at the probe."""
+        if prepared.webhook is None:
+            return None
+        breaker = self._endpoint_breaker(prepared.webhook.endpoint_id)
+        if breaker.state == "closed":
+            return None
+        if breaker.state == "open" and breaker.allowance(1):
+            breaker.probe_claimed()
+            return None
+        now = self.ctx.clock.now()
+        probe_at = breaker.circuit.probe_at
+        retry_at = probe_at if probe_at is not None and probe_at > now else now + self.ctx.delivery_policy.backoff_base
+        failed = SendAttemptFailed(claim.row.message_id, claim.lease_token, claim.row.attempt_count, now,
+                                   "endpoint circuit open: not called", True, retry_at)
+        return Attempt([failed], "endpoint_down", "pending", error=failed.error)
 
     @property
     def _fresh_group(self) -> int:
@@ -197,13 +238,13 @@ class Window:
                     # back (a failover), rather than left to wait out its lease.
                     self._stranded.append(claim)
                     return
-                early = without_sending(self.ctx, claim, prepared, idempotent=self.mailer.idempotent)
+                early = without_sending(self.ctx, claim, prepared, idempotent=self._idempotent(claim))
                 if early is not None:
                     self._unrecorded.append(Sent(claim, prepared, early, self.ctx.clock.now()))
-                    self.breaker.probe_not_sent()
+                    self._breaker_of(claim).probe_not_sent()
                     return
                 answer = await self._call(prepared, read_at)
-            self.breaker.observe(claim.row.message_id, answer if isinstance(answer, SendFailed) else None)
+            self._breaker_of(claim).observe(claim.row.message_id, answer if isinstance(answer, SendFailed) else None)
             result = after_sending(self.ctx, claim, prepared, answer, self.jitter)
             self._unrecorded.append(Sent(claim, prepared, result, self.ctx.clock.now()))
         finally:
@@ -212,8 +253,10 @@ class Window:
 
     async def _call(self, prepared: Prepared, read_at: float) -> ProviderReceipt | SendFailed | None:
         """The provider's answer; None, without calling it, when the read is older than ``FRESH_WITHIN``."""
-        assert prepared.email is not None
         try:
+            if prepared.webhook is not None:
+                return await self.webhooks.send(prepared.webhook) if self._fresh(read_at) else None
+            assert prepared.email is not None
             if self._send_async is None:
                 loop = asyncio.get_running_loop()
                 return await loop.run_in_executor(self._executor, self._send_if_fresh, prepared.email, read_at)
@@ -276,8 +319,9 @@ class Window:
         self.tally.update(states.values())
 
     async def _record_transitions(self) -> None:
-        if self.breaker.pending:
-            await asyncio.to_thread(self.breaker.record)
+        for breaker in [self.breaker, *self.endpoint_breakers.values()]:
+            if breaker.pending:
+                await asyncio.to_thread(breaker.record)
 
 
 def deliver_batch(

@@ -23,10 +23,9 @@ from attrs import frozen
 from sqlalchemy import Connection, text
 
 from domain.delivery import redrive_events, redrive_reason
-from domain.email import email_stream
 from domain.tenants import tenant_of
 from infra.projector.inline import OUTBOX
-from infra.services.unit_of_work import ServiceContext, append_and_fold
+from infra.services.unit_of_work import ServiceContext, append_and_fold, outbox_stream
 from projections.outbox import OutboxRow
 
 # Locked in the preview too, so that it reads exactly what acting would: the
@@ -101,7 +100,7 @@ def redrive(
     with ctx.engine.begin() as connection:
         plan = _plan(connection, selection, reason=reason, actor=_actor(metadata), now=ctx.clock.now())
         if plan.events:
-            batches = [(email_stream(row.message_id), row.stream_version, [event])
+            batches = [(outbox_stream(row), row.stream_version, [event])
                        for row, event in zip(plan.rows, plan.events, strict=True)]
             append_and_fold(connection, batches, metadata,
                             loaded={OUTBOX.name: {row.message_id: row for row in plan.rows}})

@@ -55,7 +55,16 @@ def without_sending(ctx: ServiceContext, claim: Claim, prepared: Prepared, *, id
     drops a second send of a message id itself.
     """
     row, policy, now = claim.row, ctx.delivery_policy, ctx.clock.now()
-    if prepared.email is None:
+    if prepared.error is not None:
+        # Not to be sent as things are (a webhook secret no configured master key opens): retried with backoff
+        # until it can be, or until its horizon; never a stall of the rest of its group.
+        events = failure_events(
+            row.message_id, lease_token=claim.lease_token, attempt=row.attempt_count, error=prepared.error,
+            retryable=True, outcome_unknown=False, now=now, jitter=0.5, policy=policy,
+            useful_until=prepared.useful_until,
+        )
+        return Attempt(events, "not_sendable", "abandoned" if len(events) > 1 else "pending", error=prepared.error)
+    if not prepared.sendable:
         assert prepared.skip_reason is not None  # prepare() gives a reason whenever it gives no email
         skipped = DeliverySkipped(row.message_id, now, prepared.skip_reason, claim.lease_token)
         return Attempt([skipped], "skipped", "skipped")

@@ -78,6 +78,7 @@ class Worker:
         self.owner = owner or default_owner()
         self.inflight, self.batch, self.poll_seconds = inflight, batch, poll_seconds
         self.breaker = Breaker(ctx, mailer.name, owner=self.owner, policy=circuit)
+        self.endpoint_breakers: dict[str, Breaker] = {}  # one per webhook endpoint, kept across windows
         self.stopping = threading.Event()
         self.delivered: dict[str, int] = {}
         self.stalest_read = 0.0  # seconds; see ``Window.stalest_read``
@@ -140,7 +141,7 @@ class Worker:
         window = Window(
             self.ctx, self.mailer, owner=owner, sender=self.sender, size=self.inflight,
             claim=lambda limit: self.claim(owner, limit), breaker=self.breaker, stopping=self.stopping.is_set,
-            outcomes=self.outcomes,
+            outcomes=self.outcomes, endpoint_breakers=self.endpoint_breakers,
         )
         with self._lock:
             self._windows.append(window)
@@ -161,7 +162,10 @@ class Worker:
             # SIGTERM/SIGINT: stop claiming, finish the sends in flight, give back the rest, return.
             for signum in (signal.SIGTERM, signal.SIGINT):
                 asyncio.get_running_loop().add_signal_handler(signum, self.stop)
-        return await loop(window)
+        try:
+            return await loop(window)
+        finally:
+            await window.webhooks.aclose()
 
     async def _once(self, window: Window) -> int:
         claimed = await window.step(stopping=self.stopping.is_set(), limit=self.batch)
@@ -172,8 +176,11 @@ class Worker:
 
     async def _until_idle(self, window: Window) -> None:
         while True:
+            recorded = window.tally.total()
             claimed = await window.step(stopping=self.stopping.is_set(), limit=self.batch)
             if not claimed and window.idle:
+                if window.tally.total() != recorded:
+                    continue  # outcomes just recorded may have queued webhooks, due now
                 return
             if not claimed:
                 await window.wait(RECORD_WITHIN.total_seconds())

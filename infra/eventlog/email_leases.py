@@ -1,6 +1,7 @@
 """The delivery hot path's writes to the log: a claim, and a group of fenced outcomes, one statement each.
 
-Both append to ``email:<message_id>`` streams and fold what they appended
+Both append to ``email:<message_id>`` streams (``webhook:<delivery_id>`` for a
+row of flow "webhook": a webhook delivery, leased the same way) and fold what they appended
 into ``email_outbox`` in the same statement. Only the unit of work calls them
 (``infra.services.unit_of_work.claim_leases`` and ``record_fenced``), as it
 alone calls the store's append: tests/unit/test_write_path.py names them.
@@ -103,7 +104,8 @@ CLAIM = text(f"""
           JOIN unnest(CAST(:tokens AS uuid[])) WITH ORDINALITY AS t(token, k) ON t.k = d.n
     ), appended AS (
         INSERT INTO events (stream_id, stream_version, event_id, event_type, schema_version, payload, metadata)
-        SELECT 'email:' || c.message_id::text, c.stream_version + e.offset_in_stream,
+        SELECT CASE WHEN c.flow = 'webhook' THEN 'webhook:' ELSE 'email:' END || c.message_id::text,
+               c.stream_version + e.offset_in_stream,
                (CAST(:event_ids AS uuid[]))[CAST((c.n - 1) * 2 + e.offset_in_stream AS integer)],
                e.event_type, e.schema_version, e.payload, CAST(:metadata AS jsonb)
           FROM claimed c

@@ -8,7 +8,7 @@ version here and registering an upcaster in ``infra.eventlog.upcasters``.
 from __future__ import annotations
 
 from domain import counting, email, otp_events, privacy, request_rules, reset_events
-from domain import clients, outage, suppression, tenants
+from domain import clients, outage, suppression, tenants, webhooks
 
 # tag -> (class, current schema version)
 EVENT_TYPES: dict[str, tuple[type, int]] = {
@@ -53,6 +53,10 @@ EVENT_TYPES: dict[str, tuple[type, int]] = {
     "TenantConfigured": (tenants.TenantConfigured, 2),
     "SubjectErased": (privacy.SubjectErased, 2),  # 2: records the reason
     "DataKeysRewrapped": (privacy.DataKeysRewrapped, 1),
+    "WebhookEndpointAdded": (webhooks.WebhookEndpointAdded, 1),
+    "WebhookSecretRotated": (webhooks.WebhookSecretRotated, 1),
+    "WebhookEndpointRemoved": (webhooks.WebhookEndpointRemoved, 1),
+    "WebhookQueued": (webhooks.WebhookQueued, 1),
 }
 
 # Personal data, encrypted under the data key of the event's ``user_id`` so

@@ -1,10 +1,11 @@
 """Admin operations over HTTP, for a key with the ``admin`` scope and within its own tenant only.
 
-Clients and their keys (list, create, rotate, revoke), the re-drive of an
-abandoned or failed message, with a reason, the tenant's own settings
-(``GET``/``PATCH /v1/admin/tenant``: each change a ``TenantConfigured`` fact
-with the key's client as actor and the body's reason) and its suppression
-list (list, lift with a reason). Another tenant's client or
+Clients and their keys (list, create, rotate, revoke), webhook endpoints
+(list, add, rotate, remove), the re-drive of an abandoned or failed message,
+with a reason, the tenant's own settings (``GET``/``PATCH
+/v1/admin/tenant``: each change a ``TenantConfigured`` fact with the key's
+client as actor and the body's reason) and its suppression list (list, lift
+with a reason). Another tenant's client or
 message is answered exactly as one that does not exist: 404. A key may only
 create or rotate keys whose scopes it holds itself, never ``operator`` (the
 CLI's alone), and may not revoke an operator client: 403, nothing written
@@ -23,14 +24,17 @@ from starlette.routing import Route
 from domain.clients import CLIENT_NAME, Caller
 from domain.errors import NotFound
 from domain.tenants import Purpose, TemplateOverride
+from domain.webhooks import ENDPOINT_ID
 from infra.delivery.redrive import Selection, redrive
 from infra.http import schemas
 from infra.http.problems import safe_json
 from infra.http.validation import bearer_key, canonical_uuid
 from infra.services import clients as client_service
 from infra.services import tenants as tenant_service
+from infra.services import webhooks as webhook_service
 from infra.services.clients import IssuedKey, key_json
 from infra.services.suppressions import lift, list_suppressions
+from infra.services.webhooks import endpoint_json
 from infra.services.unit_of_work import ServiceContext
 
 ADMIN = "admin"
@@ -170,7 +174,49 @@ def _setting(field: str, value: Any) -> Any:
     return value
 
 
+def _endpoint_id(request: Request) -> str:
+    given = request.path_params["endpoint_id"]
+    if not ENDPOINT_ID.fullmatch(given):  # cannot name an endpoint: as unknown as any other
+        raise NotFound(f"no webhook endpoint {given[:40]!r}")
+    return str(given)
+
+
+class Webhooks:
+    """The webhook endpoints of the admin key's own tenant."""
+
+    def __init__(self, api: Steps) -> None:
+        self.api = api
+
+    async def list(self, request: Request) -> Response:
+        bearer_key(request)
+        found = await self.api._authenticated(
+            request, ADMIN, lambda caller: webhook_service.list_endpoints(self.api.ctx, caller.tenant))
+        return _json({"endpoints": [endpoint_json(row) for row in found]})
+
+    async def add(self, request: Request) -> Response:
+        body, _ = await self.api._checked(request, schemas.WEBHOOK_CREATE)
+        added = await self.api._authenticated(request, ADMIN, lambda caller: webhook_service.add_endpoint(
+            self.api.ctx, caller.tenant, body["url"], body.get("event_types", ()),
+            self.api._metadata(request, caller)))
+        return _json(added.as_json(), 201)
+
+    async def rotate(self, request: Request) -> Response:
+        bearer_key(request)
+        endpoint_id = _endpoint_id(request)
+        rotated = await self.api._authenticated(request, ADMIN, lambda caller: webhook_service.rotate_endpoint(
+            self.api.ctx, caller.tenant, endpoint_id, self.api._metadata(request, caller)))
+        return _json(rotated.as_json(), 201)
+
+    async def remove(self, request: Request) -> Response:
+        bearer_key(request)
+        endpoint_id = _endpoint_id(request)
+        await self.api._authenticated(request, ADMIN, lambda caller: webhook_service.remove_endpoint(
+            self.api.ctx, caller.tenant, endpoint_id, self.api._metadata(request, caller)))
+        return _json({"endpoint_id": endpoint_id, "status": "removed"})
+
+
 def admin_routes(admin: Admin) -> list[Route]:
+    hooks = Webhooks(admin.api)
     return [
         Route("/v1/admin/tenant", admin.show_tenant, methods=["GET"]),
         Route("/v1/admin/tenant", admin.configure_tenant, methods=["PATCH"]),
@@ -181,4 +227,8 @@ def admin_routes(admin: Admin) -> list[Route]:
         Route("/v1/admin/messages/{message_id}/redrive", admin.redrive_message, methods=["POST"]),
         Route("/v1/admin/suppressions", admin.list_suppressions, methods=["GET"]),
         Route("/v1/admin/suppressions/lift", admin.lift_suppression, methods=["POST"]),
+        Route("/v1/admin/webhooks", hooks.list, methods=["GET"]),
+        Route("/v1/admin/webhooks", hooks.add, methods=["POST"]),
+        Route("/v1/admin/webhooks/{endpoint_id}/rotate", hooks.rotate, methods=["POST"]),
+        Route("/v1/admin/webhooks/{endpoint_id}/remove", hooks.remove, methods=["POST"]),
     ]

@@ -70,6 +70,11 @@ MESSAGE_ID: Json = {
                    "is a 404.",
 }
 
+ENDPOINT_ID: Json = {
+    "name": "endpoint_id", "in": "path", "required": True, "schema": {"type": "string"},
+    "description": "A webhook endpoint of this key's tenant (ep_ and 32 hex digits); any other is a 404.",
+}
+
 
 ADMIN_PATHS: Json = {
     "/v1/admin/tenant": {
@@ -116,6 +121,23 @@ ADMIN_PATHS: Json = {
         bad_request="A message that is not abandoned or failed, or a reason that is blank or holds an "
                     "email address (also percent-encoded or with a look-alike @), control or bidirectional "
                     "control characters (`invalid-input`).")},
+    "/v1/admin/webhooks": {
+        "get": admin_operation(
+            "This tenant's webhook endpoints, removed ones too (never a secret)", "listWebhooks",
+            {"200": json_response("The endpoints, oldest first.", "WebhookEndpoints")}, not_found=False),
+        "post": admin_operation(
+            "Add a webhook endpoint to this tenant; its signing secret is shown this once (docs/webhooks.md)",
+            "addWebhook", {"201": json_response("Added.", "WebhookSecret")}, body="WebhookCreate", not_found=False,
+            bad_request="A URL that is not https:// (http:// only to the server's own machine), or an unknown "
+                        "event type (`invalid-input`)."),
+    },
+    "/v1/admin/webhooks/{endpoint_id}/rotate": {"post": admin_operation(
+        "Give an endpoint a new signing secret; the old one signs beside it for 24 hours", "rotateWebhook",
+        {"201": json_response("Rotated; the new secret is shown this once.", "WebhookSecret")},
+        parameters=[ENDPOINT_ID], writes=True)},
+    "/v1/admin/webhooks/{endpoint_id}/remove": {"post": admin_operation(
+        "Stop calling an endpoint; its deliveries not yet made are skipped", "removeWebhook",
+        {"200": json_response("Removed.", "WebhookRemoved")}, parameters=[ENDPOINT_ID], writes=True)},
     "/v1/admin/suppressions": {"get": admin_operation(
         "This tenant's suppression list: the users whose address bounced for good or complained (never an "
         "address)", "listSuppressions",
@@ -378,6 +400,11 @@ def openapi_document(*, max_body_bytes: int) -> Json:
                 "SuppressionLift": schemas.SUPPRESSION_LIFT,
                 "SuppressionsLifted": schemas.SUPPRESSIONS_LIFTED,
                 "SuppressionList": schemas.SUPPRESSION_LIST,
+                "WebhookCreate": schemas.WEBHOOK_CREATE,
+                "WebhookSecret": schemas.WEBHOOK_SECRET,
+                "WebhookEndpoint": schemas.WEBHOOK_ENDPOINT,
+                "WebhookEndpoints": schemas.WEBHOOK_ENDPOINTS,
+                "WebhookRemoved": schemas.WEBHOOK_REMOVED,
                 "Problem": schemas.PROBLEM,
                 "ProblemCode": PROBLEM_CODE,
             },

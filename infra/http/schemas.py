@@ -14,6 +14,7 @@ from domain.clients import SCOPES
 from domain.policy import POLICY_OVERRIDES
 from domain.templates import FILES as TEMPLATE_FILES
 from domain.locales import LOCALE_PATTERN, MAX_LOCALE
+from domain.webhooks import EVENT_TYPES, MAX_URL_LENGTH
 
 Schema = dict[str, Any]
 
@@ -434,6 +435,38 @@ SUPPRESSION_LIST = _object({"suppressions": {"type": "array", "items": _object({
     "user_id": USER_ID, "addresses": {"type": "integer", "minimum": 1},
     "reason": {"type": "string", "enum": ["bounce", "complaint"]}, "message_id": UUID, "suppressed_at": TIMESTAMP,
 }, ["user_id", "addresses", "reason", "message_id", "suppressed_at"])}}, ["suppressions"])
+WEBHOOK_EVENT_TYPES: Schema = {
+    "type": "array", "items": {"enum": list(EVENT_TYPES)}, "maxItems": len(EVENT_TYPES), "uniqueItems": True,
+    "description": "The event types the endpoint hears; every type when empty or left out.",
+}
+WEBHOOK_CREATE = _object(
+    {"url": {"type": "string", "minLength": 1, "maxLength": MAX_URL_LENGTH,
+             "description": "Where to POST: https://, or http:// to the server's own machine only.",
+             "examples": ["https://app.example/hooks/authledger"]},
+     "event_types": WEBHOOK_EVENT_TYPES},
+    ["url"],
+)
+WEBHOOK_SECRET = _object(
+    {"endpoint_id": {"type": "string"}, "tenant": {"type": "string"}, "url": {"type": "string"},
+     "event_types": WEBHOOK_EVENT_TYPES,
+     "secret": {"type": "string", "description": "whsec_...: the signing secret, shown this once; kept only "
+                                                 "sealed."}},
+    ["endpoint_id", "tenant", "url", "event_types", "secret"],
+)
+WEBHOOK_ENDPOINT = _object(
+    {"endpoint_id": {"type": "string"}, "tenant": {"type": "string"}, "url": {"type": "string"},
+     "event_types": WEBHOOK_EVENT_TYPES, "status": {"enum": ["active", "removed"]}, "created_at": TIMESTAMP,
+     "secret_id": {"type": "string", "description": "Names the newest secret (never the secret)."},
+     "previous_secret_until": {"type": ["string", "null"], "format": "date-time",
+                               "description": "Until when the secret before the last rotation signs too."},
+     "removed_at": {"type": ["string", "null"], "format": "date-time"}},
+    ["endpoint_id", "tenant", "url", "event_types", "status", "created_at", "secret_id", "previous_secret_until",
+     "removed_at"],
+)
+WEBHOOK_ENDPOINTS = _object(
+    {"endpoints": {"type": "array", "items": {"$ref": "#/components/schemas/WebhookEndpoint"}}}, ["endpoints"])
+WEBHOOK_REMOVED = _object(
+    {"endpoint_id": {"type": "string"}, "status": {"const": "removed"}}, ["endpoint_id", "status"])
 PROBLEM: Schema = {
     "type": "object",
     "description": "RFC 9457 problem details; `code` names the answer for programs (switch on it), `type` the "

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from domain import email, otp_events, request_rules, reset_events, suppression
+from domain import email, otp_events, request_rules, reset_events, suppression, webhooks
 from domain.log import RecordedEvent
 from infra.db import tables
 from infra.projector.appliers import Asked, KeyedApplier
@@ -28,6 +28,7 @@ from projections.outbox import OutboxRow, evolve_outbox
 from projections.receipts import ReceiptRow, evolve_receipt, receipt_key
 from projections.suppressions import SuppressionRow, evolve_suppression, suppression_key
 from projections.reset_tokens import ResetTokenRow, evolve_reset_token, reset_token_key
+from projections.webhook_endpoints import WebhookEndpointRow, evolve_webhook_endpoint, webhook_endpoint_key
 from projections.tenants import (
     TenantRow,
     TenantSettingsRow,
@@ -44,6 +45,7 @@ EMAIL_EVENTS = (
     # What the provider told later, and the suppression it caused: on the email's stream, so they count in
     # the row's stream_version, which the worker's fenced appends go by.
     email.ProviderDelivered, email.ProviderBounced, email.ProviderComplained, suppression.AddressSuppressed,
+    webhooks.WebhookQueued,
 )
 
 
@@ -54,7 +56,8 @@ def _email_key(event: object) -> Any:
 # ``starts``: the events that make a row whole (a new message, request or challenge id; every receipt
 # names its whole answer), so that folding them reads nothing first (KeyedApplier).
 OUTBOX = KeyedApplier(
-    tables.email_outbox, OutboxRow, "message_id", _email_key, evolve_outbox, lock=True, starts=(email.EmailQueued,)
+    tables.email_outbox, OutboxRow, "message_id", _email_key, evolve_outbox, lock=True,
+    starts=(email.EmailQueued, webhooks.WebhookQueued),
 )
 RESET_TOKENS = KeyedApplier(
     tables.reset_tokens, ResetTokenRow, "request_id", reset_token_key, evolve_reset_token, lock=True,
@@ -81,11 +84,15 @@ SUPPRESSIONS = KeyedApplier(
     tables.suppressions, SuppressionRow, "user_id", suppression_key, evolve_suppression, lock=True,
     shared_keys=True,  # one row per user, written by the streams of each of their emails, which do not take turns
 )
+WEBHOOK_ENDPOINTS = KeyedApplier(
+    tables.webhook_endpoints, WebhookEndpointRow, "endpoint_id", webhook_endpoint_key, evolve_webhook_endpoint,
+    lock=True, starts=(webhooks.WebhookEndpointAdded,),
+)
 # Folded last: a decision's snapshot is written after the rows it decided on.
 SNAPSHOTS = SnapshotApplier()
 INLINE: list[KeyedApplier | SnapshotApplier] = [
     OUTBOX, RESET_TOKENS, OTP_CHALLENGES, RECEIPTS, API_KEYS, TENANTS, TENANT_SETTINGS, ADDRESS_INDEX, SUPPRESSIONS,
-    SNAPSHOTS,
+    WEBHOOK_ENDPOINTS, SNAPSHOTS,
 ]
 
 

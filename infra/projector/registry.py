@@ -19,6 +19,7 @@ from attrs import frozen
 from sqlalchemy import Table
 
 from domain import clients, counting, otp_events, privacy, request_rules, reset_events, suppression, tenants
+from domain import webhooks
 from domain.errors import NotFound
 from infra.db import tables
 from infra.eventlog.tags import EVENT_TYPES
@@ -51,6 +52,7 @@ FOLDED_EVENTS: dict[str, tuple[type, ...]] = {
     "api_keys": clients.CLIENT_EVENTS,
     "tenants": (tenants.TenantCreated,),
     "tenant_settings": (tenants.TenantConfigured,),
+    "webhook_endpoints": webhooks.ENDPOINT_EVENTS,
     "address_index": (reset_events.ResetRequested, otp_events.OtpChallengeIssued, privacy.SubjectErased),
     "suppressions": (suppression.AddressSuppressed, suppression.SuppressionLifted, privacy.SubjectErased),
     # Every event of a reset or OTP stream: the two folds refuse any other (UnknownEventType).

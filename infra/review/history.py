@@ -16,11 +16,12 @@ from domain.input_checks import check_text
 from domain.errors import NotFound
 from domain.log import RecordedEvent
 from domain.tenants import DEFAULT_TENANT, scoped_user
+from domain.webhooks import WebhookQueued, webhook_stream
 from infra.config.settings import PROVIDERS
-from infra.eventlog.outages import open_outages
 from infra.db.replica import ReplicaLag
-from infra.review.lookup import about_message, about_request, about_user, looking_up, of_tenant
-from projections.explain import message_findings, request_findings, user_findings
+from infra.eventlog.outages import open_outages
+from infra.review.lookup import Lookup, about_message, about_request, about_user, looking_up, of_tenant
+from projections.explain import message_findings, request_findings, user_findings, webhook_findings
 from projections.findings import Finding
 from projections.timeline import TimelineEntry, timeline
 from projections.timeline import render as render_timeline
@@ -78,6 +79,25 @@ def history_and_events(engine: Engine, user_id: str, *, tenant: str = DEFAULT_TE
                    lookup.replica), events
 
 
+def _webhook_delivery(lookup: Lookup, delivery_id: UUID, tenant: str) -> tuple[Review, list[RecordedEvent]] | None:
+    """A webhook delivery's attempts and events, when ``delivery_id`` is one of ``tenant``; None otherwise."""
+    # Asked for the tenant, as every look-up is: another tenant's id costs what an unknown one does.
+    hits = [r for r in lookup.find("message", [str(delivery_id)], tenant=tenant)
+            if r.stream_id == webhook_stream(delivery_id)]
+    if not any(isinstance(r.event, WebhookQueued) for r in hits):
+        return None
+    review = Review(f"webhook delivery {delivery_id}", webhook_findings(hits, delivery_id), timeline(hits),
+                    lookup.unindexed)
+    return review, hits
+
+
+def explain_delivery(engine: Engine, delivery_id: UUID, *, tenant: str = DEFAULT_TENANT
+                     ) -> tuple[Review, list[RecordedEvent]] | None:
+    """One webhook delivery's story and its events (for the console's case page); None if it is none of ``tenant``'s."""
+    with looking_up(engine) as lookup:
+        return _webhook_delivery(lookup, delivery_id, tenant)
+
+
 def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID | None = None,
             tenant: str = DEFAULT_TENANT, now: datetime) -> Review:
     """Why a request's link worked or not, and what happened to its emails; or one email's story.
@@ -87,6 +107,8 @@ def explain(engine: Engine, *, request_id: UUID | None = None, message_id: UUID 
     request or email of another tenant than ``tenant`` is not in the log for it.
     """
     with looking_up(engine) as lookup:
+        if message_id is not None and (delivery := _webhook_delivery(lookup, message_id, tenant)) is not None:
+            return delivery[0]
         down = open_outages(lookup.connection, PROVIDERS)
         if request_id is not None:
             story, kind, value = about_request(lookup, request_id, tenant), "request", request_id

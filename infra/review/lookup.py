@@ -139,12 +139,14 @@ class Lookup:
 
 
 def _tenant_of_rows(rows: Sequence[Any]) -> str:
-    """The tenant whose user the stored ``rows`` are about: named by a user stream, or by an email's ``user_id``
-    (the default tenant when none names one, as ``of_tenant`` takes it)."""
+    """The tenant whose user the stored ``rows`` are about: named by a user stream, by an email's ``user_id``,
+    or by a webhook delivery's ``tenant`` (the default tenant when none names one, as ``of_tenant`` takes it)."""
     for row in rows:
         owner = user_of_stream(row.stream_id) or row.payload.get("user_id")
         if isinstance(owner, str):
             return tenant_of(owner)
+        if row.event_type == "WebhookQueued":  # a webhook delivery names its tenant, not a user
+            return str(row.payload["tenant"])
     return DEFAULT_TENANT
 
 

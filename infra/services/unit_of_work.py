@@ -42,6 +42,7 @@ from domain.counting import counts_fit
 from domain.decisions import Decision
 from domain.delivery import DeliveryPolicy
 from domain.email import email_stream
+from domain.webhooks import WEBHOOK_FLOW, WebhookEvent, email_event_of, user_event_of, webhook_stream
 from domain.errors import ConcurrencyConflict
 from domain.fairness import FairnessPolicy
 from domain.log import RecordedEvent
@@ -60,6 +61,7 @@ from infra.projector.inline import SNAPSHOTS, apply_inline, ask_inline
 from infra.projector.snapshots import NO_LOOKUPS, Lookups, load_for_decision
 from infra.services.counts import count_call, counted_events, take_counts
 from infra.services.locks import IdempotencyLock, lock_stream
+from infra.services.webhook_routes import deliveries_for, email_facts
 from infra.eventlog.postgres import PostgresEventStore
 from infra.eventlog.subject_keys import PostgresKeyring
 from infra.eventlog.ids import time_ordered_id
@@ -144,7 +146,19 @@ def append_and_fold(
     asked = ask_inline(connection, [event for _, _, events in batches for event in events], loaded)
     recorded = (store or PostgresEventStore(connection)).append_many(batches, metadata)
     apply_inline(connection, recorded, loaded, asked)
-    return recorded
+    facts = [fact for r in recorded
+             if (fact := user_event_of(r.event_type, r.stream_id, r.event, event_id=r.event_id)) is not None]
+    _queue_webhooks(connection, facts + email_facts(connection, recorded), metadata)
+    return recorded  # the caller's events only: the deliveries they queued are the webhooks' own business
+
+
+def _queue_webhooks(
+    connection: Connection, facts: Sequence[WebhookEvent], metadata: Mapping[str, Any] | None,
+) -> None:
+    """The deliveries of ``facts`` to the endpoints listening, appended beside them (``webhook_routes``)."""
+    queued = deliveries_for(connection, facts)
+    if queued:
+        append_and_fold(connection, [(webhook_stream(q.delivery_id), 0, [q]) for q in queued], metadata)
 
 
 def claim_leases(
@@ -172,15 +186,31 @@ def record_fenced(
     claimed, written only if the lease token and version are still those.
     """
     codec, keyring = default_codec(), PostgresKeyring(connection)
-    rows, events = [], []
+    rows, events, facts = [], [], []
     for row, held_token, held_version, appended in folded:
         rows.append({**attrs.asdict(row, recurse=False), "held_token": held_token, "held_version": held_version})
         for offset, event in enumerate(appended, start=1):
             tag, version, payload = codec.encode(event, keyring)
-            events.append({"message_id": row.message_id, "stream_id": email_stream(row.message_id),
-                           "stream_version": held_version + offset, "event_id": time_ordered_id(), "event_type": tag,
+            event_id = time_ordered_id()
+            events.append({"message_id": row.message_id, "stream_id": outbox_stream(row),
+                           "stream_version": held_version + offset, "event_id": event_id, "event_type": tag,
                            "schema_version": version, "payload": payload})
-    return append_fenced(connection, rows, events, {"actor": owner}) if rows else set()
+            fact = None if row.flow == WEBHOOK_FLOW else email_event_of(
+                tag, event, scoped_user_id=row.user_id, message_id=row.message_id, request_id=row.request_id,
+                event_id=event_id)
+            if fact is not None:
+                facts.append((row.message_id, fact))
+    if not rows:
+        return set()
+    recorded = append_fenced(connection, rows, events, {"actor": owner})
+    # An email's outcome tells the application, in the same transaction; not a lease taken over (not recorded).
+    _queue_webhooks(connection, [fact for message_id, fact in facts if message_id in recorded], {"actor": owner})
+    return recorded
+
+
+def outbox_stream(row: Any) -> str:
+    """The stream of an outbox row: its email's, or its webhook delivery's."""
+    return webhook_stream(row.message_id) if row.flow == WEBHOOK_FLOW else email_stream(row.message_id)
 
 
 def record_decision(

@@ -6,6 +6,7 @@ import json
 import re
 from collections.abc import Iterator
 from datetime import timedelta
+from uuid import uuid4
 
 import attrs
 import httpx
@@ -23,10 +24,12 @@ from infra.projector.catchup import catch_up
 from infra.services.privacy import forget
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
+from infra.services.webhooks import add_endpoint
 from tests.console.support import Browser, csrf_of, key_of, sign_in
 from tests.support.keys import TEST_SIGNING_KEY
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
+from tests.support.webhook_receiver import running_receiver
 
 # The real keys the tests sign in with: each client's tenant and scopes.
 CLIENTS = {"support": ("default", ("review",)), "operator": ("default", ("review", "admin")),
@@ -320,3 +323,40 @@ def test_the_digest_download_is_signed_json_of_the_chain_head(ctx: ServiceContex
 def test_signed_out_the_verification_status_is_refused(browser: Browser) -> None:
     assert browser.get("/console/audit/verification.json").status_code == 401
     assert browser.get("/console/outbox", follow_redirects=False).headers["location"] == "/console/sign-in"
+
+
+def test_a_webhook_delivery_given_up_is_listed_and_its_case_tells_each_attempt_to_its_tenant_only(
+    ctx: ServiceContext, browser: Browser
+) -> None:
+    with running_receiver() as receiver:
+        add_endpoint(ctx, "default", receiver.url, ["email.accepted"])
+        receiver.status = 500
+        capped = attrs.evolve(ctx, delivery_policy=DeliveryPolicy(max_attempts=1))
+        request_reset(capped, RequestReset("u1", ADA))
+        Worker(capped, RecordingMailer(), sender=SENDER).drain()
+    catch_up(ctx.engine)
+    with ctx.engine.connect() as connection:
+        delivery = str(connection.execute(text("SELECT message_id FROM email_outbox WHERE flow = 'webhook'"))
+                       .scalar_one())
+    signed_in(browser, ctx, "operator")
+
+    assert delivery in browser.get("/console/outbox").text
+    case = browser.get(f"/console/case?kind=message&id={delivery}")
+    assert case.status_code == 200, case.text
+    assert "Attempt 1 failed: webhook endpoint answered 500; no retry." in case.text
+
+
+def test_another_tenants_webhook_delivery_is_not_found(ctx: ServiceContext, browser: Browser) -> None:
+    with running_receiver() as receiver:
+        add_endpoint(ctx, "default", receiver.url, ["email.accepted"])
+        request_reset(ctx, RequestReset("u1", ADA))
+        Worker(ctx, RecordingMailer(), sender=SENDER).drain()
+    with ctx.engine.connect() as connection:
+        delivery = str(connection.execute(text("SELECT message_id FROM email_outbox WHERE flow = 'webhook'"))
+                       .scalar_one())
+    signed_in(browser, ctx, "acme")
+
+    theirs, nobodys = (browser.get(f"/console/case?kind=message&id={one}") for one in (delivery, str(uuid4())))
+
+    assert theirs.status_code == nobodys.status_code == 404
+    assert "Attempt" not in theirs.text

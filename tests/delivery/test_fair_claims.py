@@ -4,18 +4,21 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import timedelta
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from sqlalchemy import Engine, text
 
 from domain.reset import RequestReset
 from domain.tenants import tenant_of
+from domain.webhooks import WebhookEvent, webhook_stream
 from infra.clock import ManualClock
 from infra.delivery.leases import Claim, claim_due
 from infra.eventlog.email_leases import TENANT_OF_ROW
 from infra.services.reset import request_reset
 from infra.services.tenants import create_tenant
-from infra.services.unit_of_work import ServiceContext
+from infra.services.unit_of_work import ServiceContext, append_and_fold
+from infra.services.webhook_routes import deliveries_for
+from infra.services.webhooks import add_endpoint
 from tests.support.replay import assert_projections_match_log
 from tests.support.statements import statements_sent
 
@@ -130,3 +133,23 @@ def test_the_claim_finds_tenants_and_their_oldest_rows_through_the_tenant_index(
             f"EXPLAIN SELECT {TENANT_OF_ROW} FROM email_outbox WHERE state IN ('pending', 'leased') "
             "ORDER BY 1 LIMIT 1")).scalars().all()
     assert any("email_outbox_due_by_tenant" in line for line in plan), plan
+
+
+def test_a_tenants_backlog_of_webhooks_shares_the_claim_with_another_tenants_email_turn_by_turn(
+    ctx: ServiceContext, engine: Engine, clock: ManualClock
+) -> None:
+    create_tenant(ctx, "acme")
+    create_tenant(ctx, "shop")
+    add_endpoint(ctx, "acme", "https://hooks.acme.test/a")
+    now = clock.now()
+    facts = [WebhookEvent("otp.verified", "acme", {"tenant": "acme"}, uuid4(), now) for _ in range(50)]
+    with engine.begin() as connection:
+        queued = [q for fact in facts for q in deliveries_for(connection, [fact])]
+        append_and_fold(connection, [(webhook_stream(q.delivery_id), 0, [q]) for q in queued])
+    shop = queue(ctx, clock, "shop", 2)
+
+    claims = claim(ctx, engine, clock, 4)
+
+    assert sorted(tenants_of(claims)) == ["acme", "acme", "shop", "shop"]
+    assert {c.row.flow for c in claims if c.row.message_id not in shop} == {"webhook"}
+    assert_projections_match_log(engine)

@@ -22,6 +22,7 @@ from infra.eventlog.postgres import PostgresEventStore
 from infra.projector.inline import OUTBOX
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
+from infra.services.webhook_routes import ENDPOINTS
 from tests.support.statements import statements_sent
 from tests.support.replay import assert_projections_match_log
 
@@ -96,6 +97,7 @@ def test_a_group_of_outcomes_is_recorded_in_one_statement_and_only_while_its_lea
     ]
 
     with engine.connect() as connection, connection.begin():
+        ENDPOINTS.of(connection)  # which endpoints hear of outcomes: read once every few seconds, not per group
         with statements_sent(connection) as sent:
             recorded = record_outcomes(connection, outcomes, owner="w1")
 

@@ -45,6 +45,10 @@ OPERATIONS = [
     ("admin", "POST", "/v1/admin/clients/nobody/rotate", None),
     ("admin", "POST", "/v1/admin/clients/nobody/revoke", {}),
     ("admin", "POST", f"/v1/admin/messages/{SOME_ID}/redrive", {"reason": "relay fixed"}),
+    ("admin", "GET", "/v1/admin/webhooks", None),
+    ("admin", "POST", "/v1/admin/webhooks", {"url": "https://hooks.app.test/a"}),
+    ("admin", "POST", f"/v1/admin/webhooks/ep_{'0' * 32}/rotate", None),
+    ("admin", "POST", f"/v1/admin/webhooks/ep_{'0' * 32}/remove", None),
     (("metrics", "operator"), "GET", "/metrics", None),
     (("metrics", "operator"), "GET", "/readyz", None),
 ]

@@ -82,7 +82,8 @@ def test_an_event_that_starts_a_row_makes_the_same_row_whatever_row_was_there(
 def test_the_outbox_reset_tokens_challenges_and_receipts_are_started_by_the_events_that_create_their_ids() -> None:
     started = {applier.name: {cls.__name__ for cls in applier.starts} for applier, _ in STARTING}
     assert started == {
-        "email_outbox": {"EmailQueued"},
+        "email_outbox": {"EmailQueued", "WebhookQueued"},  # a webhook delivery is an outbox row too
+        "webhook_endpoints": {"WebhookEndpointAdded"},
         "reset_tokens": {"ResetRequested"},
         "otp_challenges": {"OtpChallengeIssued"},
         "receipts": {"ResetRequested", "OtpChallengeIssued", "IdempotencyKeyBound"},

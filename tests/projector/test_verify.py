@@ -13,6 +13,7 @@ from domain.tenants import Purpose
 from infra.services.tenants import configure_tenant, create_tenant
 from infra.services.unit_of_work import ServiceContext
 from infra.projector.verify import verify
+from infra.services.webhooks import add_endpoint, remove_endpoint, rotate_endpoint
 from tests.support.traffic import some_feedback, some_traffic
 
 
@@ -26,6 +27,9 @@ def test_every_projection_verifies_after_traffic(ctx: ServiceContext, clock: Man
     first = create_client(ctx, "shop", tenant="acme", scopes=["send", "metrics"])
     rotate_client(ctx, "shop", tenant="acme")
     revoke_client(ctx, "shop", key_id=first.key_id, tenant="acme")
+    hook = add_endpoint(ctx, "acme", "https://hooks.acme.test/authledger", ["otp.verified"])  # added, rotated, removed
+    rotate_endpoint(ctx, "acme", hook.endpoint_id)
+    remove_endpoint(ctx, "acme", add_endpoint(ctx, "acme", "https://hooks.acme.test/other").endpoint_id)
     catch_up(engine)
     for projection in all_projections():
         report = verify(admin_engine, projection, batch_size=7)

@@ -13,6 +13,7 @@ key and every address.
 
 from __future__ import annotations
 
+import base64
 import io
 import logging
 from collections.abc import Callable, Iterator
@@ -31,10 +32,12 @@ from infra.services.otp import request_otp, verify_code
 from infra.services.reset import consume_token, request_reset, verify_token
 from infra.services.unit_of_work import ServiceContext, random_nonce
 from infra.delivery.worker import Worker
+from infra.services.webhooks import add_endpoint, rotate_endpoint
 from tests.support.dumps import dump
 from tests.support.mailers import RecordingMailer
 from tests.support.replay import assert_projections_match_log
 from tests.support.two_tenants import two_tenants
+from tests.support.webhook_receiver import running_receiver
 
 SENDER = "authledger <no-reply@app.test>"
 
@@ -155,3 +158,21 @@ def test_a_dump_and_the_logs_after_two_tenants_flows_over_a_real_server_hold_no_
             assert value not in dumped, f"a {kind} in the dump"
             assert value not in logged, f"a {kind} in the logs"
     assert_projections_match_log(engine)
+
+
+def test_a_dump_and_the_logs_after_webhooks_were_added_rotated_and_delivered_hold_no_webhook_secret(
+    ctx: ServiceContext, engine: Engine, database_url: str, logs: Callable[[], str]
+) -> None:
+    with running_receiver() as receiver:
+        first = add_endpoint(ctx, "default", receiver.url)
+        second = rotate_endpoint(ctx, "default", first.endpoint_id)
+        request_reset(ctx, RequestReset("ada", "ada@example.test"))
+        Worker(ctx, RecordingMailer(), sender=SENDER).drain()
+        assert receiver.accepted(), "delivered, so the secrets were opened and used"
+
+    dumped, logged = dump(database_url), logs()
+    for secret in (first.secret, second.secret):
+        raw = base64.b64decode(secret.removeprefix("whsec_"))
+        forms = {secret, secret.removeprefix("whsec_"), raw.hex(), base64.urlsafe_b64encode(raw).decode()}
+        for form in forms:
+            assert form not in dumped and form not in logged

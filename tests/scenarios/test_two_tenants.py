@@ -51,6 +51,10 @@ OPERATIONS: dict[str, tuple[str | None, dict[str, str], object | None]] = {
     "resendToUser": ("admin", {"user_id": "nobody"}, {"flow": "reset", "reason": "walking the routes"}),
     "getTenant": ("admin", {}, None),
     "configureTenant": ("admin", {}, {"product_name": "Walked", "reason": "walking the routes"}),
+    "listWebhooks": ("admin", {}, None),
+    "addWebhook": ("admin", {}, {"url": "https://hooks.acme.example/walked"}),
+    "rotateWebhook": ("admin", {"endpoint_id": "ep_" + "0" * 32}, None),
+    "removeWebhook": ("admin", {"endpoint_id": "ep_" + "0" * 32}, None),
     "metrics": ("metrics", {}, None),
     "ready": ("metrics", {}, None),  # open without a key; a key must hold metrics
     "health": (None, {}, None),

@@ -27,6 +27,7 @@ from infra.services.closed_counts import write_all_closed_counts
 from infra.services.otp import request_otp, verify_code
 from infra.services.reset import consume_token, request_reset, verify_token
 from infra.services.unit_of_work import ServiceContext
+from infra.services.webhook_routes import ENDPOINTS
 from tests.conftest import ROOMY_SEND_LIMITS
 from tests.support.keys import TEST_KEYS
 from tests.support.replay import assert_projections_match_log
@@ -39,6 +40,11 @@ def cost_of(engine: Engine, call: Callable[[], object]) -> tuple[int, int, int]:
     with at_the_wire(engine) as wire:
         call()
     return len(wire.statements), wire.transactions, wire.round_trips
+
+
+def warm_webhook_routes(engine: Engine) -> None:
+    with engine.connect() as connection:
+        ENDPOINTS.of(connection)
 
 
 def new_user() -> str:
@@ -71,6 +77,9 @@ def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements_and_wa
     assert cost_of(engine, lambda: verify_token(ctx, token)) == (3, 1, 3)
     # ... then the append, the notice's new outbox row, the token's row (read with the append, then written),
     # the snapshot.
+    # (The tenant's webhook endpoints, which a used link is told to, are read once per process every few
+    # seconds, not on each call: infra/services/webhook_routes.py. Read here first, so that they are not counted.)
+    warm_webhook_routes(engine)
     assert cost_of(engine, lambda: consume_token(ctx, token)) == (8, 1, 4)
 
     challenges = []
@@ -86,6 +95,7 @@ def test_each_hot_path_runs_in_one_transaction_with_the_fewest_statements_and_wa
     code = otp_code_of(engine, ctx.keys, challenges[0].request_id)
     # The owner, the lock, the read, the append, the challenge's row (read with the append, then written),
     # the snapshot.
+    warm_webhook_routes(engine)
     assert cost_of(engine, lambda: verify_code(ctx, challenges[0].request_id, code, user_id=user)) == (7, 1, 4)
     assert_projections_match_log(engine)
 

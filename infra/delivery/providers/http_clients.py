@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -39,6 +41,17 @@ class ClientGroup:
         self._busy[index] += 1
         try:
             return await self._clients[index].post(url, **request)
+        finally:
+            self._busy[index] -= 1
+
+    @asynccontextmanager
+    async def streamed(self, method: str, url: str, **request: Any) -> AsyncIterator[httpx.Response]:
+        """A request whose answer's body is left for the caller to read, or not (``httpx``'s ``stream``)."""
+        index = min(range(len(self._clients)), key=self._busy.__getitem__)
+        self._busy[index] += 1
+        try:
+            async with self._clients[index].stream(method, url, **request) as response:
+                yield response
         finally:
             self._busy[index] -= 1
 
