@@ -34,6 +34,7 @@ RESET_VERIFY, RESET_CONSUME = "/v1/password-resets/verify", "/v1/password-resets
 # values of its path parameters and its body. A route added to the document without a line here
 # fails the walk, so no route escapes the scope check.
 SOME_ID = "123e4567-e89b-12d3-a456-426614174000"
+VENDOR = "the provider's own proof"
 OPERATIONS: dict[str, tuple[str | None, dict[str, str], object | None]] = {
     "createPasswordReset": ("send", {}, {"user_id": "walker", "email": "walker@acme.example"}),
     "createOtpChallenge": ("send", {}, {"user_id": "walker", "email": "walker@acme.example"}),
@@ -55,6 +56,12 @@ OPERATIONS: dict[str, tuple[str | None, dict[str, str], object | None]] = {
     "addWebhook": ("admin", {}, {"url": "https://hooks.acme.example/walked"}),
     "rotateWebhook": ("admin", {"endpoint_id": "ep_" + "0" * 32}, None),
     "removeWebhook": ("admin", {"endpoint_id": "ep_" + "0" * 32}, None),
+    "listSuppressions": ("admin", {}, None),
+    "liftSuppression": ("admin", {}, {"email": "walker@acme.example", "reason": "walking the routes"}),
+    "reportProviderEvent": ("provider-events", {}, {"message_id": SOME_ID, "type": "delivered"}),
+    # Proven by the provider's own credentials, which no API key is: every caller here is refused.
+    "postmarkWebhook": (VENDOR, {}, {"RecordType": "Delivery", "MessageID": "x"}),
+    "sendgridWebhook": (VENDOR, {}, [{"event": "delivered", "sg_message_id": "x"}]),
     "metrics": ("metrics", {}, None),
     "ready": ("metrics", {}, None),  # open without a key; a key must hold metrics
     "health": (None, {}, None),
@@ -175,6 +182,13 @@ def test_every_scope_is_refused_outside_its_own_operations_as_the_published_docu
             path = path.format(**parameters)
             query = QUERIES.get(operation_id, {})
             anonymous = world.call(None, None, method, path, body, **query)
+            if needed == VENDOR:
+                assert anonymous.status_code == 401, (operation_id, anonymous.text)
+                for scope in TENANT_SCOPES:
+                    before = events_digest(engine)
+                    assert world.call(world.acme, scope, method, path, body).status_code == 401, (operation_id, scope)
+                    assert events_digest(engine) == before, (operation_id, scope)
+                continue
             if needed is None or operation_id == "ready":
                 assert anonymous.status_code == 200, (operation_id, anonymous.text)
             else:
