@@ -212,8 +212,9 @@ class Window:
 
     async def _take_back(self) -> list[Claim]:
         """The unstarted claims that still hold their lease: a message claimed by another worker since is not ours."""
-        claims, self._unstarted = self._unstarted, []
-        self._unstarted = await asyncio.to_thread(self._still_held, claims)
+        # Kept until the check answers: a database still away leaves them to the next step. (Emptied first,
+        # a failed check lost them, leased to this worker until their leases ran out.)
+        self._unstarted = await asyncio.to_thread(self._still_held, self._unstarted)
         return self._unstarted
 
     def _still_held(self, claims: list[Claim]) -> list[Claim]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+
+import pytest
 
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
@@ -70,6 +73,40 @@ def test_a_batch_claimed_just_before_the_database_went_away_is_sent_once_it_is_b
 
     assert [e.message_id for e in mailer.emails] == [request.message_id]
     assert mailer.calls[str(request.message_id)] == 1
+    trail = [type(e) for e in stream_events(engine, f"email:{request.message_id}")]
+    assert trail[1:] == [LeaseClaimed, ProviderAccepted], "sent on its first lease, not after it ran out"
+    assert_projections_match_log(engine)
+
+
+def test_a_batch_whose_take_back_meets_the_outage_too_is_still_sent_once_the_database_is_back(
+    ctx: ServiceContext, engine: Engine, database: Database, pg_server: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As above, but the database stays away until the worker has also failed to take its batch back (its
+    # second failed iteration): the batch must survive that failure, not only the first read's.
+    request = request_reset(ctx, RequestReset("42", "ada@example.test"))
+    name = make_url(database.url).database
+    mailer = RecordingMailer()
+    worker = _OutageRightAfterClaiming(
+        ctx, mailer, sender="a@app.test", poll_seconds=0.1, server=pg_server, database_name=name
+    )
+
+    def failed_iterations() -> int:
+        return sum(1 for r in caplog.records if r.getMessage() == "worker iteration failed")
+
+    delivering = threading.Thread(target=worker.run)
+    with caplog.at_level(logging.ERROR, logger="authledger.worker"):
+        delivering.start()
+        try:
+            assert worker.outage_began.wait(timeout=30)
+            wait_until(lambda: failed_iterations() >= 2 or None, what="the read and the take-back to fail")
+            _refuse_connections(pg_server, name, refuse=False)
+            wait_until(lambda: mailer.emails, what="the email to be sent once the database is back")
+        finally:
+            _refuse_connections(pg_server, name, refuse=False)
+            worker.stop()
+            delivering.join(timeout=15)
+
+    assert [e.message_id for e in mailer.emails] == [request.message_id]
     trail = [type(e) for e in stream_events(engine, f"email:{request.message_id}")]
     assert trail[1:] == [LeaseClaimed, ProviderAccepted], "sent on its first lease, not after it ran out"
     assert_projections_match_log(engine)
