@@ -1,6 +1,6 @@
 """The console in a real browser, `serve` reading from a streaming standby: the case page says so.
 
-The standby is tests/support/standby.py's (PostgreSQL's own replication);
+The standby is tests/support/replication.py's (PostgreSQL's own replication);
 the browser is tests/support/browser.py's, skipped where chromium is missing.
 """
 
@@ -12,16 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine
 
 from infra.bootstrap import App
 from infra.services.clients import create_client
 from tests.support.browser import accessibility_problems, needs_browser, problems_in_console, shows
 from tests.support.browser import shot as save_shot
 from tests.support.cli import Env, cli_env, cli_outcome, process_env
+from tests.support.replication import replicated_pair
 from tests.support.servers import start_serve
-from tests.support.standby import primary_and_standby, replayed
-from tests.support.waiting import wait_until
 
 pytestmark = needs_browser
 pytest.importorskip("selenium", reason="selenium is not installed (pip install -e .[test])")
@@ -32,19 +30,15 @@ from selenium.webdriver.common.keys import Keys  # noqa: E402
 @pytest.fixture
 def replica_env(tmp_path: Path) -> Iterator[Env]:
     """authledger on a primary of its own, reading from a standby of it, with one reset request replayed there."""
-    with primary_and_standby() as replication:
-        env = cli_env(replication.primary_url, AUTHLEDGER_READ_DATABASE_URL=replication.standby_url,
+    with replicated_pair(synchronous=False) as pair:
+        env = cli_env(pair.node_url(pair.primary, "postgres"),
+                      AUTHLEDGER_READ_DATABASE_URL=pair.node_url(pair.standby, "postgres"),
                       AUTHLEDGER_MAILDIR=str(tmp_path / "maildir"), AUTHLEDGER_RESET_URL="https://app.test/reset",
                       AUTHLEDGER_DATA_DIR=str(tmp_path / "data"))
+        assert cli_outcome(env, "db", "init")[0] == 0
         code, out = cli_outcome(env, "reset", "request", "--user-id", "42", "--email", "ada@example.test")
         assert code == 0, out
-        primary, standby = (create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
-                            for url in (replication.primary_url, replication.standby_url))
-        try:
-            wait_until(lambda: replayed(primary, standby), what="the standby to replay the request")
-        finally:
-            primary.dispose()
-            standby.dispose()
+        pair.wait_for_replay(what="the standby to replay the request")
         yield env
 
 

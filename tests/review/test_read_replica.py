@@ -19,7 +19,7 @@ from uuid import UUID
 import anyio
 import pytest
 from attrs import evolve
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine
 
 from infra.bootstrap import App
 from infra.console.app import Console
@@ -31,8 +31,7 @@ from tests.console.support import Browser, key_of, sign_in
 from tests.http.support import asgi_client
 from tests.support.cli import Env, cli_env, cli_outcome, process_env, run_cli
 from tests.support.incidents import duplicate_emails
-from tests.support.standby import Replication, primary_and_standby, received, replay_paused, replayed
-from tests.support.waiting import wait_until
+from tests.support.replication import Pair, replicated_pair
 
 NOT_A_STANDBY = "read from the read database, 0 s behind: it is not a standby (not in recovery)"
 ON_THE_PRIMARY = {"in_recovery": False, "seconds_behind": 0.0}
@@ -143,35 +142,27 @@ def test_a_malformed_read_database_url_is_refused_in_one_line_without_its_passwo
 
 
 @pytest.fixture
-def replication() -> Iterator[Replication]:
-    with primary_and_standby() as pair:
+def pair() -> Iterator[Pair]:
+    """A primary with authledger's schema and an asynchronous standby streaming it."""
+    with replicated_pair(synchronous=False) as pair:
+        assert cli_outcome(cli_env(pair.node_url(pair.primary, "postgres")), "db", "init")[0] == 0
         yield pair
 
 
-@pytest.fixture
-def servers(replication: Replication) -> Iterator[tuple[Engine, Engine]]:
-    """Engines on the primary and on the standby, as their superuser (for WAL positions and replay control)."""
-    primary, standby = (create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
-                        for url in (replication.primary_url, replication.standby_url))
-    yield primary, standby
-    primary.dispose()
-    standby.dispose()
-
-
-def replica_env(replication: Replication, tmp_path: Path) -> Env:
+def replica_env(pair: Pair, tmp_path: Path) -> Env:
     """authledger on the primary, reading from the standby."""
-    return cli_env(replication.primary_url, AUTHLEDGER_READ_DATABASE_URL=replication.standby_url,
+    return cli_env(pair.node_url(pair.primary, "postgres"),
+                   AUTHLEDGER_READ_DATABASE_URL=pair.node_url(pair.standby, "postgres"),
                    AUTHLEDGER_MAILDIR=str(tmp_path / "maildir"), AUTHLEDGER_RESET_URL="https://app.test/reset")
 
 
 def test_a_request_made_on_the_primary_is_explained_from_a_streaming_standby_once_replayed(
-    replication: Replication, servers: tuple[Engine, Engine], tmp_path: Path
+    pair: Pair, tmp_path: Path
 ) -> None:
-    env = replica_env(replication, tmp_path)
+    env = replica_env(pair, tmp_path)
     made = cli_json(env, "reset", "request", "--user-id", "ada", "--email", "ada@example.test")  # on the primary
     assert run_cli(env, "audit", "seal").exit_code == 0
-    primary, standby = servers
-    wait_until(lambda: replayed(primary, standby), what="the standby to replay the request")
+    pair.wait_for_replay(what="the standby to replay the request")
 
     code, explained = cli_outcome(env, "explain", "--request-id", made["request_id"])
     assert code == 0, explained
@@ -193,15 +184,14 @@ def test_a_request_made_on_the_primary_is_explained_from_a_streaming_standby_onc
 
 
 def test_while_the_standby_has_not_replayed_a_request_its_answers_say_how_far_behind_they_are(
-    replication: Replication, servers: tuple[Engine, Engine], tmp_path: Path
+    pair: Pair, tmp_path: Path
 ) -> None:
-    env = replica_env(replication, tmp_path)
-    primary, standby = servers
+    env = replica_env(pair, tmp_path)
     first = cli_json(env, "reset", "request", "--user-id", "ada", "--email", "ada@example.test")
-    wait_until(lambda: replayed(primary, standby), what="the standby to replay the first request")
-    with replay_paused(standby):
+    pair.wait_for_replay(what="the standby to replay the first request")
+    with pair.replay_paused():
         second = cli_json(env, "reset", "request", "--user-id", "bo", "--email", "bo@example.test")
-        wait_until(lambda: received(primary, standby), what="the standby to receive the second request")
+        pair.wait_for_receipt(what="the standby to receive the second request")
 
         code, missing = cli_outcome(env, "explain", "--request-id", second["request_id"])
         assert code != 0 and f"no request {second['request_id']} in the log" in missing, missing
@@ -209,7 +199,7 @@ def test_while_the_standby_has_not_replayed_a_request_its_answers_say_how_far_be
         assert behind["in_recovery"] is True and behind["seconds_behind"] > 0, behind
         code, told = cli_outcome(env, "explain", "--request-id", first["request_id"])
         assert code == 0 and "read from a replica " in told and " 0 s behind" not in told, told
-    wait_until(lambda: replayed(primary, standby), what="the standby to replay the second request")
+    pair.wait_for_replay(what="the standby to replay the second request")
 
     caught_up = cli_json(env, "explain", "--request-id", second["request_id"])
     assert caught_up["subject"] == f"request {second['request_id']}" and caught_up["replica"]["in_recovery"] is True

