@@ -87,21 +87,31 @@ class MasterKeys:
     def current_id(self) -> str:
         return next(iter(self.keys))
 
-    def wrap(self, user_id: str, key_id: str, data_key: bytes) -> tuple[str, bytes]:
+    def seal(self, plaintext: bytes, binding: bytes) -> tuple[str, bytes]:
+        """``plaintext`` under the newest master key (AES-256-GCM), bound to ``binding``: its id, nonce + sealed.
+
+        The one sealing of secrets at rest: users' data keys here, webhook secrets
+        (``infra.services.webhook_secrets``) too, each with a binding of its own.
+        """
         nonce = os.urandom(NONCE_BYTES)
-        wrapped = AESGCM(self.keys[self.current_id]).encrypt(nonce, data_key, _wrapping_aad(user_id, key_id))
-        return self.current_id, nonce + wrapped
+        return self.current_id, nonce + AESGCM(self.keys[self.current_id]).encrypt(nonce, plaintext, binding)
+
+    def open(self, master_key_id: str, sealed: bytes, binding: bytes) -> bytes:
+        """What ``seal`` sealed; ``KeyError`` when no key has that id, ``InvalidTag`` when it does not open it."""
+        return AESGCM(self.keys[master_key_id]).decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], binding)
+
+    def wrap(self, user_id: str, key_id: str, data_key: bytes) -> tuple[str, bytes]:
+        return self.seal(data_key, _wrapping_aad(user_id, key_id))
 
     def unwrap(self, user_id: str, key_id: str, master_key_id: str, wrapped: bytes) -> bytes:
-        master = self.keys.get(master_key_id)
-        if master is None:
+        try:
+            return self.open(master_key_id, wrapped, _wrapping_aad(user_id, key_id))
+        except KeyError:
             raise ConfigError(
                 f"the data key of user {user_id!r} is wrapped by master key {master_key_id!r}, which "
                 f"{MASTER_KEY_VARIABLE} does not hold (it holds {', '.join(self.keys)}); after a rotation "
                 "keep the older ids listed after the new one until `authledger privacy rewrap` has moved their keys"
-            )
-        try:
-            return AESGCM(master).decrypt(wrapped[:NONCE_BYTES], wrapped[NONCE_BYTES:], _wrapping_aad(user_id, key_id))
+            ) from None
         except InvalidTag:
             raise ConfigError(
                 f"master key {master_key_id!r} does not unwrap the data key of user {user_id!r}: "

@@ -11,18 +11,13 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from domain.errors import ConfigError
 from domain.webhooks import SECRET_BYTES, SealedSecret, secret_text
 from infra.eventlog.subject_keys import MASTER_KEY_VARIABLE, MasterKeys
-
-NONCE_BYTES = 12
-
 
 def _binding(tenant: str, endpoint_id: str, secret_id: str) -> bytes:
     return json.dumps(["authledger-webhook-secret-v1", tenant, endpoint_id, secret_id],
@@ -33,22 +28,19 @@ def new_secret(master: MasterKeys, *, tenant: str, endpoint_id: str) -> tuple[st
     """A fresh secret: its ``whsec_`` text (to show once) and its sealed form (to record)."""
     raw = secrets.token_bytes(SECRET_BYTES)
     secret_id = "sec_" + secrets.token_hex(8)
-    nonce = os.urandom(NONCE_BYTES)
-    sealed = AESGCM(master.keys[master.current_id]).encrypt(nonce, raw, _binding(tenant, endpoint_id, secret_id))
-    return secret_text(raw), SealedSecret(secret_id, master.current_id,
-                                          base64.b64encode(nonce + sealed).decode("ascii"))
+    master_key_id, sealed = master.seal(raw, _binding(tenant, endpoint_id, secret_id))
+    return secret_text(raw), SealedSecret(secret_id, master_key_id, base64.b64encode(sealed).decode("ascii"))
 
 
 def open_secret(master: MasterKeys, sealed: SealedSecret, *, tenant: str, endpoint_id: str) -> bytes:
     """The secret's bytes; ``ConfigError`` when the master key that sealed it is not configured."""
-    key = master.keys.get(sealed.master_key_id)
-    if key is None:
-        raise ConfigError(f"webhook endpoint {endpoint_id}'s secret is sealed by master key {sealed.master_key_id!r}, "
-                          f"which {MASTER_KEY_VARIABLE} does not hold; keep older ids listed after a rotation")
-    blob = base64.b64decode(sealed.sealed)
     try:
-        return AESGCM(key).decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:],
-                                   _binding(tenant, endpoint_id, sealed.secret_id))
+        return master.open(sealed.master_key_id, base64.b64decode(sealed.sealed),
+                           _binding(tenant, endpoint_id, sealed.secret_id))
+    except KeyError:
+        raise ConfigError(f"webhook endpoint {endpoint_id}'s secret is sealed by master key "
+                          f"{sealed.master_key_id!r}, which {MASTER_KEY_VARIABLE} does not hold; keep older ids "
+                          "listed after a rotation") from None
     except InvalidTag:
         raise ConfigError(f"master key {sealed.master_key_id!r} does not open webhook endpoint {endpoint_id}'s "
                           "secret (a different key under that id, or the row was altered)") from None
