@@ -27,6 +27,7 @@ from infra.db.embedded import start_embedded, stop_embedded
 from infra.db.schema import init_schema
 from tests.support.cli import cli_env
 from tests.support.embedded import fresh_data_dir
+from tests.support.erasure_races import NonceRecorder
 from tests.support.keys import TEST_KEYS, TEST_MASTER_KEY
 
 # Personal data is sealed under a master key from configuration (infra/eventlog/subject_keys.py).
@@ -129,6 +130,19 @@ def database_url(database: Database) -> str:
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
+
+
+@pytest.fixture
+def nonces() -> NonceRecorder:
+    """Every nonce a create of ``racing_ctx`` drew, for the erasure races to look for afterwards."""
+    return NonceRecorder()
+
+
+@pytest.fixture
+def racing_ctx(engine: Engine, clock: ManualClock, nonces: NonceRecorder) -> ServiceContext:
+    """Services whose new requests draw their nonces from ``nonces`` (the erasure races, services and HTTP)."""
+    return ServiceContext(engine=engine, keys=TEST_KEYS, clock=clock, reset_url="https://app.test/reset",
+                          new_nonce=nonces)
 
 
 # Most tests send to one address for many users, which the default per-address limit (six an hour) would

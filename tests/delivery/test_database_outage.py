@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from uuid import UUID
 
 import pytest
 
@@ -49,12 +51,11 @@ class _OutageRightAfterClaiming(Worker):
         return claims
 
 
-def test_a_batch_claimed_just_before_the_database_went_away_is_sent_once_it_is_back(
-    ctx: ServiceContext, engine: Engine, database: Database, pg_server: Engine
-) -> None:
-    # The test's clock stands still, so the lease never runs out: only the
-    # worker taking its batch up again can deliver the message.
-    request = request_reset(ctx, RequestReset("42", "ada@example.test"))
+def deliver_through_outage(ctx: ServiceContext, database: Database, pg_server: Engine, *,
+                           back_after: Callable[[], object]) -> RecordingMailer:
+    """A worker that claims a reset's email just as the database goes away; the database comes back once
+    ``back_after()`` holds; the mailer, once the email is sent. The test's clock stands still, so the lease
+    never runs out: only the worker taking its batch up again can deliver the message."""
     name = make_url(database.url).database
     mailer = RecordingMailer()
     worker = _OutageRightAfterClaiming(
@@ -64,49 +65,45 @@ def test_a_batch_claimed_just_before_the_database_went_away_is_sent_once_it_is_b
     delivering.start()
     try:
         assert worker.outage_began.wait(timeout=30)
+        wait_until(back_after, what="the worker to meet the outage")
         _refuse_connections(pg_server, name, refuse=False)
         wait_until(lambda: mailer.emails, what="the email to be sent once the database is back")
     finally:
         _refuse_connections(pg_server, name, refuse=False)
         worker.stop()
         delivering.join(timeout=15)
+    return mailer
 
-    assert [e.message_id for e in mailer.emails] == [request.message_id]
-    assert mailer.calls[str(request.message_id)] == 1
-    trail = [type(e) for e in stream_events(engine, f"email:{request.message_id}")]
+
+def assert_sent_once_on_its_first_lease(engine: Engine, mailer: RecordingMailer, message_id: UUID) -> None:
+    assert [e.message_id for e in mailer.emails] == [message_id]
+    assert mailer.calls[str(message_id)] == 1
+    trail = [type(e) for e in stream_events(engine, f"email:{message_id}")]
     assert trail[1:] == [LeaseClaimed, ProviderAccepted], "sent on its first lease, not after it ran out"
     assert_projections_match_log(engine)
+
+
+def test_a_batch_claimed_just_before_the_database_went_away_is_sent_once_it_is_back(
+    ctx: ServiceContext, engine: Engine, database: Database, pg_server: Engine
+) -> None:
+    request = request_reset(ctx, RequestReset("42", "ada@example.test"))
+
+    mailer = deliver_through_outage(ctx, database, pg_server, back_after=lambda: True)
+
+    assert_sent_once_on_its_first_lease(engine, mailer, request.message_id)
 
 
 def test_a_batch_whose_take_back_meets_the_outage_too_is_still_sent_once_the_database_is_back(
     ctx: ServiceContext, engine: Engine, database: Database, pg_server: Engine, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # As above, but the database stays away until the worker has also failed to take its batch back (its
-    # second failed iteration): the batch must survive that failure, not only the first read's.
+    # The database stays away until the worker has also failed to take its batch back (its second failed
+    # iteration): the batch must survive that failure, not only the first read's.
     request = request_reset(ctx, RequestReset("42", "ada@example.test"))
-    name = make_url(database.url).database
-    mailer = RecordingMailer()
-    worker = _OutageRightAfterClaiming(
-        ctx, mailer, sender="a@app.test", poll_seconds=0.1, server=pg_server, database_name=name
-    )
 
-    def failed_iterations() -> int:
-        return sum(1 for r in caplog.records if r.getMessage() == "worker iteration failed")
+    def failed_twice() -> bool:
+        return sum(1 for r in caplog.records if r.getMessage() == "worker iteration failed") >= 2
 
-    delivering = threading.Thread(target=worker.run)
     with caplog.at_level(logging.ERROR, logger="authledger.worker"):
-        delivering.start()
-        try:
-            assert worker.outage_began.wait(timeout=30)
-            wait_until(lambda: failed_iterations() >= 2 or None, what="the read and the take-back to fail")
-            _refuse_connections(pg_server, name, refuse=False)
-            wait_until(lambda: mailer.emails, what="the email to be sent once the database is back")
-        finally:
-            _refuse_connections(pg_server, name, refuse=False)
-            worker.stop()
-            delivering.join(timeout=15)
+        mailer = deliver_through_outage(ctx, database, pg_server, back_after=failed_twice)
 
-    assert [e.message_id for e in mailer.emails] == [request.message_id]
-    trail = [type(e) for e in stream_events(engine, f"email:{request.message_id}")]
-    assert trail[1:] == [LeaseClaimed, ProviderAccepted], "sent on its first lease, not after it ran out"
-    assert_projections_match_log(engine)
+    assert_sent_once_on_its_first_lease(engine, mailer, request.message_id)

@@ -26,7 +26,6 @@ from infra.delivery.worker import Worker
 from infra.http.app import create_app
 from infra.services.clients import create_client
 from infra.services.unit_of_work import ServiceContext
-from tests.support.keys import TEST_KEYS
 from tests.support.erasure_races import (
     REASON, Calls, NonceRecorder, erase_before, judge, maildir_recipients, play,
 )
@@ -35,17 +34,6 @@ from tests.support.servers import served
 
 ROUNDS = 60
 SENDER = "authledger <no-reply@app.test>"
-
-
-@pytest.fixture
-def nonces() -> NonceRecorder:
-    return NonceRecorder()
-
-
-@pytest.fixture
-def racing_ctx(engine: Engine, clock: ManualClock, nonces: NonceRecorder) -> ServiceContext:
-    return ServiceContext(engine=engine, keys=TEST_KEYS, clock=clock, reset_url="https://app.test/reset",
-                          new_nonce=nonces)
 
 
 def http_calls(clients: Sequence[httpx.Client], send_key: str, admin_key: str) -> Calls:

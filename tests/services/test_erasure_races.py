@@ -34,7 +34,6 @@ from infra.services.otp import request_otp
 from infra.services.privacy import Erasure, forget
 from infra.services.reset import request_reset
 from infra.services.unit_of_work import ServiceContext
-from tests.support.keys import TEST_KEYS
 from tests.support.dumps import dump
 from tests.support.erasure_races import (
     REASON, Calls, NonceRecorder, addresses, erase_before, judge, maildir_recipients, play, race,
@@ -44,17 +43,6 @@ from tests.support.waiting import lock_waiters, wait_until
 
 ROUNDS = 200
 SENDER = "authledger <no-reply@app.test>"
-@pytest.fixture
-def nonces() -> NonceRecorder:
-    return NonceRecorder()
-
-
-@pytest.fixture
-def racing_ctx(engine: Engine, clock: ManualClock, nonces: NonceRecorder) -> ServiceContext:
-    return ServiceContext(engine=engine, keys=TEST_KEYS, clock=clock, reset_url="https://app.test/reset",
-                          new_nonce=nonces)
-
-
 def service_calls(ctx: ServiceContext) -> Calls:
     def calls(user_id: str, reset_address: str, otp_address: str) -> list[Callable[[], object]]:
         return [lambda: request_reset(ctx, RequestReset(user_id, reset_address)),
